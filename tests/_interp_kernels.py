@@ -1,0 +1,72 @@
+"""Triton kernels for tests/test_triton_interp_fixes.py.
+
+``@triton.jit`` picks the interpreter when it *decorates* a kernel (it reads
+TRITON_INTERPRET then), so this module must be imported only after
+TRITON_INTERPRET=1 is set; the test module loads it from a fixture.
+"""
+
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # c[M, N] = a[M, K] @ b[K, N], fp32 accumulation, masked on every edge.
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak,
+                    mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def fp4_matmul_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr):
+    # c[M, N] = dequant(a)[M, K] @ dequant(b)[N, K].T with
+    #   a: [M, K // 2] uint8, two e2m1 per byte (low nibble first), a_scale: [M, cdiv(K, GROUP)] uint8
+    #   b: [N, K // 2] uint8 (same packing),                        b_scale: [N, cdiv(K, GROUP)] uint8
+    # GROUP 16 with e4m3 scales is NVFP4, GROUP 32 with e8m0 scales is MXFP4.
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    KP = K // 2
+    KS = tl.cdiv(K, GROUP)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rkp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+        rks = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
+        a = tl.load(a_ptr + rm[:, None] * KP + rkp[None, :], mask=(rm[:, None] < M) & (rkp[None, :] < KP), other=0)
+        b = tl.load(b_ptr + rn[None, :] * KP + rkp[:, None], mask=(rn[None, :] < N) & (rkp[:, None] < KP), other=0)
+        a_scale = tl.load(a_scale_ptr + rm[:, None] * KS + rks[None, :], mask=(rm[:, None] < M) & (rks[None, :] < KS),
+                          other=0)
+        b_scale = tl.load(b_scale_ptr + rn[:, None] * KS + rks[None, :], mask=(rn[:, None] < N) & (rks[None, :] < KS),
+                          other=0)
+        acc = tl.dot_scaled(a, a_scale, "e2m1", b, b_scale, "e2m1", acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def gdc_attr_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # The spelling Inductor emits for programmatic dependent launch.
+    tl.extra.cuda.gdc_wait()
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + r, mask=r < n)
+    tl.extra.cuda.gdc_launch_dependents()
+    tl.store(y_ptr + r, x * 2 + 1, mask=r < n)
+
+
+@triton.jit
+def gdc_imported_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # The same, with the builtins imported by name.
+    gdc_wait()
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + r, mask=r < n)
+    gdc_launch_dependents()
+    tl.store(y_ptr + r, x * 2 + 1, mask=r < n)

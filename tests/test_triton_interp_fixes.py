@@ -1,0 +1,290 @@
+"""Tests for inductor_ext.testing.triton_interp (fixes for Triton's CPU interpreter).
+
+For each fix: one test shows the bug with the fixes removed, one shows that with
+the fix the kernel matches plain float32 torch math.
+
+TRITON_INTERPRET is read when @triton.jit decorates a kernel, not when it is
+launched (a kernel decorated without it compiles for a GPU on launch), so the
+kernels live in tests/_interp_kernels.py and are loaded by the ``kernels``
+fixture after the variable is set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Iterator
+
+import pytest
+import torch
+
+from inductor_ext.testing.triton_interp import (apply_interpreter_fixes, interpreter_fixes,
+                                                remove_interpreter_fixes)
+
+pytestmark = pytest.mark.interp
+
+ALL_FIXES = ["bf16_dot", "nvfp4_dot_scaled", "gdc_noop"]
+_KERNELS = Path(__file__).with_name("_interp_kernels.py")
+_KERNELS_MODULE = "_interp_kernels_for_fix_tests"
+
+
+@pytest.fixture(scope="module")
+def kernels() -> Iterator[ModuleType]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_INTERPRET", "1")
+        spec = importlib.util.spec_from_file_location(_KERNELS_MODULE, _KERNELS)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        mp.setitem(sys.modules, _KERNELS_MODULE, module)
+        spec.loader.exec_module(module)
+        assert type(module.matmul_kernel).__name__ == "InterpretedFunction"
+        try:
+            yield module
+        finally:
+            remove_interpreter_fixes()
+
+
+@pytest.fixture
+def fixed(kernels: ModuleType) -> Iterator[ModuleType]:
+    remove_interpreter_fixes()
+    assert apply_interpreter_fixes() == ALL_FIXES
+    yield kernels
+    remove_interpreter_fixes()
+
+
+@pytest.fixture
+def unfixed(kernels: ModuleType) -> ModuleType:
+    remove_interpreter_fixes()
+    return kernels
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _assert_close_fp32(out: torch.Tensor, ref: torch.Tensor) -> None:
+    # Both sides are exact fp32 products summed in a different order, so allow
+    # a few ulps of the largest partial sums.
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5 * max(ref.abs().max().item(), 1.0))
+
+
+# ------------------------------------------------------------------- bf16 tl.dot
+
+BF16_SHAPES = [(1, 16, 16), (33, 20, 50), (64, 48, 96)]  # (M, N, K); BLOCK_K = 32
+
+
+def _bf16_case(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(m * 10007 + n * 101 + k)
+    a = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    b = torch.randn(k, n, generator=g).to(torch.bfloat16)
+    return a, b, a.float() @ b.float()
+
+
+def _run_matmul(mod: ModuleType, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    (m, k), n = a.shape, b.shape[1]
+    c = torch.full((m, n), float("nan"))
+    bm, bn, bk = 16, 16, 32
+    mod.matmul_kernel[(_cdiv(m, bm), _cdiv(n, bn))](a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), bm, bn, bk)
+    return c
+
+
+@pytest.mark.parametrize("shape", BF16_SHAPES[:2])
+def test_bf16_dot_wrong_without_fix(unfixed: ModuleType, shape: tuple[int, int, int]) -> None:
+    a, b, ref = _bf16_case(*shape)
+    out = _run_matmul(unfixed, a, b)
+    # The uint16 bit patterns get multiplied: off by many orders of magnitude.
+    assert (out - ref).abs().max() > 1e3 * ref.abs().max()
+
+
+@pytest.mark.parametrize("shape", BF16_SHAPES)
+def test_bf16_dot_matches_torch_with_fix(fixed: ModuleType, shape: tuple[int, int, int]) -> None:
+    a, b, ref = _bf16_case(*shape)
+    _assert_close_fp32(_run_matmul(fixed, a, b), ref)
+
+
+def test_fp16_dot_unchanged_by_fix(fixed: ModuleType) -> None:
+    a, b, _ = _bf16_case(17, 16, 40)
+    a, b = a.half(), b.half()
+    _assert_close_fp32(_run_matmul(fixed, a, b), a.float() @ b.float())
+
+
+# ------------------------------------------------------------ fp4 tl.dot_scaled
+
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def _dequant_e2m1(packed: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
+    """Reference dequant: [R, K // 2] packed e2m1 (low nibble first) times one
+    float32 ``scale`` per ``group`` elements of K -> [R, K] float32."""
+    codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).flatten(-2).long()
+    values = E2M1_VALUES[codes & 0x7]
+    values = torch.where(codes & 0x8 != 0, -values, values)
+    k = values.shape[-1]
+    return values * scale.repeat_interleave(group, dim=-1)[:, :k]
+
+
+def _fp4_case(m: int, n: int, k: int, group: int) -> dict[str, torch.Tensor]:
+    """Random fp4 operands; e4m3 block scales for group 16 (NVFP4), e8m0 for 32 (MXFP4)."""
+    g = torch.Generator().manual_seed(m * 10007 + n * 101 + k + group)
+    a = torch.randint(0, 256, (m, k // 2), dtype=torch.uint8, generator=g)
+    b = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g)
+    ks = _cdiv(k, group)
+    if group == 16:
+        # Spans e4m3 subnormals (< 2**-6) up to 16.
+        a_scale = torch.exp2(torch.rand(m, ks, generator=g) * 13 - 9).to(torch.float8_e4m3fn)
+        b_scale = torch.exp2(torch.rand(n, ks, generator=g) * 13 - 9).to(torch.float8_e4m3fn)
+        a_sf, b_sf = a_scale.float(), b_scale.float()
+        a_scale, b_scale = a_scale.view(torch.uint8), b_scale.view(torch.uint8)
+    else:
+        a_scale = torch.randint(120, 134, (m, ks), dtype=torch.uint8, generator=g)
+        b_scale = torch.randint(120, 134, (n, ks), dtype=torch.uint8, generator=g)
+        a_sf, b_sf = torch.exp2(a_scale.float() - 127), torch.exp2(b_scale.float() - 127)
+    ref = _dequant_e2m1(a, a_sf, group) @ _dequant_e2m1(b, b_sf, group).T
+    return dict(a=a, a_scale=a_scale, b=b, b_scale=b_scale, ref=ref)
+
+
+def _run_fp4(mod: ModuleType, case: dict[str, torch.Tensor], group: int) -> torch.Tensor:
+    m, n, k = case["a"].shape[0], case["b"].shape[0], case["a"].shape[1] * 2
+    c = torch.full((m, n), float("nan"))
+    bm, bn, bk = 16, 16, 64
+    mod.fp4_matmul_kernel[(_cdiv(m, bm), _cdiv(n, bn))](case["a"], case["a_scale"], case["b"], case["b_scale"], c, m,
+                                                        n, k, bm, bn, bk, group)
+    return c
+
+
+# (M, N, K), BLOCK_K = 64: K=96 is not a multiple of the block, K=40 not even of the scale group.
+NVFP4_SHAPES = [(1, 16, 64), (33, 20, 96), (5, 24, 40)]
+MXFP4_SHAPES = [(1, 16, 64), (17, 24, 160), (8, 16, 48)]
+
+
+def test_e4m3_scale_decode_matches_torch() -> None:
+    from inductor_ext.testing.triton_interp import _e4m3fn_lut
+
+    want = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).float()
+    torch.testing.assert_close(torch.from_numpy(_e4m3fn_lut()), want, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", NVFP4_SHAPES[:2])
+def test_nvfp4_dot_scaled_wrong_without_fix(unfixed: ModuleType, shape: tuple[int, int, int]) -> None:
+    case = _fp4_case(*shape, group=16)
+    out = _run_fp4(unfixed, case, 16)
+    assert (out - case["ref"]).abs().max() > 0.1 * case["ref"].abs().max()
+
+
+@pytest.mark.parametrize("shape", NVFP4_SHAPES)
+def test_nvfp4_dot_scaled_matches_torch_with_fix(fixed: ModuleType, shape: tuple[int, int, int]) -> None:
+    case = _fp4_case(*shape, group=16)
+    _assert_close_fp32(_run_fp4(fixed, case, 16), case["ref"])
+
+
+@pytest.mark.parametrize("shape", MXFP4_SHAPES)
+def test_mxfp4_dot_scaled_still_right_with_fix(fixed: ModuleType, shape: tuple[int, int, int]) -> None:
+    case = _fp4_case(*shape, group=32)
+    _assert_close_fp32(_run_fp4(fixed, case, 32), case["ref"])
+
+
+def test_mxfp4_dot_scaled_right_without_fix(unfixed: ModuleType) -> None:
+    # Control: the e8m0 path was never broken, so the fix must leave it alone.
+    case = _fp4_case(*MXFP4_SHAPES[1], group=32)
+    _assert_close_fp32(_run_fp4(unfixed, case, 32), case["ref"])
+
+
+# ------------------------------------------------------------------------- gdc
+
+GDC_KERNELS = ["gdc_attr_kernel", "gdc_imported_kernel"]
+
+
+def _run_gdc(mod: ModuleType, name: str, n: int = 37) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.arange(n, dtype=torch.float32)
+    y = torch.full_like(x, float("nan"))
+    getattr(mod, name)[(_cdiv(n, 16), )](x, y, n, 16)
+    return x, y
+
+
+@pytest.mark.parametrize("name", GDC_KERNELS)
+def test_gdc_raises_without_fix(unfixed: ModuleType, name: str) -> None:
+    with pytest.raises(Exception, match="_semantic"):
+        _run_gdc(unfixed, name)
+
+
+@pytest.mark.parametrize("name", GDC_KERNELS)
+def test_gdc_is_noop_with_fix(fixed: ModuleType, name: str) -> None:
+    x, y = _run_gdc(fixed, name)
+    torch.testing.assert_close(y, x * 2 + 1)
+
+
+def test_gdc_patches_restored_after_launch(fixed: ModuleType) -> None:
+    import triton.language.extra.cuda as cuda
+
+    before = (cuda.gdc_wait, cuda.gdc_launch_dependents, fixed.gdc_wait)
+    _run_gdc(fixed, "gdc_imported_kernel")
+    _run_gdc(fixed, "gdc_attr_kernel")
+    assert (cuda.gdc_wait, cuda.gdc_launch_dependents, fixed.gdc_wait) == before
+
+
+# ------------------------------------------------------------- apply / remove
+
+
+def _patch_points() -> tuple[object, ...]:
+    import triton.runtime.interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    return (builder.__dict__["create_dot"], interp._prepare_dot_scaled_operand, interp._patch_lang,
+            "create_grid_dependency_wait" in builder.__dict__)
+
+
+def test_noop_without_interpret_env(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    remove_interpreter_fixes()
+    originals = _patch_points()
+    for value in (None, "0", "true"):
+        if value is None:
+            monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+        else:
+            monkeypatch.setenv("TRITON_INTERPRET", value)
+        assert apply_interpreter_fixes() == []
+        assert _patch_points() == originals
+
+
+def test_apply_is_idempotent_and_remove_restores(kernels: ModuleType) -> None:
+    remove_interpreter_fixes()
+    originals = _patch_points()
+    assert originals[3] is False
+    try:
+        assert apply_interpreter_fixes() == ALL_FIXES
+        patched = _patch_points()
+        assert all(p is not o for p, o in zip(patched[:3], originals[:3])) and patched[3] is True
+        assert apply_interpreter_fixes() == ALL_FIXES
+        assert _patch_points() == patched
+    finally:
+        assert remove_interpreter_fixes() == ALL_FIXES
+    assert _patch_points() == originals
+    assert remove_interpreter_fixes() == []
+
+
+def test_context_manager(kernels: ModuleType) -> None:
+    remove_interpreter_fixes()
+    originals = _patch_points()
+    a, b, ref = _bf16_case(*BF16_SHAPES[0])
+    with interpreter_fixes() as names:
+        assert names == ALL_FIXES
+        _assert_close_fp32(_run_matmul(kernels, a, b), ref)
+    assert _patch_points() == originals
+
+
+def test_missing_patch_point_is_skipped_with_warning(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    import triton.runtime.interpreter as interp
+
+    remove_interpreter_fixes()
+    monkeypatch.delattr(interp, "_prepare_dot_scaled_operand")
+    monkeypatch.delattr(interp.InterpreterBuilder, "create_dot")
+    try:
+        with caplog.at_level(logging.WARNING, logger="inductor_ext.testing.triton_interp"):
+            assert apply_interpreter_fixes() == ["gdc_noop"]
+        messages = " ".join(r.getMessage() for r in caplog.records)
+        assert "bf16_dot" in messages and "nvfp4_dot_scaled" in messages
+    finally:
+        remove_interpreter_fixes()
