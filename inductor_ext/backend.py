@@ -1,0 +1,78 @@
+"""``torch.compile(model, backend="ext")``: presets and options in, Inductor with our passes out."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import logging
+import os
+from typing import Any, Callable, Sequence
+
+import torch
+from torch._inductor import list_mode_options
+from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+from inductor_ext import dumps, presets
+from inductor_ext.config import ExtConfig, ExtOptionError
+
+log = logging.getLogger("inductor_ext")
+
+_graph_ids = itertools.count()
+
+
+def resolve_config(example_inputs: Sequence[Any], options: dict[str, Any] | None = None,
+                   mode: str | None = None) -> tuple[ExtConfig, dict[str, Any]]:
+    """The ExtConfig and the Inductor mode patches for one compile."""
+    options = dict(options or {})
+    mode_patches: dict[str, Any] = {}
+    if mode is not None:
+        if mode in presets.PRESETS:
+            options.setdefault("preset", mode)
+        elif mode in list_mode_options():
+            mode_patches = dict(list_mode_options(mode))
+            if mode_patches.pop("max_autotune", False):
+                options.setdefault("autotune", "full")
+        else:
+            raise ExtOptionError(f"unknown mode {mode!r} for backend='ext'; use an Inductor mode "
+                                 f"({', '.join(list_mode_options())}) or a preset ({', '.join(presets.PRESETS)})")
+    if "dump_dir" not in options and os.environ.get("INDUCTOR_EXT_DUMP_DIR"):
+        options["dump_dir"] = os.environ["INDUCTOR_EXT_DUMP_DIR"]
+    return presets.resolve(options, example_inputs), mode_patches
+
+
+def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                options: dict[str, Any] | None = None, mode: str | None = None, **_: Any) -> Callable[..., Any]:
+    """The ``ext`` Dynamo backend (registered through the ``torch_dynamo_backends`` entry point)."""
+    config, mode_patches = resolve_config(example_inputs, options, mode)
+    if config.interpret:
+        from inductor_ext.testing.cpu_triton import enable_interpret_mode
+
+        enable_interpret_mode()
+    patches = {**mode_patches, **config.inductor_patches()}
+    inner = compile_fx_inner
+    guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if config.dump_dir:
+        inner = functools.partial(_compile_and_dump, config)
+        # The AOTAutograd cache would skip inner_compile and so the dump; Inductor's FX graph
+        # cache still applies, and a hit still yields the output code we dump.
+        guard = torch._functorch.config.patch(enable_autograd_cache=False)
+    log.info("ext: preset %s, target %s, passes %s, templates %s, autotune %s",
+             config.preset, config.target, list(config.passes), list(config.templates), config.autotune)
+    with guard:
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
+
+
+def _compile_and_dump(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                      **kwargs: Any) -> Any:
+    from inductor_ext.lowering.ext_choices import decisions
+
+    first = len(decisions)
+    compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+    kind = "backward" if kwargs.get("is_backward") else ("inference" if kwargs.get("is_inference") else "forward")
+    code = getattr(compiled, "source_code", None)
+    if code is None:
+        log.warning("ext: no output code to dump for %s graph (%s)", kind, type(compiled).__name__)
+        return compiled
+    dumps.write(config.dump_dir, f"graph{next(_graph_ids):03d}_{kind}", code, gm, decisions[first:])
+    return compiled

@@ -1,0 +1,56 @@
+"""Base class of every ext graph pass: a CustomGraphPass whose uuid keeps Inductor's caches honest.
+
+The uuid hashes the pass module's source (one pass per file), the ExtConfig, the preset and the
+distributed rank, so editing a pass or changing an option invalidates the FX graph cache, and
+nothing else does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import sys
+from typing import ClassVar
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from inductor_ext.config import ExtConfig
+
+log = logging.getLogger("inductor_ext.passes")
+
+STAGES = ("pre_grad", "joint_pre", "joint_post", "post_grad_pre", "post_grad_post")
+
+# What ran in this process: (pass name, stage, rewrites). The demo and tests read it.
+applied: list[tuple[str, str, int]] = []
+
+
+def current_rank() -> int:
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+class ExtGraphPass(CustomGraphPass):
+    """Subclasses set ``name`` and ``stage`` and implement ``run(graph) -> rewrites``."""
+
+    name: ClassVar[str]
+    stage: ClassVar[str]
+
+    def __init__(self, config: ExtConfig) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"{type(self).__name__}.stage={self.stage!r} is not one of {STAGES}")
+        self.config = config
+
+    def run(self, graph: torch.fx.Graph) -> int:
+        raise NotImplementedError
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        rewrites = self.run(graph)
+        applied.append((self.name, self.stage, rewrites))
+        log.debug("ext pass %s (%s): %d rewrites", self.name, self.stage, rewrites)
+
+    def uuid(self) -> str:
+        source = inspect.getsource(sys.modules[type(self).__module__])
+        parts = (self.name, source, self.config.to_json(), self.config.preset, str(current_rank()))
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()

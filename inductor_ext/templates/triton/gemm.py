@@ -1,0 +1,258 @@
+"""Triton dense GEMM template: C = epilogue(A @ B) for fp32 / fp16 / bf16.
+
+One kernel body, two frames around it:
+- ``render()`` wraps it in a standalone ``@triton.jit`` module (golden tests, ISA gates,
+  interpreter numerics, ``bench/`` on a lent GPU);
+- ``inductor_source()`` wraps it in Inductor's template macros (``def_kernel``/``store_output``)
+  so ``lowering/`` can offer it as an autotune choice with epilogue fusion.
+The body is shared text, so what the golden tests pin is what Inductor compiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from inductor_ext.templates.base import KernelSource
+
+FAMILY = "triton.gemm"
+
+# Claimed only where tier I passes (tests/test_gemm_template.py); "cpu" runs in the interpreter.
+TARGETS = ("sm_90a", "sm_100a", "gfx950", "gfx1250", "cpu")
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+_TL_DTYPE = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """C[m, n] = A[m, k] @ B[k, n] (+ bias), inputs of one dtype."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "float32"
+    out_dtype: str | None = None  # None: same as dtype
+    bias: bool = False  # addmm: beta * bias + alpha * (A @ B), bias broadcast over rows
+
+    @property
+    def result_dtype(self) -> str:
+        return self.out_dtype or self.dtype
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int = 8
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def name(self) -> str:
+        return f"{self.block_m}x{self.block_n}x{self.block_k}_g{self.group_m}_w{self.num_warps}_s{self.num_stages}"
+
+
+def supports(problem: GemmProblem) -> str | None:
+    """None when the template can serve ``problem``, else the reason it cannot."""
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} not in {DTYPES}"
+    if problem.result_dtype != problem.dtype:
+        return f"out_dtype {problem.out_dtype} differs from input dtype {problem.dtype}"
+    if min(problem.m, problem.n, problem.k) <= 0:
+        return f"empty problem {problem.m}x{problem.n}x{problem.k}"
+    return None
+
+
+# Default candidates per target; autotune/ policies reorder or extend them.
+# MMA shapes need BLOCK_M >= 64 with 4 warps for wgmma (sm_90a) and tcgen05 (sm_100a).
+_GPU_CONFIGS = (
+    GemmConfig(128, 128, 64, 8, 8, 3),
+    GemmConfig(128, 64, 64, 8, 4, 4),
+    GemmConfig(64, 128, 64, 8, 4, 4),
+    GemmConfig(64, 64, 64, 8, 4, 3),
+)
+_AMD_CONFIGS = (
+    GemmConfig(128, 128, 64, 8, 8, 2),
+    GemmConfig(64, 64, 64, 8, 4, 2),
+)
+# The interpreter runs each program in numpy: few big tiles are fastest there.
+_CPU_CONFIGS = (GemmConfig(32, 32, 32, 8, 4, 1), GemmConfig(64, 64, 32, 8, 4, 1))
+
+
+def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
+    """The default candidate configs for ``problem`` on ``target``, best guess first."""
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {TARGETS}")
+    table = {"sm_90a": _GPU_CONFIGS, "sm_100a": _GPU_CONFIGS, "gfx950": _AMD_CONFIGS,
+             "gfx1250": _AMD_CONFIGS, "cpu": _CPU_CONFIGS}[target]
+    # Tiles much larger than the problem only waste work; keep at least one config.
+    fitting = [c for c in table if c.block_m <= max(16, 2 * problem.m) and c.block_n <= max(16, 2 * problem.n)]
+    return fitting or [min(table, key=lambda c: c.block_m * c.block_n)]
+
+
+def acc_type(problem: GemmProblem) -> str:
+    return "tl.float32"
+
+
+def input_precision(problem: GemmProblem, target: str) -> str:
+    # fp32 on GPUs uses TF32 like torch.backends.cuda.matmul.allow_tf32 would; exact elsewhere.
+    return "tf32" if problem.dtype == "float32" and target.startswith("sm_") else "ieee"
+
+
+# The shared body. Inputs: pointers A, B; ints M, N, K and strides; constexprs BLOCK_M/N/K,
+# GROUP_M, EVEN_K, ACC_TYPE, INPUT_PRECISION. Leaves: acc, idx_m, idx_n, mask.
+BODY = """\
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    # Group programs along M so programs running together share tiles of B in L2.
+    width = GROUP_M * grid_n
+    group_id = pid // width
+    group_size = min(grid_m - group_id * GROUP_M, GROUP_M)
+    pid_m = group_id * GROUP_M + (pid % group_size)
+    pid_n = (pid % width) // group_size
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    # Lanes past M/N reload a valid row (no mask on the hot loads); the store mask drops them.
+    a_ptrs = A + (rm % M)[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = B + rk[:, None] * stride_bk + (rn % N)[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_TYPE)
+    for k_tile in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k_tile * BLOCK_K
+            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+        acc += tl.dot(a, b, input_precision=INPUT_PRECISION, out_dtype=ACC_TYPE)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    idx_m = rm[:, None]
+    idx_n = rn[None, :]
+    mask = (idx_m < M) & (idx_n < N)
+"""
+
+_STANDALONE = """\
+import triton
+import triton.language as tl
+
+ACC_TYPE = tl.constexpr({acc_type})
+
+
+@triton.jit
+def {name}(
+    A, B, C, BIAS, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_bias,
+    alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):
+{body}\
+    if HAS_BIAS:
+        # addmm semantics: beta * bias + alpha * (A @ B), bias broadcast over rows
+        bias = tl.load(BIAS + idx_n * stride_bias, mask=idx_n < N, other=0.0).to(ACC_TYPE)
+        acc = acc * alpha + bias * beta
+    tl.store(C + idx_m * stride_cm + idx_n * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
+"""
+
+_INDUCTOR = """\
+{{{{def_kernel("A", "B")}}}}
+    # inductor_ext template: triton.gemm
+    M = {{{{size("A", 0)}}}}
+    N = {{{{size("B", 1)}}}}
+    K = {{{{size("A", 1)}}}}
+    if M * N == 0:
+        return
+    stride_am = {{{{stride("A", 0)}}}}
+    stride_ak = {{{{stride("A", 1)}}}}
+    stride_bk = {{{{stride("B", 0)}}}}
+    stride_bn = {{{{stride("B", 1)}}}}
+{body}\
+    {{{{store_output(("idx_m", "idx_n"), "acc", "mask", val_shape=("BLOCK_M", "BLOCK_N"))}}}}
+"""
+
+
+def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
+    bias = "_bias" if problem.bias else ""
+    return f"ext_gemm_{problem.dtype}{bias}_{config.name()}"
+
+
+def constexprs(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> dict[str, object]:
+    """The tl.constexpr values a launch (or an Inductor template choice) needs."""
+    return {
+        "BLOCK_M": config.block_m,
+        "BLOCK_N": config.block_n,
+        "BLOCK_K": config.block_k,
+        "GROUP_M": config.group_m,
+        "EVEN_K": problem.k % config.block_k == 0,
+        "INPUT_PRECISION": input_precision(problem, target),
+    }
+
+
+def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> KernelSource:
+    """A standalone Triton module computing ``problem`` with ``config``."""
+    reason = supports(problem)
+    if reason:
+        raise ValueError(f"triton.gemm cannot serve {problem}: {reason}")
+    name = kernel_name(problem, config)
+    consts = constexprs(problem, config, target)
+    consts["HAS_BIAS"] = problem.bias
+    ptr = f"*{_fp(problem.dtype)}"
+    signature = {
+        "A": ptr, "B": ptr, "C": f"*{_fp(problem.result_dtype)}", "BIAS": ptr,
+        **{s: "i32" for s in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn",
+                              "stride_cm", "stride_cn", "stride_bias")},
+        "alpha": "fp32", "beta": "fp32",
+        **{c: "constexpr" for c in consts},
+    }
+    return KernelSource(
+        name=name,
+        source=_STANDALONE.format(name=name, body=BODY, acc_type=acc_type(problem)),
+        template=FAMILY,
+        config=asdict(config),
+        constexprs=consts,
+        signature=signature,
+        launch={"num_warps": config.num_warps, "num_stages": config.num_stages},
+    )
+
+
+def inductor_source() -> str:
+    """The template text for Inductor's TritonTemplate (jinja macros around the shared body).
+
+    For addmm the lowering passes the bias as a prefix input and Inductor's epilogue_fn applies
+    it in store_output, so the body is the same for mm and addmm.
+    """
+    return _INDUCTOR.format(body=BODY)
+
+
+def _fp(dtype: str) -> str:
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype]
+
+
+def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.Tensor | None" = None,
+        alpha: float = 1.0, beta: float = 1.0, target: str = "cpu") -> "torch.Tensor":
+    """Render, load and launch the kernel on ``a @ b`` (interpreter on CPU, or a real GPU)."""
+    import torch
+    import triton
+
+    from inductor_ext.templates.loader import load_kernel
+
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    dtype = str(a.dtype).removeprefix("torch.")
+    problem = GemmProblem(m, n, k, dtype, bias=bias is not None)
+    ks = render(problem, config, target)
+    c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    bias_arg = bias if bias is not None else c
+    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
+    load_kernel(ks)[grid](
+        a, b, c, bias_arg, m, n, k,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        bias_arg.stride(-1) if bias is not None else 0,
+        alpha, beta, **ks.constexprs, **ks.launch,
+    )
+    return c
