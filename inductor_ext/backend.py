@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch._inductor import list_mode_options
 from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+from torch._inductor.virtualized import V
 
 from inductor_ext import dumps, presets
 from inductor_ext.config import ExtConfig, ExtOptionError
@@ -50,29 +51,37 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
 
         enable_interpret_mode()
     patches = {**mode_patches, **config.inductor_patches()}
-    inner = compile_fx_inner
+    inner = functools.partial(_inner_compile, config)
     guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if config.dump_dir:
-        inner = functools.partial(_compile_and_dump, config)
         # The AOTAutograd cache would skip inner_compile and so the dump; Inductor's FX graph
         # cache still applies, and a hit still yields the output code we dump.
         guard = torch._functorch.config.patch(enable_autograd_cache=False)
+        patches["trace.provenance_tracking_level"] = 1  # kernel -> FX nodes and user lines
     log.info("ext: preset %s, target %s, passes %s, templates %s, autotune %s",
              config.preset, config.target, list(config.passes), list(config.templates), config.autotune)
     with guard:
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
 
 
-def _compile_and_dump(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                      **kwargs: Any) -> Any:
-    from inductor_ext.lowering.ext_choices import decisions
+def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                   **kwargs: Any) -> Any:
+    """Inductor's inner compile (forward, backward, inference) with ext's choices installed."""
+    from inductor_ext.lowering.ext_choices import ExtChoices, decisions
 
-    first = len(decisions)
-    compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+    first, seen = len(decisions), dumps.provenance_keys()
+    # Inductor caches its choices handler per thread on first use and then ignores the
+    # inductor_choices_class config (which we still patch: its uuid keys the FX graph cache).
+    # Install ours for exactly this compile, and put back whatever was there.
+    with V.set_choices_handler(ExtChoices(config)):
+        compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+    if not config.dump_dir:
+        return compiled
     kind = "backward" if kwargs.get("is_backward") else ("inference" if kwargs.get("is_inference") else "forward")
     code = getattr(compiled, "source_code", None)
     if code is None:
         log.warning("ext: no output code to dump for %s graph (%s)", kind, type(compiled).__name__)
         return compiled
-    dumps.write(config.dump_dir, f"graph{next(_graph_ids):03d}_{kind}", code, gm, decisions[first:])
+    dumps.write(config.dump_dir, f"graph{next(_graph_ids):03d}_{kind}", code, gm, decisions[first:],
+                dumps.provenance_since(seen))
     return compiled

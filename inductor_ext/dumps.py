@@ -36,10 +36,16 @@ def user_locations(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for node in gm.graph.nodes:
         trace = node.meta.get("stack_trace") or ""
-        frames = [f"{f}:{line}" for f, line in _FRAME_RE.findall(trace) if "/torch/" not in f]
-        if frames:
-            found[node.name] = frames[-1:]
+        frames = [f"{f}:{line}" for f, line in _FRAME_RE.findall(trace)]
+        # The innermost frame of the user's own code; inside torch.nn only, the innermost frame.
+        mine = [f for f in frames if _is_user_file(f.rsplit(":", 1)[0])]
+        if mine or frames:
+            found[node.name] = (mine or frames)[-1:]
     return found
+
+
+def _is_user_file(path: str) -> bool:
+    return f"{os.sep}torch{os.sep}" not in path
 
 
 def parse_output_code(code: str) -> list[dict[str, Any]]:
@@ -75,8 +81,34 @@ def _comment_block_before(code: str, pos: int) -> str:
     return "\n".join(reversed(block))
 
 
+def provenance_since(seen: set[str]) -> dict[str, tuple[list[str], list[str]]]:
+    """Kernel name -> (post-grad FX nodes, user file:line) recorded by Inductor since ``seen``.
+
+    Inductor records this during codegen when trace.provenance_tracking_level > 0 (a setting
+    outside the FX graph cache key); a cache hit records nothing and the dump falls back to
+    the kernel headers.
+    """
+    from torch._inductor import debug
+
+    found = {}
+    for key, nodes in debug._inductor_triton_kernel_to_post_grad_node_info.items():
+        if key in seen:
+            continue
+        traces = debug._inductor_kernel_stack_trace.get(key, [])
+        where = sorted({f"{f}:{line}" for t in traces for f, line in _FRAME_RE.findall(t) if _is_user_file(f)})
+        found[key] = (list(nodes), where)  # key is "kernel_name:handle"; ATen calls repeat names
+    return found
+
+
+def provenance_keys() -> set[str]:
+    from torch._inductor import debug
+
+    return set(debug._inductor_triton_kernel_to_post_grad_node_info)
+
+
 def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.GraphModule,
-          decisions: Iterable[Any]) -> list[dict[str, Any]]:
+          decisions: Iterable[Any], provenance: dict[str, tuple[list[str], list[str]]] | None = None,
+          ) -> list[dict[str, Any]]:
     """Write one compiled graph's kernels under ``dump_dir/graph_name`` and extend index.json."""
     root = Path(dump_dir)
     folder = root / graph_name
@@ -91,12 +123,22 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
         path.write_text(k.pop("source"))
         k["file"] = str(path.relative_to(root))
         k["graph"] = graph_name
-        k["user_source"] = sorted({loc for n in k["fx_nodes"] for loc in where.get(n, [])})
+        nodes, locations = next((v for key, v in (provenance or {}).items()
+                                 if key.rsplit(":", 1)[0] == k["kernel"]), ([], []))
+        k["fx_nodes"] = k["fx_nodes"] or nodes
+        k["user_source"] = locations or sorted({loc for n in k["fx_nodes"] for loc in where.get(n, [])})
         k["decision"] = _decision_for(k, decisions)
         entries.append(k)
-    for d in decisions:  # GEMMs that ATen won have no generated kernel: list them too
+    # ATen calls (extern kernels) have no generated source: list them with their decision.
+    generated = {e["kernel"] for e in entries}
+    for key, (nodes, locations) in (provenance or {}).items():
+        if key.rsplit(":", 1)[0] not in generated and key.startswith("extern_kernels."):
+            entries.append({"kernel": key, "language": "extern", "template": "aten", "config": {},
+                            "fx_nodes": nodes, "aten_ops": [], "file": None, "graph": graph_name,
+                            "user_source": locations, "decision": next((d for d in decisions if d.node in nodes), None)})
+    for d in decisions:  # decisions not seen in provenance (e.g. an FX graph cache hit)
         if not any(e["decision"] is d for e in entries):
-            entries.append({"kernel": d.winner, "language": "extern", "template": "aten" if d.winner else None,
+            entries.append({"kernel": d.winner, "language": "extern", "template": "aten",
                             "config": {}, "fx_nodes": [d.node], "aten_ops": [d.op], "file": None,
                             "graph": graph_name, "user_source": where.get(d.node, []), "decision": d})
     for e in entries:
