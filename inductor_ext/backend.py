@@ -32,7 +32,7 @@ def resolve_config(example_inputs: Sequence[Any], options: dict[str, Any] | None
             options.setdefault("preset", mode)
         elif mode in list_mode_options():
             mode_patches = dict(list_mode_options(mode))
-            if mode_patches.pop("max_autotune", False):
+            if mode_patches.get("max_autotune"):
                 options.setdefault("autotune", "full")
         else:
             raise ExtOptionError(f"unknown mode {mode!r} for backend='ext'; use an Inductor mode "
@@ -60,7 +60,11 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
         patches["trace.provenance_tracking_level"] = 1  # kernel -> FX nodes and user lines
     log.info("ext: preset %s, target %s, passes %s, templates %s, autotune %s",
              config.preset, config.target, list(config.passes), list(config.templates), config.autotune)
-    with guard:
+    # Our handler for the whole compile: Inductor would otherwise create one lazily from the
+    # patched inductor_choices_class and keep it for every later compile in this thread.
+    from inductor_ext.lowering.ext_choices import ExtChoices
+
+    with guard, V.set_choices_handler(ExtChoices(config)):
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
 
 

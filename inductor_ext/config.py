@@ -37,7 +37,7 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[str, Any], Any]:
 
 
 def _names(key: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a list of names, e.g. [\"triton.gemm\"]")
     return tuple(value)
 
@@ -75,6 +75,8 @@ def _inductor_patches(key: str, value: Any) -> dict[str, Any]:
 
     valid = inductor_config.get_config_copy().keys()
     for name in value:
+        if not isinstance(name, str):
+            raise ExtOptionError(f"options[{key!r}] has key {name!r}: Inductor config keys are strings")
         if name not in valid:
             close = difflib.get_close_matches(name, valid, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

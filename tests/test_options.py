@@ -1,0 +1,436 @@
+"""``options=`` and ``mode=`` of ``backend="ext"``: validation, presets, the resolved ExtConfig.
+
+Fast: everything but the last few tests works on plain data; those trace a one-line function
+with Dynamo and fail in the backend before Inductor compiles anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch._inductor import list_mode_options
+
+from inductor_ext import presets
+from inductor_ext.backend import resolve_config
+from inductor_ext.config import (
+    AUTOTUNE_EFFORTS,
+    OPTIONS,
+    PDL_MODES,
+    ExtConfig,
+    ExtOptionError,
+    validate_options,
+)
+from inductor_ext.lowering.ext_choices import ExtChoices, available_templates
+from inductor_ext.lowering.pass_manager import available_passes
+
+PRESET_NAMES = list(presets.PRESETS)
+
+
+def error_of(options, example_inputs=(), preset=None) -> str:
+    with pytest.raises(ExtOptionError) as info:
+        presets.resolve(options, example_inputs, preset)
+    return str(info.value)
+
+
+def assert_lists_all(message: str, names) -> None:
+    missing = [n for n in names if n not in message]
+    assert not missing, f"{missing} not listed in: {message}"
+
+
+@pytest.fixture(autouse=True)
+def _no_env_dump_dir(monkeypatch):
+    # resolve_config reads INDUCTOR_EXT_DUMP_DIR; keep the caller's environment out of these tests.
+    monkeypatch.delenv("INDUCTOR_EXT_DUMP_DIR", raising=False)
+
+
+# --- unknown keys ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("typo, meant", [
+    ("autotun", "autotune"),
+    ("autotunes", "autotune"),
+    ("tempaltes", "templates"),
+    ("dumpdir", "dump_dir"),
+    ("template_margn", "template_margin"),
+    ("forcetemplate", "force_template"),
+])
+def test_unknown_key_names_it_suggests_closest_and_lists_valid(typo, meant):
+    message = error_of({typo: "full"})
+    assert f"unknown option {typo!r}" in message
+    assert f"Did you mean {meant!r}?" in message
+    assert "Valid options: " + ", ".join(sorted(OPTIONS)) in message
+
+
+def test_unknown_key_without_near_miss_still_lists_valid():
+    message = error_of({"zzzzzz": 1})
+    assert "unknown option 'zzzzzz'" in message
+    assert "Did you mean" not in message
+    assert_lists_all(message, OPTIONS)
+
+
+def test_unknown_key_is_reported_by_validate_options_too():
+    with pytest.raises(ExtOptionError, match=r"unknown option 'autotun'.*Did you mean 'autotune'\?"):
+        validate_options({"autotun": "quick"})
+
+
+def test_options_must_be_a_dict():
+    with pytest.raises(ExtOptionError, match="options must be a dict, got list"):
+        validate_options([("autotune", "quick")])
+    assert validate_options(None) == {}
+    assert validate_options({}) == {}
+
+
+def test_ext_option_error_is_a_value_error():
+    # Users catching ValueError around torch.compile(options=...) keep working.
+    assert issubclass(ExtOptionError, ValueError)
+
+
+# --- bad values -----------------------------------------------------------------------------
+
+BAD_VALUES = [
+    # key, value, what the message must say is allowed
+    ("autotune", "fast", [repr(e) for e in AUTOTUNE_EFFORTS]),
+    ("autotune", None, [repr(e) for e in AUTOTUNE_EFFORTS]),
+    ("pdl", 1, [repr(m) for m in PDL_MODES]),
+    ("pdl", True, [repr(m) for m in PDL_MODES]),
+    ("template_margin", -1, [">= 0"]),
+    ("template_margin", "0.05", [">= 0"]),
+    ("template_margin", True, [">= 0"]),
+    ("dump_dir", 3, ["path", "None"]),
+    ("autotune_cache", 3.5, ["path", "None"]),
+    ("interpret", 1, ["True or False"]),
+    ("interpret", "yes", ["True or False"]),
+    ("templates", "triton.gemm", ["list of names"]),
+    ("passes", [1, 2], ["list of names"]),
+    ("force_template", 7, ["template family name or None"]),
+    ("inductor", "max_autotune", ["dict", "torch._inductor.config"]),
+    ("preset", "h100", ["'auto'", *map(repr, PRESET_NAMES)]),
+]
+
+
+@pytest.mark.parametrize("key, value, allowed", BAD_VALUES,
+                         ids=[f"{k}={v!r}" for k, v, _ in BAD_VALUES])
+def test_bad_value_names_value_and_what_is_allowed(key, value, allowed):
+    message = error_of({key: value})
+    assert f"options[{key!r}] = {value!r}" in message
+    assert_lists_all(message, allowed)
+
+
+def test_bad_inductor_key_suggests_closest():
+    message = error_of({"inductor": {"max_autotun": True}})
+    assert "options['inductor']" in message
+    assert "unknown Inductor config key 'max_autotun'" in message
+    assert "did you mean 'max_autotune'?" in message
+
+
+def test_good_values_are_normalised(tmp_path):
+    checked = validate_options({
+        "template_margin": 1, "dump_dir": tmp_path, "autotune_cache": None,
+        "templates": ["triton.gemm"], "passes": [], "interpret": False,
+        "inductor": {"triton.cudagraphs": False},
+    })
+    assert checked["template_margin"] == 1.0 and isinstance(checked["template_margin"], float)
+    assert checked["dump_dir"] == os.fspath(tmp_path) and isinstance(checked["dump_dir"], str)
+    assert checked["autotune_cache"] is None
+    assert checked["templates"] == ("triton.gemm",)
+    assert checked["passes"] == ()
+    assert checked["inductor"] == {"triton.cudagraphs": False}
+
+
+@pytest.mark.parametrize("effort", AUTOTUNE_EFFORTS)
+def test_every_autotune_effort_is_accepted(effort):
+    assert presets.resolve({"autotune": effort}).autotune == effort
+
+
+@pytest.mark.parametrize("pdl", PDL_MODES)
+def test_every_pdl_mode_is_accepted(pdl):
+    assert presets.resolve({"pdl": pdl}).pdl == pdl
+
+
+# --- mode= ----------------------------------------------------------------------------------
+
+CPU_INPUTS = [torch.zeros(2, 2)]
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_mode_accepts_preset_names(name):
+    config, patches = resolve_config(CPU_INPUTS, None, name)
+    assert config.preset == name
+    assert config.autotune == presets.PRESETS[name]["autotune"]
+    assert patches == {}
+
+
+def test_mode_hopper_gives_hopper_preset():
+    config, _ = resolve_config(CPU_INPUTS, None, "hopper")
+    assert (config.preset, config.target, config.autotune) == ("hopper", "sm_90a", "quick")
+
+
+def test_mode_preset_does_not_override_an_explicit_preset_option():
+    config, _ = resolve_config(CPU_INPUTS, {"preset": "cpu"}, "hopper")
+    assert config.preset == "cpu"
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "max-autotune-no-cudagraphs"])
+def test_mode_max_autotune_means_full_autotune(mode):
+    config, patches = resolve_config(CPU_INPUTS, None, mode)
+    assert config.preset == "cpu"  # auto-detected from the CPU inputs
+    assert config.autotune == "full"
+    # Inductor's mode patches pass through; ext's own GEMM settings come from inductor_patches().
+    assert patches == dict(list_mode_options(mode))
+
+
+def test_mode_max_autotune_keeps_an_explicit_autotune_option():
+    config, _ = resolve_config(CPU_INPUTS, {"autotune": "quick"}, "max-autotune")
+    assert config.autotune == "quick"
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_mode_other_inductor_modes_pass_their_patches(mode):
+    config, patches = resolve_config(CPU_INPUTS, None, mode)
+    assert config.autotune == "off"  # the cpu preset's
+    assert patches == dict(list_mode_options(mode))
+
+
+def test_mode_none_is_the_detected_preset():
+    config, patches = resolve_config(CPU_INPUTS)
+    assert config.preset == "cpu" and patches == {}
+
+
+def test_unknown_mode_lists_inductor_modes_and_presets():
+    with pytest.raises(ExtOptionError) as info:
+        resolve_config(CPU_INPUTS, None, "warp-speed")
+    message = str(info.value)
+    assert "unknown mode 'warp-speed'" in message
+    assert_lists_all(message, list_mode_options())
+    assert_lists_all(message, PRESET_NAMES)
+
+
+def test_mode_does_not_mutate_the_callers_options():
+    options = {"autotune": "quick"}
+    resolve_config(CPU_INPUTS, options, "hopper")
+    assert options == {"autotune": "quick"}
+
+
+def test_env_dump_dir_is_used_unless_an_option_says_otherwise(monkeypatch, tmp_path):
+    monkeypatch.setenv("INDUCTOR_EXT_DUMP_DIR", str(tmp_path / "env"))
+    assert resolve_config(CPU_INPUTS)[0].dump_dir == str(tmp_path / "env")
+    assert resolve_config(CPU_INPUTS, {"dump_dir": None})[0].dump_dir is None
+    assert resolve_config(CPU_INPUTS, {"dump_dir": tmp_path / "opt"})[0].dump_dir == str(tmp_path / "opt")
+
+
+# --- presets --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_every_preset_resolves(name):
+    data = presets.PRESETS[name]
+    for config in (presets.resolve({"preset": name}), presets.resolve({}, preset=name)):
+        assert isinstance(config, ExtConfig)
+        assert config.preset == name
+        assert config.device_type == data["device_type"]
+        assert config.target == data["target"]
+        assert config.passes == tuple(data["passes"])
+        assert config.templates == tuple(data["templates"])
+        assert (config.autotune, config.pdl) == (data["autotune"], data["pdl"])
+        assert config.template_margin == data["template_margin"]
+        json.loads(config.to_json())  # part of cache keys: must serialise
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_every_preset_has_a_description_and_only_known_parts(name):
+    data = presets.PRESETS[name]
+    assert data["description"].strip()
+    assert set(data["passes"]) <= set(available_passes())
+    assert set(data["templates"]) <= set(available_templates())
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_describe_works_for_every_preset(name):
+    shown = presets.describe(name)
+    assert shown["description"] == presets.PRESETS[name]["description"]
+    assert shown["preset"] == name
+    assert shown["target"] == presets.PRESETS[name]["target"]
+    assert "inductor_choices_class" in shown["inductor_patches"]
+    json.dumps(shown)  # printable as is
+
+
+def test_describe_unknown_preset_raises():
+    with pytest.raises(ExtOptionError, match="'nope'"):
+        presets.describe("nope")
+
+
+@pytest.mark.parametrize("preset, options, field, expected", [
+    ("hopper", {"autotune": "off"}, "autotune", "off"),
+    ("hopper", {"pdl": "force"}, "pdl", "force"),
+    ("hopper", {"template_margin": 0.5}, "template_margin", 0.5),
+    ("hopper", {"templates": []}, "templates", ()),
+    ("cpu", {"autotune": "full"}, "autotune", "full"),
+    ("blackwell", {"autotune": "cache-only"}, "autotune", "cache-only"),
+])
+def test_explicit_options_override_preset(preset, options, field, expected):
+    assert getattr(presets.resolve({"preset": preset, **options}), field) == expected
+    assert getattr(presets.resolve(options, preset=preset), field) == expected
+
+
+def test_preset_option_wins_over_preset_argument():
+    assert presets.resolve({"preset": "cpu"}, preset="hopper").preset == "cpu"
+
+
+def test_unknown_preset_argument_lists_presets():
+    message = error_of({}, preset="h100")
+    assert "unknown preset 'h100'" in message
+    assert_lists_all(message, ["auto", *PRESET_NAMES])
+
+
+def test_auto_on_cpu_tensors_is_cpu():
+    x = torch.randn(3)
+    assert presets.resolve({"preset": "auto"}, [x]).preset == "cpu"
+    assert presets.resolve({}, [x]).preset == "cpu"  # auto is the default
+    # The first tensor decides; non-tensor inputs (SymInts, ints) are skipped.
+    assert presets.detect_preset([3, None, x]) == "cpu"
+    assert presets.detect_preset([]) == "cpu"
+
+
+def test_preset_for_other_devices():
+    assert presets.preset_for_device(torch.device("meta")) == "aten"
+    assert presets.preset_for_device(torch.device("mps")) == "mps"
+    assert presets.preset_for_device(torch.device("xpu")) == "xpu"
+
+
+# --- passes, templates, force_template -------------------------------------------------------
+
+
+def test_unknown_pass_lists_available():
+    message = error_of({"passes": ["no_such_pass"]})
+    assert "unknown pass 'no_such_pass'" in message
+    available = sorted(available_passes())
+    assert ("available: " + ", ".join(available)) in message if available else "available: none" in message
+
+
+def test_unknown_template_lists_available():
+    message = error_of({"templates": ["cutlass.gemm"]})
+    assert "unknown template family 'cutlass.gemm'" in message
+    assert "available: " + ", ".join(sorted(available_templates())) in message
+
+
+@pytest.mark.parametrize("options", [
+    {"force_template": "triton.gemm", "templates": []},
+    {"force_template": "triton.gemm", "preset": "mps"},  # mps enables no templates
+    {"force_template": "cutlass.gemm"},
+])
+def test_force_template_must_be_enabled(options):
+    message = error_of(options)
+    assert f"force_template={options['force_template']!r}" in message
+    assert "not among the enabled templates" in message
+
+
+def test_force_template_among_enabled_is_accepted():
+    assert presets.resolve({"force_template": "triton.gemm"}).force_template == "triton.gemm"
+
+
+# --- ExtConfig.inductor_patches ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("effort", AUTOTUNE_EFFORTS)
+def test_inductor_patches_install_ext_choices(effort):
+    config = presets.resolve({"preset": "cpu", "autotune": effort})
+    patches = config.inductor_patches()
+    factory = patches["inductor_choices_class"]
+    choices = factory()
+    assert isinstance(choices, ExtChoices)
+    assert choices.config is config
+    if effort == "off":
+        assert "max_autotune_gemm" not in patches
+    else:
+        assert patches["max_autotune_gemm"] is True
+        assert patches["max_autotune_gemm_backends"] == "ATEN"
+
+
+def test_inductor_patches_use_only_real_inductor_keys():
+    from torch._inductor import config as inductor_config
+
+    valid = inductor_config.get_config_copy()
+    for name in PRESET_NAMES:
+        for effort in AUTOTUNE_EFFORTS:
+            patches = presets.resolve({"preset": name, "autotune": effort}).inductor_patches()
+            assert set(patches) <= set(valid), (name, effort, set(patches) - set(valid))
+
+
+def test_explicit_inductor_patches_win():
+    config = presets.resolve({"autotune": "quick",
+                              "inductor": {"max_autotune_gemm": False, "coordinate_descent_tuning": True}})
+    patches = config.inductor_patches()
+    assert patches["max_autotune_gemm"] is False
+    assert patches["coordinate_descent_tuning"] is True
+
+
+def test_interpret_adds_interpret_patches():
+    from inductor_ext.testing.cpu_triton import interpret_patches
+
+    patches = presets.resolve({"interpret": True}).inductor_patches()
+    assert interpret_patches().items() <= patches.items()
+    assert "cpu_backend" not in presets.resolve({}).inductor_patches()
+
+
+def test_choices_uuid_follows_the_config():
+    # The uuid enters Inductor's FX graph cache key: different options, different key.
+    uuids = {presets.resolve({"autotune": e}).inductor_patches()["inductor_choices_class"]().uuid()
+             for e in AUTOTUNE_EFFORTS}
+    assert len(uuids) == len(AUTOTUNE_EFFORTS)
+    again = presets.resolve({"autotune": "quick"}).inductor_patches()["inductor_choices_class"]().uuid()
+    assert again in uuids
+
+
+# --- errors through torch.compile -------------------------------------------------------------
+
+
+class Tiny(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 + 1
+
+
+def compile_error(**compile_kwargs) -> BaseException:
+    compiled = torch.compile(Tiny(), backend="ext", **compile_kwargs)
+    with pytest.raises(Exception) as info:
+        compiled(torch.ones(3))
+    return info.value
+
+
+def chain(exc: BaseException | None):
+    seen = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+    return seen
+
+
+@pytest.mark.parametrize("compile_kwargs, expected", [
+    ({"options": {"bogus": 1}}, ["unknown option 'bogus'", "Valid options: "]),
+    ({"options": {"autotun": "full"}}, ["unknown option 'autotun'", "Did you mean 'autotune'?"]),
+    ({"options": {"autotune": "fast"}}, ["options['autotune'] = 'fast'", "'quick'"]),
+    ({"mode": "warp-speed"}, ["unknown mode 'warp-speed'", "max-autotune", "hopper"]),
+], ids=["unknown-key", "near-miss", "bad-value", "bad-mode"])
+def test_errors_surface_through_torch_compile(compile_kwargs, expected):
+    error = compile_error(**compile_kwargs)
+    assert_lists_all(str(error), expected)
+    assert "backend='ext'" in str(error)
+    assert any(isinstance(e, ExtOptionError) for e in chain(error)), chain(error)
+
+
+# --- bad value types ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [3, None], ids=["int", "None"])
+def test_non_iterable_names_raise_ext_option_error(value):
+    message = error_of({"passes": value})
+    assert "list of names" in message
+
+
+def test_non_str_inductor_key_raises_ext_option_error():
+    message = error_of({"inductor": {1: True}})
+    assert "has key 1: Inductor config keys are strings" in message
