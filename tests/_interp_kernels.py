@@ -8,6 +8,9 @@ TRITON_INTERPRET=1 is set; the test module loads it from a fixture.
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+# Inductor's spelling (triton_helpers re-exports this module), and named imports.
+from triton.language.extra import libdevice
+from triton.language.extra.libdevice import isnan, signbit
 
 
 @triton.jit
@@ -70,3 +73,82 @@ def gdc_imported_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + r, mask=r < n)
     gdc_launch_dependents()
     tl.store(y_ptr + r, x * 2 + 1, mask=r < n)
+
+
+@triton.jit
+def libdevice_unary_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # y[i, :n] = the i-th of LIBDEVICE_UNARY in the tests, for x > 0.
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = r < n
+    x = tl.load(x_ptr + r, mask=m, other=1.0)
+    tl.store(y_ptr + 0 * n + r, x * libdevice.rsqrt(x), mask=m)  # as in Inductor's RMSNorm kernel
+    tl.store(y_ptr + 1 * n + r, libdevice.sqrt(x), mask=m)
+    tl.store(y_ptr + 2 * n + r, libdevice.exp(x), mask=m)
+    tl.store(y_ptr + 3 * n + r, libdevice.log(x), mask=m)
+    tl.store(y_ptr + 4 * n + r, libdevice.log2(x), mask=m)
+    tl.store(y_ptr + 5 * n + r, libdevice.log10(x), mask=m)
+    tl.store(y_ptr + 6 * n + r, libdevice.log1p(x), mask=m)
+    tl.store(y_ptr + 7 * n + r, libdevice.expm1(x), mask=m)
+    tl.store(y_ptr + 8 * n + r, libdevice.floor(x), mask=m)
+    tl.store(y_ptr + 9 * n + r, libdevice.ceil(x), mask=m)
+    tl.store(y_ptr + 10 * n + r, libdevice.trunc(x), mask=m)
+    tl.store(y_ptr + 11 * n + r, libdevice.nearbyint(x), mask=m)
+
+
+@triton.jit
+def libdevice_erf_tanh_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # y[i, :n] = the i-th of LIBDEVICE_ERF_TANH in the tests, for |x| < 1.
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = r < n
+    x = tl.load(x_ptr + r, mask=m, other=0.0)
+    tl.store(y_ptr + 0 * n + r, libdevice.erf(x), mask=m)
+    tl.store(y_ptr + 1 * n + r, libdevice.erfc(x), mask=m)
+    tl.store(y_ptr + 2 * n + r, libdevice.erfinv(x), mask=m)
+    tl.store(y_ptr + 3 * n + r, libdevice.tanh(x), mask=m)
+    tl.store(y_ptr + 4 * n + r, libdevice.sinh(x), mask=m)
+    tl.store(y_ptr + 5 * n + r, libdevice.cosh(x), mask=m)
+    tl.store(y_ptr + 6 * n + r, libdevice.sin(x), mask=m)
+    tl.store(y_ptr + 7 * n + r, libdevice.cos(x), mask=m)
+    tl.store(y_ptr + 8 * n + r, libdevice.tan(x), mask=m)
+    tl.store(y_ptr + 9 * n + r, libdevice.asin(x), mask=m)
+    tl.store(y_ptr + 10 * n + r, libdevice.acos(x), mask=m)
+    tl.store(y_ptr + 11 * n + r, libdevice.atan(x), mask=m)
+    tl.store(y_ptr + 12 * n + r, libdevice.asinh(x), mask=m)
+    tl.store(y_ptr + 13 * n + r, libdevice.atanh(x), mask=m)
+
+
+@triton.jit
+def libdevice_predicates_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # y[:, :n] = isnan(x), isinf(x), signbit(x) != 0 as int32, in three spellings.
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = r < n
+    x = tl.load(x_ptr + r, mask=m, other=0.0)
+    nan = isnan(x)
+    inf = tl.extra.libdevice.isinf(x)
+    neg = signbit(x)
+    tl.static_assert(nan.dtype == tl.int1 and inf.dtype == tl.int1 and neg.dtype == tl.int32)  # as in CUDA's libdevice
+    tl.store(y_ptr + 0 * n + r, nan.to(tl.int32), mask=m)
+    tl.store(y_ptr + 1 * n + r, inf.to(tl.int32), mask=m)
+    tl.store(y_ptr + 2 * n + r, (neg != 0).to(tl.int32), mask=m)  # Inductor's signbit
+
+
+@triton.jit
+def _libdevice_hypot(a, b):
+    # A device function, like the triton_helpers that call libdevice.
+    return libdevice.hypot(a, b)
+
+
+@triton.jit
+def libdevice_binary_kernel(a_ptr, b_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # y[i, :n] = the i-th of LIBDEVICE_BINARY in the tests.
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = r < n
+    a = tl.load(a_ptr + r, mask=m, other=1.0)
+    b = tl.load(b_ptr + r, mask=m, other=1.0)
+    tl.store(y_ptr + 0 * n + r, libdevice.pow(libdevice.abs(a), b), mask=m)
+    tl.store(y_ptr + 1 * n + r, libdevice.pow(a, 3), mask=m)  # (fp32, int32): powi
+    tl.store(y_ptr + 2 * n + r, libdevice.atan2(a, b), mask=m)
+    tl.store(y_ptr + 3 * n + r, libdevice.fmod(a, b), mask=m)
+    tl.store(y_ptr + 4 * n + r, libdevice.copysign(a, b), mask=m)
+    tl.store(y_ptr + 5 * n + r, _libdevice_hypot(a, b), mask=m)
+    tl.store(y_ptr + 6 * n + r, libdevice.ldexp(a, 3), mask=m)

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
+import subprocess
 import sys
+import textwrap
+import types
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator
@@ -26,7 +30,7 @@ from inductor_ext.testing.triton_interp import (apply_interpreter_fixes, interpr
 
 pytestmark = pytest.mark.interp
 
-ALL_FIXES = ["bf16_dot", "nvfp4_dot_scaled", "gdc_noop"]
+ALL_FIXES = ["bf16_dot", "nvfp4_dot_scaled", "gdc_noop", "libdevice_math"]
 _KERNELS = Path(__file__).with_name("_interp_kernels.py")
 _KERNELS_MODULE = "_interp_kernels_for_fix_tests"
 
@@ -225,6 +229,136 @@ def test_gdc_patches_restored_after_launch(fixed: ModuleType) -> None:
     assert (cuda.gdc_wait, cuda.gdc_launch_dependents, fixed.gdc_wait) == before
 
 
+# -------------------------------------------------------------------- libdevice
+
+# (name, torch reference) per output row of each kernel in _interp_kernels.py.
+LIBDEVICE_UNARY = [("x*rsqrt", lambda x: x * torch.rsqrt(x)), ("sqrt", torch.sqrt), ("exp", torch.exp),
+                   ("log", torch.log), ("log2", torch.log2), ("log10", torch.log10), ("log1p", torch.log1p),
+                   ("expm1", torch.expm1), ("floor", torch.floor), ("ceil", torch.ceil), ("trunc", torch.trunc),
+                   ("nearbyint", torch.round)]  # torch.round rounds half to even, like nearbyint
+LIBDEVICE_ERF_TANH = [("erf", torch.erf), ("erfc", torch.erfc), ("erfinv", torch.erfinv), ("tanh", torch.tanh),
+                      ("sinh", torch.sinh), ("cosh", torch.cosh), ("sin", torch.sin), ("cos", torch.cos),
+                      ("tan", torch.tan), ("asin", torch.asin), ("acos", torch.acos), ("atan", torch.atan),
+                      ("asinh", torch.asinh), ("atanh", torch.atanh)]
+LIBDEVICE_PREDICATES = [("isnan", torch.isnan), ("isinf", torch.isinf), ("signbit", torch.signbit)]
+LIBDEVICE_BINARY = [("pow", lambda a, b: torch.pow(a.abs(), b)), ("pow_int", lambda a, b: torch.pow(a, 3)),
+                    ("atan2", torch.atan2), ("fmod", torch.fmod), ("copysign", torch.copysign),
+                    ("hypot", torch.hypot), ("ldexp", lambda a, b: torch.ldexp(a, torch.tensor(3)))]
+LIBDEVICE_GROUPS = ["unary", "erf_tanh", "predicates", "binary"]
+
+
+def _libdevice_inputs(group: str, n: int = 45) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(len(group))
+    if group == "unary":  # x > 0, with ties for nearbyint
+        return [torch.cat([torch.rand(n, generator=g) * 8 + 0.05, torch.tensor([0.5, 1.5, 2.5, 3.5])])]
+    if group == "erf_tanh":  # inside (-1, 1) for erfinv, asin, acos, atanh
+        return [torch.cat([torch.rand(n, generator=g) * 1.9 - 0.95, torch.tensor([0.0, -0.0])])]
+    if group == "predicates":
+        special = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1e-40, -1e-40, -float("nan")]
+        return [torch.cat([torch.randn(n, generator=g), torch.tensor(special)])]
+    return [torch.randn(n, generator=g) * 3, torch.randn(n, generator=g) * 3]
+
+
+def _run_libdevice(mod: ModuleType, group: str) -> tuple[torch.Tensor, torch.Tensor]:
+    refs = {"unary": LIBDEVICE_UNARY, "erf_tanh": LIBDEVICE_ERF_TANH, "predicates": LIBDEVICE_PREDICATES,
+            "binary": LIBDEVICE_BINARY}[group]
+    inputs = _libdevice_inputs(group)
+    n = inputs[0].numel()
+    dtype = torch.int32 if group == "predicates" else torch.float32
+    out = torch.full((len(refs), n), -7, dtype=dtype)
+    getattr(mod, f"libdevice_{group}_kernel")[(_cdiv(n, 16), )](*inputs, out, n, 16)
+    ref = torch.stack([fn(*inputs) for _, fn in refs]).to(dtype)
+    return out, ref
+
+
+@pytest.mark.parametrize("group", LIBDEVICE_GROUPS)
+def test_libdevice_fails_without_fix(unfixed: ModuleType, group: str) -> None:
+    # The stubs return None: "'NoneType' object has no attribute 'dtype'" and the like.
+    from triton.runtime.errors import InterpreterError
+
+    with pytest.raises(InterpreterError, match="NoneType"):
+        _run_libdevice(unfixed, group)
+
+
+@pytest.mark.parametrize("group", LIBDEVICE_GROUPS)
+def test_libdevice_matches_torch_with_fix(fixed: ModuleType, group: str) -> None:
+    out, ref = _run_libdevice(fixed, group)
+    if group == "predicates":
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    else:
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_libdevice_patches_restored_after_launch(fixed: ModuleType) -> None:
+    from triton.language.extra import libdevice
+
+    names = ["rsqrt", "tanh", "pow", "hypot", "isnan", "isinf", "signbit"]
+    before = [getattr(libdevice, n) for n in names] + [fixed.isnan, fixed.signbit]
+    for group in LIBDEVICE_GROUPS:
+        _run_libdevice(fixed, group)
+    assert [getattr(libdevice, n) for n in names] + [fixed.isnan, fixed.signbit] == before
+    assert libdevice.rsqrt(None) is None  # still the stub
+
+
+def test_libdevice_device_function_patches_restored_with_launch(fixed: ModuleType) -> None:
+    # A device function call re-runs _patch_lang and the interpreter drops that
+    # scope unrestored; libdevice names bound in the device function's own
+    # globals must be restored with the launch instead.
+    import triton.language as tl
+    import triton.runtime.interpreter as interp
+    from triton.language.extra import libdevice
+
+    stub = libdevice.pow
+    device_fn = types.FunctionType((lambda: None).__code__, {"tl": tl, "my_pow": stub})
+    launch = interp._patch_lang(fixed.libdevice_unary_kernel.fn)  # as GridExecutor does
+    try:
+        assert libdevice.pow is not stub
+        interp._patch_lang(device_fn)  # as InterpretedFunction.__call__ does
+        assert device_fn.__globals__["my_pow"] is libdevice.pow
+    finally:
+        launch.restore()
+    assert libdevice.pow is stub and device_fn.__globals__["my_pow"] is stub
+
+
+def test_libdevice_rejects_dtypes_libdevice_rejects(fixed: ModuleType) -> None:
+    # libdevice has no float16 pow, so a GPU build fails; so does the interpreter
+    # (no silent promotion), as tl.math does for exp & co.
+    a = torch.rand(8).half()
+    with pytest.raises(Exception, match=r"libdevice\.pow does not take dtypes \('fp16', 'fp16'\)"):
+        fixed.libdevice_binary_kernel[(1, )](a, a, torch.empty(7, 8, dtype=torch.half), 8, 16)
+
+
+_RMSNORM_SCRIPT = textwrap.dedent("""
+    import glob, os
+    import torch
+    import torch.utils._triton
+
+    torch.utils._triton.triton_hash_with_backend = lambda: "X"
+    from inductor_ext.testing.triton_interp import apply_interpreter_fixes
+
+    assert "libdevice_math" in apply_interpreter_fixes()
+    torch.manual_seed(0)
+    model = torch.nn.RMSNorm(64)
+    with torch.no_grad():
+        model.weight.copy_(torch.randn(64))
+    x = torch.randn(8, 64)
+    with torch._inductor.config.patch(cpu_backend="triton"):
+        out = torch.compile(model)(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+    sources = glob.glob(os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "**", "*.py"), recursive=True)
+    assert any("libdevice.rsqrt(" in open(p).read() for p in sources), "no kernel called libdevice.rsqrt"
+    print("RMSNORM_OK")
+""")
+
+
+def test_inductor_rmsnorm_kernel_with_libdevice_rsqrt(tmp_path: Path) -> None:
+    env = dict(os.environ, TRITON_INTERPRET="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"), TORCHINDUCTOR_COMPILE_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", _RMSNORM_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "RMSNORM_OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
 # ------------------------------------------------------------- apply / remove
 
 
@@ -283,7 +417,7 @@ def test_missing_patch_point_is_skipped_with_warning(kernels: ModuleType, monkey
     monkeypatch.delattr(interp.InterpreterBuilder, "create_dot")
     try:
         with caplog.at_level(logging.WARNING, logger="inductor_ext.testing.triton_interp"):
-            assert apply_interpreter_fixes() == ["gdc_noop"]
+            assert apply_interpreter_fixes() == ["gdc_noop", "libdevice_math"]
         messages = " ".join(r.getMessage() for r in caplog.records)
         assert "bf16_dot" in messages and "nvfp4_dot_scaled" in messages
     finally:

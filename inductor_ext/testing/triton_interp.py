@@ -1,6 +1,6 @@
 """Targeted fixes for bugs in Triton's CPU interpreter (``TRITON_INTERPRET=1``).
 
-Triton 3.9's interpreter (``triton/runtime/interpreter.py``) gets three things
+Triton 3.9's interpreter (``triton/runtime/interpreter.py``) gets four things
 wrong that our kernels rely on:
 
 * ``bf16_dot``: ``tl.dot`` on bfloat16 operands multiplies the raw uint16 bit
@@ -12,6 +12,12 @@ wrong that our kernels rely on:
   (programmatic dependent launch) raise, because the interpreter neither binds
   them to its semantic nor implements them in its builder.  On a CPU with one
   program at a time they have nothing to wait for, so they become no-ops.
+* ``libdevice_math``: the functions of ``triton.language.extra.libdevice``
+  (``libdevice.rsqrt``, ``libdevice.tanh``, ``libdevice.pow``, ... which
+  Inductor's Triton kernels call) are stubs that return None: the compiler
+  swaps in a GPU backend's libdevice, the interpreter does not.  During each
+  interpreted launch they are bound to the interpreter's ``tl.math`` where it
+  has the function and to numpy otherwise (see ``_LIBDEVICE_NUMPY``).
 
 Each fix wraps or adds one small interpreter function. A fix whose patch point
 is missing (other Triton versions) is skipped with a logged warning.
@@ -244,12 +250,244 @@ def _fix_gdc_noop(interp: Any) -> list[tuple[Any, str, Any]]:
     return patches
 
 
+# -------------------------------------------------------------------- libdevice
+
+_LIBDEVICE = "triton.language.extra.libdevice"
+
+# libdevice functions that tl.math also has, with the same fp32/fp64 dtype
+# rules; the interpreter implements these, so they are routed there.
+# (Not div_rn and sqrt_rn: tl.math takes only fp32 for those, libdevice fp64 too.)
+_LIBDEVICE_VIA_TL_MATH = ("abs", "ceil", "cos", "erf", "exp", "exp2", "floor", "fma", "log", "log2", "rsqrt", "sin",
+                          "sqrt")
+
+# Argument dtypes -> result dtype, as in the CUDA/HIP libdevice tables.  There is
+# no implicit promotion: other dtypes are an error, on a GPU as here.
+_F1 = {("fp32", ): "fp32", ("fp64", ): "fp64"}
+_F2 = {("fp32", "fp32"): "fp32", ("fp64", "fp64"): "fp64"}
+_F_I32 = {("fp32", "int32"): "fp32", ("fp64", "int32"): "fp64"}
+_NP_DTYPES = {"fp32": np.float32, "fp64": np.float64, "int1": np.bool_, "int32": np.int32, "int64": np.int64}
+
+
+def _to_f1(ret: str) -> dict[tuple[str, ...], str]:
+    return {("fp32", ): ret, ("fp64", ): ret}
+
+
+def _torch_special_f64(name: str) -> Callable[[np.ndarray], np.ndarray]:
+    # Special functions numpy lacks: evaluate in float64 with torch (a
+    # dependency of this package), rounded to the argument's dtype afterwards.
+    def compute(x: np.ndarray) -> np.ndarray:
+        import torch
+
+        return getattr(torch.special, name)(torch.from_numpy(np.array(x, dtype=np.float64))).numpy()
+
+    return compute
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    # C round(): halfway cases away from zero (np.round/np.rint go to even).
+    # x - trunc(x) is exact, so there is no double rounding.
+    t = np.trunc(x)
+    return t + np.where(np.abs(x - t) >= 0.5, np.sign(x), 0)
+
+
+def _ilogb(x: np.ndarray) -> np.ndarray:
+    # CUDA's ilogb: INT_MIN for 0 and NaN, INT_MAX for +-inf.
+    _, e = np.frexp(x)
+    out = (e - 1).astype(np.int64)
+    out = np.where(np.isinf(x), np.iinfo(np.int32).max, out)
+    return np.where((x == 0) | np.isnan(x), np.iinfo(np.int32).min, out)
+
+
+def _exp10(x: np.ndarray) -> np.ndarray:
+    return np.power(10.0, x.astype(np.float64))
+
+
+# name -> (elementwise numpy function of the argument arrays, dtype table).  The
+# result is cast to the table's dtype.  Covers what Inductor's Triton codegen and
+# triton_helpers emit, plus their obvious siblings.
+_LIBDEVICE_NUMPY: dict[str, tuple[Callable[..., np.ndarray], dict[tuple[str, ...], str]]] = {
+    # float -> float
+    "acos": (np.arccos, _F1),
+    "acosh": (np.arccosh, _F1),
+    "asin": (np.arcsin, _F1),
+    "asinh": (np.arcsinh, _F1),
+    "atan": (np.arctan, _F1),
+    "atanh": (np.arctanh, _F1),
+    "cbrt": (np.cbrt, _F1),
+    "cosh": (np.cosh, _F1),
+    "sinh": (np.sinh, _F1),
+    "tan": (np.tan, _F1),
+    "tanh": (np.tanh, _F1),
+    "fast_tanhf": (np.tanh, {("fp32", ): "fp32"}),
+    "exp10": (_exp10, _F1),
+    "expm1": (np.expm1, _F1),
+    "log10": (np.log10, _F1),
+    "log1p": (np.log1p, _F1),
+    "sqrt_rn": (np.sqrt, _F1),
+    "trunc": (np.trunc, _F1),
+    "nearbyint": (np.rint, _F1),  # round half to even, the default rounding mode
+    "rint": (np.rint, _F1),
+    "round": (_round_half_away, _F1),
+    "erfc": (_torch_special_f64("erfc"), _F1),
+    "erfcx": (_torch_special_f64("erfcx"), _F1),
+    "erfinv": (_torch_special_f64("erfinv"), _F1),
+    "lgamma": (_torch_special_f64("gammaln"), _F1),
+    "cyl_bessel_i0": (_torch_special_f64("i0"), _F1),
+    "cyl_bessel_i1": (_torch_special_f64("i1"), _F1),
+    # float -> bool / int
+    "isnan": (np.isnan, _to_f1("int1")),
+    "isinf": (np.isinf, _to_f1("int1")),
+    "finitef": (np.isfinite, {("fp32", ): "int1"}),
+    "isfinited": (np.isfinite, {("fp64", ): "int1"}),
+    "signbit": (np.signbit, _to_f1("int32")),  # nonzero for negative, like libdevice
+    "ilogb": (_ilogb, _to_f1("int32")),
+    "llrint": (np.rint, _to_f1("int64")),
+    "llround": (_round_half_away, _to_f1("int64")),
+    # (float, float) -> float
+    "atan2": (np.arctan2, _F2),
+    "copysign": (np.copysign, _F2),
+    "fmod": (np.fmod, _F2),
+    "hypot": (np.hypot, _F2),
+    "nextafter": (np.nextafter, _F2),
+    "add_rn": (np.add, _F2),
+    "sub_rn": (np.subtract, _F2),
+    "mul_rn": (np.multiply, _F2),
+    "div_rn": (np.divide, _F2),  # numpy's + - * / and sqrt round to nearest, as IEEE requires
+    "pow": (np.power, {**_F2, **_F_I32}),
+    # (float, int32) -> float
+    "ldexp": (np.ldexp, _F_I32),
+}
+
+
+def _libdevice_numpy_fn(name: str, compute: Callable[..., np.ndarray], signatures: dict[tuple[str, ...], str],
+                        semantic: Any, handle_cls: Any) -> Callable[..., Any]:
+    import triton.language as tl
+
+    arity = len(next(iter(signatures)))
+
+    def libdevice_fn(*args: Any, _semantic: Any = None) -> Any:
+        if len(args) != arity:
+            raise TypeError(f"libdevice.{name} takes {arity} arguments, got {len(args)}")
+        tensors = [semantic.to_tensor(a) for a in args]
+        if arity > 1:  # broadcast, without type promotion, as core.extern_elementwise does
+            ref = tensors[0]
+            for t in tensors[1:]:
+                _, ref = semantic.binary_op_type_checking_impl(t, ref, arithmetic_check=False)
+            tensors = [semantic.binary_op_type_checking_impl(t, ref, arithmetic_check=False)[0] for t in tensors]
+        key = tuple(t.dtype.name for t in tensors)
+        ret = signatures.get(key)
+        if ret is None:
+            raise ValueError(f"libdevice.{name} does not take dtypes {key}; expected one of {list(signatures)}")
+        with np.errstate(all="ignore"):
+            data = np.asarray(compute(*(t.handle.data for t in tensors))).astype(_NP_DTYPES[ret], copy=False)
+        ret_dtype = tl.dtype(ret)
+        block = next((t.type for t in tensors if t.type.is_block()), None)
+        return tl.tensor(handle_cls(data, ret_dtype), block.with_element_ty(ret_dtype) if block else ret_dtype)
+
+    libdevice_fn.__name__ = libdevice_fn.__qualname__ = name
+    return libdevice_fn
+
+
+def _fix_libdevice_math(interp: Any) -> list[tuple[Any, str, Any]]:
+    # Why: triton.language.extra.libdevice holds stubs (`def rsqrt(arg0): ...`)
+    # that the compiler replaces with a GPU backend's libdevice; the interpreter
+    # does not, so they return None.  Bind them per launch, the way _patch_lang
+    # binds tl.math: to tl.math's builtins where it has them, else to numpy.
+    import triton.language as tl
+
+    libdevice = _import_or_skip(_LIBDEVICE)
+    semantic = _require(interp, "interpreter_semantic")
+    handle_cls = _require(interp, "TensorHandle")
+    original_patch_lang = _require(interp, "_patch_lang")
+    scope_cls = _require(interp, "_LangPatchScope")
+    _require(scope_cls, "set_attr")
+    _require(scope_cls, "restore")
+    _require(semantic, "to_tensor")
+    _require(semantic, "binary_op_type_checking_impl")
+    is_builtin = _require(_require(tl, "core"), "is_builtin")
+
+    def is_stub(value: Any) -> bool:
+        return inspect.isfunction(value) and value.__module__ == _LIBDEVICE and not is_builtin(value)
+
+    def bind(builtin: Callable[..., Any]) -> Callable[..., Any]:
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            kwargs.pop("_semantic", None)
+            return builtin(*args, _semantic=semantic, **kwargs)
+
+        return bound
+
+    stubs: dict[str, Callable[..., Any]] = {}
+    replacements: dict[str, Callable[..., Any]] = {}
+    for name in _LIBDEVICE_VIA_TL_MATH:
+        stub, builtin = getattr(libdevice, name, None), getattr(tl.math, name, None)
+        if is_stub(stub) and builtin is not None and is_builtin(builtin):
+            stubs[name], replacements[name] = stub, bind(builtin)
+    for name, (compute, signatures) in _LIBDEVICE_NUMPY.items():
+        stub = getattr(libdevice, name, None)
+        if name not in stubs and is_stub(stub):
+            stubs[name] = stub
+            replacements[name] = _libdevice_numpy_fn(name, compute, signatures, semantic, handle_cls)
+    if "rsqrt" not in stubs:
+        raise _SkipFix(f"{_LIBDEVICE} has no stub functions to bind (rsqrt: {getattr(libdevice, 'rsqrt', None)!r})")
+    by_id = {id(stub): name for name, stub in stubs.items()}
+    # triton.language.extra imports its backends with module_from_spec, but
+    # libdevice.py is a plain submodule; still, patch every distinct holder.
+    extra = sys.modules.get("triton.language.extra")
+    holders: list[Any] = []
+    for module in (libdevice, getattr(extra, "libdevice", None)):
+        if inspect.ismodule(module) and not any(module is h for h in holders):
+            holders.append(module)
+
+    # A device function called from a kernel goes through _patch_lang again and
+    # the interpreter drops that scope without restoring it, so names it binds
+    # go on the scope of the launch in progress, which is restored.
+    launch: dict[str, Any] = {"scope": None}
+
+    def launch_scope(scope: Any) -> Any:
+        if launch["scope"] is not None:
+            return launch["scope"]
+        launch["scope"] = scope
+        restore = scope.restore
+
+        def restore_launch() -> None:
+            if launch["scope"] is scope:
+                launch["scope"] = None
+            restore()
+
+        scope.restore = restore_launch
+        return scope
+
+    def _patch_lang(fn: Any) -> Any:
+        scope = original_patch_lang(fn)
+        if scope is None:  # nothing to restore the patches with
+            return scope
+        target = launch_scope(scope)
+        try:
+            for module in holders:  # libdevice.rsqrt(x), tl.extra.libdevice.rsqrt(x)
+                for name, stub in stubs.items():
+                    if getattr(module, name, None) is stub:
+                        target.set_attr(module, name, replacements[name])
+            namespace = getattr(fn, "__globals__", {})
+            for attr, value in list(namespace.items()):  # `from triton.language.extra.libdevice import rsqrt`
+                name = by_id.get(id(value))
+                if name is not None and value is stubs[name]:
+                    target.set_attr(_GlobalsView(namespace), attr, replacements[name])
+        except BaseException:
+            scope.restore()  # the caller never sees the scope
+            raise
+        return scope
+
+    _patch_lang.__wrapped__ = original_patch_lang  # type: ignore[attr-defined]
+    return [(interp, "_patch_lang", _patch_lang)]
+
+
 # ----------------------------------------------------------------------- public
 
 _FIXES: dict[str, Callable[[Any], list[tuple[Any, str, Any]]]] = {
     "bf16_dot": _fix_bf16_dot,
     "nvfp4_dot_scaled": _fix_nvfp4_dot_scaled,
     "gdc_noop": _fix_gdc_noop,
+    "libdevice_math": _fix_libdevice_math,
 }
 
 
