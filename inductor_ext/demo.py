@@ -8,9 +8,7 @@ measured in this one run.
 from __future__ import annotations
 
 import copy
-import os
 import statistics
-import sys
 import tempfile
 import time
 from typing import Any, Callable
@@ -148,10 +146,15 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
             "inductor_s": t_ind, "kernels": len(index["kernels"]), "preset": config.preset}
 
 
+def tune_model() -> nn.Module:
+    """The demo block at the interpreter's size, for ``inductor-ext tune build`` examples."""
+    return make_model("cpu", batch=1, seq=16, dim=64)[0]
+
+
+def tune_inputs() -> tuple[torch.Tensor]:
+    return (make_model("cpu", batch=1, seq=16, dim=64)[1],)
+
+
 def main(device: str | None, dump_dir: str | None, interpret: bool) -> int:
-    if interpret and os.environ.get("TRITON_INTERPRET") != "1":
-        # Triton chooses the interpreter when kernels are defined: restart with it on.
-        env = {**os.environ, "TRITON_INTERPRET": "1"}
-        os.execvpe(sys.executable, [sys.executable, "-m", "inductor_ext.cli", *sys.argv[1:]], env)
     result = run(device, dump_dir, interpret)
     return 0 if result["ok"] else 1

@@ -11,3 +11,9 @@ import sys
 
 if "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Autotune results must not leak between runs (a cached winner skips the benchmarks tests
+# look at), so each session gets its own autotune cache directory; subprocesses inherit it.
+import tempfile  # noqa: E402
+
+os.environ["INDUCTOR_EXT_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_ext_test_cache_")

@@ -1,7 +1,8 @@
-"""ext's InductorChoices: adds our template choices beside ATen and decides the winner.
+"""ext's InductorChoices: offers our templates beside ATen, consults the autotune cache, and
+decides the winner (a template must beat ATen by the configured margin).
 
-Installed through ``torch._inductor.config.inductor_choices_class`` (a config patch, so the
-backward compile gets it too; its uuid() enters the FX graph cache key).
+The backend installs one instance per compile (``V.set_choices_handler``); the same factory is
+also set as ``inductor_choices_class`` so its uuid() enters the FX graph cache key.
 """
 
 from __future__ import annotations
@@ -13,18 +14,22 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
 from torch._inductor.choices import InductorChoices
 from torch._inductor.select_algorithm import ExternKernelCaller, ExternKernelChoice
 from torch._inductor.virtualized import V
 
+from inductor_ext.autotune import policy
+from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering import triton_gemm
+from inductor_ext.logs import autotune_log
 from inductor_ext.templates.base import module_source_hash
 
 log = logging.getLogger("inductor_ext.autotune")
 
-# Template family -> the lowering adapter that offers it, for the ops it serves.
-ADAPTERS = {triton_gemm.FAMILY: (triton_gemm, ("mm", "addmm"))}
+# Template family -> the lowering adapter that offers it (adapters list the ops they serve).
+ADAPTERS = {triton_gemm.FAMILY: triton_gemm}
 
 
 def available_templates() -> dict[str, Any]:
@@ -42,10 +47,22 @@ class Decision:
     winner: str = "aten"
     reason: str = "autotune off"
     choice_ids: dict[int, int] = field(default_factory=dict)  # id(ChoiceCaller) -> candidate index
+    key: ProblemKey | None = None  # set when the result should go into the autotune cache
 
 
-# Decisions made in this process, in order; the dump writer takes what a compile added.
+# Decisions made in this process, in order; dumps and the demo take what a compile added.
 decisions: list[Decision] = []
+# Called with each decision once its winner is known (offline builds show progress with it).
+listeners: list[Callable[[Decision], None]] = []
+
+_caches: dict[str, AutotuneCache] = {}  # one per path per process: a bad file warns once
+
+
+def cache_for(config: ExtConfig) -> AutotuneCache:
+    path = str(config.autotune_cache or default_cache_path())
+    if path not in _caches:
+        _caches[path] = AutotuneCache(path)
+    return _caches[path]
 
 
 class ExtChoices(InductorChoices):
@@ -54,42 +71,93 @@ class ExtChoices(InductorChoices):
         self.config = config
 
     def uuid(self) -> str:
-        sources = [module_source_hash(sys.modules[__name__])]
-        sources += [module_source_hash(sys.modules[a.__name__]) for a, _ in ADAPTERS.values()]
-        return hashlib.sha256("|".join([self.config.to_json(), *sources]).encode()).hexdigest()
+        return hashlib.sha256("|".join([self.config.to_json(), templates_hash(self.config)]).encode()).hexdigest()
 
     def get_template_configs(self, kernel_inputs: Any, templates: list[Any], op_name: str,
                              kwarg_overrides: dict[str, dict[str, Any]] | None = None) -> list[Any]:
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
         # Inductor asks once per lowering with its ATen choice in the list: add ours then.
-        if not any(isinstance(t, ExternKernelChoice) for t in templates):
+        if not choices or not any(isinstance(t, ExternKernelChoice) for t in templates):
             return choices
-        families = [f for f in self.config.templates if op_name in ADAPTERS[f][1]]
+        families = [f for f in self.config.templates if op_name in ADAPTERS[f].OPS]
         if not families or self.config.autotune == "off":
             return choices
         node = V.graph.current_node.name if V.graph.current_node is not None else "?"
-        decision = Decision(node=node, op=op_name, problem={"op": op_name})
-        decision.candidates = [_describe(c, "aten", None) for c in choices]
-        for family in families:
-            reason = self._unusable_reason(family, kernel_inputs)
-            before = len(choices)
-            if reason is None:
-                reason, decision.problem = ADAPTERS[family][0].append_choices(choices, kernel_inputs, op_name, self.config)
-            if reason:
-                log.info("ext: %s not offered for %s (%s): %s; ATen serves it", family, node, op_name, reason)
-                decision.reason = f"fallback: {reason}"
-            decision.candidates += [_describe(c, "template", family) for c in choices[before:]]
-        decision.choice_ids = {id(c): i for i, c in enumerate(choices)}
+        decision = Decision(node=node, op=op_name, problem=_problem_text(op_name, kernel_inputs))
         decisions.append(decision)
+        decision.candidates = [_candidate(c, "aten", "aten", None, None) for c in choices]
+        prepared = {}
+        for family in families:
+            reason = self._unusable_reason(kernel_inputs)
+            ready = ADAPTERS[family].prepare(kernel_inputs, op_name) if reason is None else reason
+            if isinstance(ready, str):
+                log.info("ext: %s not offered for %s (%s %s): %s; ATen serves it",
+                         family, node, op_name, decision.problem, ready)
+                decision.reason = f"fallback: {ready}"
+            else:
+                prepared[family] = ready
+        if not prepared:
+            return self._only(choices, decision, choices[0], decision.reason)
+        decision.key = self._key(op_name, kernel_inputs)
+        cached = cache_for(self.config).get(decision.key)
+        if cached is not None:
+            return self._from_cache(cached, choices, prepared, decision)
+        if self.config.autotune == "cache-only":
+            return self._only(choices, decision, choices[0], "fallback: cache-only and no cache entry")
+        for family, ready in prepared.items():
+            adapter = ADAPTERS[family]
+            for cand in policy.candidates(adapter.TEMPLATE_MODULE, ready.problem, self.config.target,
+                                          self.config.autotune):
+                choice = adapter.append(choices, ready, cand.config, self.config.target)
+                if choice is None:
+                    log.info("ext: %s config %s could not be generated for %s; dropped", family, cand.config, node)
+                    continue
+                decision.candidates.append(_candidate(choice, "template", family, cand.policy,
+                                                      adapter.config_to_dict(cand.config)))
+        decision.choice_ids = {id(c): i for i, c in enumerate(choices)}
+        decision.reason = "benchmark"
         return choices
 
-    def _unusable_reason(self, family: str, kernel_inputs: Any) -> str | None:
+    def _unusable_reason(self, kernel_inputs: Any) -> str | None:
         device = kernel_inputs.device_type
         if device == "cpu" and not self.config.interpret:
             return "Triton templates run on CPU only with options={'interpret': True} (the Triton interpreter)"
         if device != "cpu" and device != self.config.device_type:
             return f"preset {self.config.preset!r} is for {self.config.device_type}, not {device}"
         return None
+
+    def _only(self, choices: list[Any], decision: Decision, choice: Any, reason: str) -> list[Any]:
+        """Hand Inductor a single choice: it then uses it without benchmarking anything."""
+        decision.winner, decision.reason = choice.name, reason
+        decision.choice_ids = {id(choice): next(i for i, c in enumerate(decision.candidates) if c["name"] == choice.name)}
+        decision.key = None
+        autotune_log.debug("%s %s: %s (%s)", decision.node, decision.problem, choice.name, reason)
+        _announce(decision)
+        return [choice]
+
+    def _from_cache(self, entry: Entry, choices: list[Any], prepared: dict[str, Any], decision: Decision) -> list[Any]:
+        if entry.winner == "aten":
+            name = entry.config.get("name")
+            aten = next((c for c in choices if c.name == name), choices[0])
+            return self._only(choices, decision, aten, "cache")
+        adapter = ADAPTERS.get(entry.winner)
+        if adapter is None or entry.winner not in prepared:
+            return self._only(choices, decision, choices[0], f"fallback: cached winner {entry.winner} is not enabled")
+        chosen = adapter.append([], prepared[entry.winner], adapter.config_from_dict(entry.config), self.config.target)
+        if chosen is None:
+            return self._only(choices, decision, choices[0], "fallback: cached config could not be generated")
+        decision.candidates.append(_candidate(chosen, "template", entry.winner, "cache", entry.config))
+        return self._only(choices, decision, chosen, "cache")
+
+    def _key(self, op_name: str, kernel_inputs: Any) -> ProblemKey:
+        import triton
+
+        return ProblemKey(
+            op=op_name, shapes=kernel_inputs.shapes_hinted(), strides=kernel_inputs.strides_hinted(),
+            dtypes=tuple(str(n.get_dtype()).removeprefix("torch.") for n in kernel_inputs.nodes()),
+            device_name=_device_name(kernel_inputs.device()), arch=self.config.target,
+            versions={"torch": torch.__version__, "triton": triton.__version__},
+            template_hash=templates_hash(self.config), preset=self.config.preset)
 
     def override_best_choice(self, best_choice: Any, timings: dict[Any, float]) -> Any:
         decision = _find_decision(timings)
@@ -105,19 +173,62 @@ class ExtChoices(InductorChoices):
             if timings[best_choice] * (1 + self.config.template_margin) >= aten_time:
                 chosen = min(aten, key=timings.__getitem__)
                 reason = f"template within margin {self.config.template_margin:.0%} of ATen"
-        if decision is not None:
-            for c, t in timings.items():
-                i = decision.choice_ids.get(id(c))
-                if i is not None:
-                    decision.candidates[i]["time_us"] = round(t * 1000, 3)
-            decision.winner = decision.candidates[decision.choice_ids[id(chosen)]]["name"]
-            decision.reason = reason
+        if decision is None:
+            return chosen
+        for c, t in timings.items():
+            i = decision.choice_ids.get(id(c))
+            if i is not None:
+                decision.candidates[i]["time_us"] = round(t * 1000, 3)
+        winner = decision.candidates[decision.choice_ids[id(chosen)]]
+        decision.winner, decision.reason = winner["name"], reason
+        autotune_log.debug("%s %s: %s (%s); %s", decision.node, decision.problem, decision.winner, reason,
+                           {c["name"]: c["time_us"] for c in decision.candidates})
+        if decision.key is not None and not self.config.force_template:
+            self._remember(decision, winner, aten_time)
+        _announce(decision)
         return chosen
 
+    def _remember(self, decision: Decision, winner: dict[str, Any], aten_time_ms: float) -> None:
+        is_aten = winner["kind"] == "aten"
+        cache_for(self.config).put(Entry(
+            key=decision.key, winner="aten" if is_aten else winner["family"],
+            config={"name": winner["name"]} if is_aten else winner["config_dict"],
+            winner_time_us=winner["time_us"] or 0.0,
+            aten_time_us=None if aten_time_ms == float("inf") else round(aten_time_ms * 1000, 3),
+            candidates=[{"name": c["name"], "time_us": c["time_us"], "policy": c["policy"], "error": None}
+                        for c in decision.candidates],
+            reason=decision.reason, device_name=decision.key.device_name))
 
-def _describe(choice: Any, kind: str, family: str | None) -> dict[str, Any]:
-    return {"name": choice.name, "kind": kind, "family": family or "aten",
-            "config": getattr(choice, "description", ""), "time_us": None}
+
+def templates_hash(config: ExtConfig) -> str:
+    """Source hash of this module and of every enabled family's adapter and template."""
+    modules = [sys.modules[__name__]]
+    for family in config.templates:
+        adapter = ADAPTERS[family]
+        modules += [adapter, adapter.TEMPLATE_MODULE]
+    return hashlib.sha256("|".join(module_source_hash(m) for m in modules).encode()).hexdigest()[:16]
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
+def _problem_text(op_name: str, kernel_inputs: Any) -> dict[str, Any]:
+    shapes = kernel_inputs.shapes_hinted()
+    return {"op": op_name, "shapes": [list(s) for s in shapes],
+            "dtype": str(kernel_inputs.nodes()[-1].get_dtype()).removeprefix("torch.")}
+
+
+def _candidate(choice: Any, kind: str, family: str, proposer: str | None, config: dict[str, Any] | None) -> dict[str, Any]:
+    return {"name": choice.name, "kind": kind, "family": family, "policy": proposer,
+            "config": getattr(choice, "description", ""), "config_dict": config, "time_us": None}
+
+
+def _announce(decision: Decision) -> None:
+    for listener in listeners:
+        listener(decision)
 
 
 def _find_decision(timings: dict[Any, float]) -> Decision | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import logging
 import sys
 from typing import ClassVar
 
@@ -18,7 +17,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from inductor_ext.config import ExtConfig
 
-log = logging.getLogger("inductor_ext.passes")
+from inductor_ext.logs import passes_log as log
 
 STAGES = ("pre_grad", "joint_pre", "joint_post", "post_grad_pre", "post_grad_post")
 

@@ -2,25 +2,38 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from torch._inductor import ir
 from torch._inductor.kernel.mm_common import addmm_epilogue, mm_args, mm_grid
 from torch._inductor.select_algorithm import TritonTemplate
 
-from inductor_ext.config import ExtConfig
 from inductor_ext.templates.triton import gemm
 
 FAMILY = gemm.FAMILY
+TEMPLATE_MODULE = gemm
+OPS = ("mm", "addmm")
 TEMPLATE = TritonTemplate(name="ext_gemm", grid=mm_grid, source=gemm.inductor_source())
+
+
+@dataclass
+class Prepared:
+    """One mm/addmm problem, ready for choices to be appended."""
+
+    problem: gemm.GemmProblem
+    inputs: tuple[Any, ...]
+    layout: Any
+    extra: dict[str, Any]
 
 
 def _box(node: Any) -> ir.TensorBox:
     return node if isinstance(node, ir.TensorBox) else ir.TensorBox(node)
 
 
-def append_choices(choices: list[Any], kernel_inputs: Any, op_name: str, config: ExtConfig) -> tuple[str | None, dict[str, Any]]:
-    """Append one choice per config; returns (reason when none was offered, problem description)."""
+def prepare(kernel_inputs: Any, op_name: str) -> Prepared | str:
+    """The problem for ``kernel_inputs``, or the reason the template cannot serve it."""
     nodes = [_box(n) for n in kernel_inputs.nodes()]
     if op_name == "mm":
         m, n, k, layout, mat1, mat2 = mm_args(*nodes)
@@ -31,21 +44,29 @@ def append_choices(choices: list[Any], kernel_inputs: Any, op_name: str, config:
         inputs = (bias, mat1, mat2)
         extra = {"prefix_args": 1, "epilogue_fn": addmm_epilogue(layout.dtype, alpha, beta),
                  "epilogue_fn_hash": f"addmm_{alpha}_{beta}"}
-    dtype = str(mat1.get_dtype()).removeprefix("torch.")
-    problem_info = {"op": op_name, "m": m, "n": n, "k": k, "dtype": dtype}
-    if not all(isinstance(x, int) or getattr(x, "is_integer", False) and x.is_number for x in (m, n, k)):
-        return "dynamic shapes are not supported yet", problem_info
-    problem = gemm.GemmProblem(int(m), int(n), int(k), dtype, str(layout.dtype).removeprefix("torch."))
-    reason = gemm.supports(problem)
-    if reason:
-        return reason, problem_info
-    offered = 0
-    for cfg in gemm.configs(problem, config.target):
-        kwargs = gemm.constexprs(problem, cfg, config.target)
-        # Inductor renders template kwargs as source text: strings need quotes, dtypes do not.
-        kwargs["INPUT_PRECISION"] = repr(kwargs["INPUT_PRECISION"])
-        kwargs["ACC_TYPE"] = gemm.acc_type(problem)
-        err = TEMPLATE.maybe_append_choice(choices, input_nodes=inputs, layout=layout,
-                                           num_stages=cfg.num_stages, num_warps=cfg.num_warps, **extra, **kwargs)
-        offered += err is None
-    return (None if offered else "no config could be generated"), problem_info
+    if not all(getattr(x, "is_number", True) for x in (m, n, k)):
+        return "dynamic shapes are not supported yet"
+    problem = gemm.GemmProblem(int(m), int(n), int(k), str(mat1.get_dtype()).removeprefix("torch."),
+                               str(layout.dtype).removeprefix("torch."))
+    return gemm.supports(problem) or Prepared(problem, inputs, layout, extra)
+
+
+def append(choices: list[Any], prepared: Prepared, config: gemm.GemmConfig, target: str) -> Any | None:
+    """Append the choice for ``config``; returns it, or None when Inductor could not generate it."""
+    kwargs: dict[str, Any] = gemm.constexprs(prepared.problem, config, target)
+    # Inductor renders template kwargs as source text: strings need quotes, dtypes do not.
+    kwargs["INPUT_PRECISION"] = repr(kwargs["INPUT_PRECISION"])
+    kwargs["ACC_TYPE"] = gemm.acc_type(prepared.problem)
+    before = len(choices)
+    TEMPLATE.maybe_append_choice(choices, input_nodes=prepared.inputs, layout=prepared.layout,
+                                 num_stages=config.num_stages, num_warps=config.num_warps,
+                                 **prepared.extra, **kwargs)
+    return choices[-1] if len(choices) > before else None
+
+
+def config_to_dict(config: gemm.GemmConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def config_from_dict(data: dict[str, Any]) -> gemm.GemmConfig:
+    return gemm.GemmConfig(**data)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.base import KernelSource, Tile
 
 FAMILY = "triton.gemm"
 
@@ -89,6 +89,13 @@ def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
     # Tiles much larger than the problem only waste work; keep at least one config.
     fitting = [c for c in table if c.block_m <= max(16, 2 * problem.m) and c.block_n <= max(16, 2 * problem.n)]
     return fitting or [min(table, key=lambda c: c.block_m * c.block_n)]
+
+
+def config_from_tile(tile: Tile) -> GemmConfig | None:
+    """A policy's tile as this template's config; None for split-K or swap-AB (not supported)."""
+    if tile.split_k != 1 or tile.swap_ab:
+        return None
+    return GemmConfig(tile.block_m, tile.block_n, tile.block_k, 8, tile.num_warps, tile.num_stages)
 
 
 def acc_type(problem: GemmProblem) -> str:

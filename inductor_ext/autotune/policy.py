@@ -1,0 +1,70 @@
+"""Candidate policies: which configs of a template to try, in which order, and who proposed each.
+
+A policy proposes configs for one (template family, problem, target). ``candidates()`` merges the
+proposals of the policies that apply, drops duplicates (the first proposer keeps the credit),
+and cuts the list to the effort's budget. ATen is not a candidate here: the lowering always
+adds it, so every template is measured against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol, Sequence
+
+# How many template configs each autotune effort benchmarks (None: all proposed).
+EFFORT_BUDGET: dict[str, int | None] = {"off": 0, "cache-only": 0, "quick": 4, "full": None}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: Any  # the template family's config object, e.g. GemmConfig
+    policy: str  # the policy that proposed it (recorded in the cache and the dumps)
+
+
+class Policy(Protocol):
+    name: str
+
+    def applies(self, family: ModuleType, problem: Any, target: str) -> bool: ...
+
+    def propose(self, family: ModuleType, problem: Any, target: str) -> list[Any]: ...
+
+
+class DefaultPolicy:
+    """The template's own default configs for the target."""
+
+    name = "default"
+
+    def applies(self, family: ModuleType, problem: Any, target: str) -> bool:
+        return True
+
+    def propose(self, family: ModuleType, problem: Any, target: str) -> list[Any]:
+        return list(family.configs(problem, target))
+
+
+def default_policies(target: str) -> list[Policy]:
+    """Policies for a target, most specific first."""
+    policies: list[Policy] = []
+    if target.startswith("sm_"):
+        from inductor_ext.autotune import decode_policy, nvmmh_policy
+
+        policies += [decode_policy.DecodePolicy(), nvmmh_policy.NvMatmulHeuristicsPolicy()]
+    policies.append(DefaultPolicy())
+    return policies
+
+
+def candidates(family: ModuleType, problem: Any, target: str, effort: str,
+               policies: Sequence[Policy] | None = None) -> list[Candidate]:
+    """Merged, de-duplicated proposals, cut to the effort's budget."""
+    if effort not in EFFORT_BUDGET:
+        raise ValueError(f"autotune effort {effort!r} is not one of {', '.join(EFFORT_BUDGET)}")
+    budget = EFFORT_BUDGET[effort]
+    if budget == 0:
+        return []
+    merged: dict[Any, Candidate] = {}
+    for policy in policies if policies is not None else default_policies(target):
+        if policy.applies(family, problem, target):
+            for config in policy.propose(family, problem, target):
+                merged.setdefault(config, Candidate(config, policy.name))
+    ranked = list(merged.values())
+    return ranked if budget is None else ranked[:budget]
