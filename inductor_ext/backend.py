@@ -86,6 +86,7 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
     if code is None:
         log.warning("ext: no output code to dump for %s graph (%s)", kind, type(compiled).__name__)
         return compiled
+    module_globals = getattr(getattr(compiled, "current_callable", None), "__globals__", {})
     dumps.write(config.dump_dir, f"graph{next(_graph_ids):03d}_{kind}", code, gm, decisions[first:],
-                dumps.provenance_since(seen))
+                dumps.provenance_since(seen), dumps.gpu_asm(module_globals))
     return compiled

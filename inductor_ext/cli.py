@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dumps", help="read kernel dumps written with options={'dump_dir': PATH}")
     d.add_argument("action", choices=("show",))
     d.add_argument("path")
-    d.add_argument("--sort", default="graph", choices=("graph", "kernel", "template"))
+    d.add_argument("--sort", default="graph", choices=("graph", "kernel", "template", "reason", "speedup"))
     d.add_argument("--filter", help="only rows whose entry contains this text")
     d.set_defaults(func=_dumps)
 

@@ -106,9 +106,26 @@ def provenance_keys() -> set[str]:
     return set(debug._inductor_triton_kernel_to_post_grad_node_info)
 
 
+def gpu_asm(compiled_module_globals: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Kernel name -> {"ptx"|"amdgcn": text} for Triton kernels compiled for a GPU.
+
+    Inductor keeps each kernel's CompiledKernel (with its ``asm``) on the module's autotuner
+    objects; kernels run in the interpreter have none, and are simply absent here.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for name, obj in compiled_module_globals.items():
+        for result in getattr(obj, "compile_results", None) or []:
+            asm = getattr(getattr(result, "kernel", None), "asm", None) or {}
+            texts = {k: v for k, v in asm.items() if k in ("ptx", "amdgcn") and isinstance(v, str)}
+            if texts:
+                found[name] = texts
+                break
+    return found
+
+
 def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.GraphModule,
           decisions: Iterable[Any], provenance: dict[str, tuple[list[str], list[str]]] | None = None,
-          ) -> list[dict[str, Any]]:
+          asm: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """Write one compiled graph's kernels under ``dump_dir/graph_name`` and extend index.json."""
     root = Path(dump_dir)
     folder = root / graph_name
@@ -122,6 +139,11 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
         path = folder / f"{k['kernel']}{suffix}"
         path.write_text(k.pop("source"))
         k["file"] = str(path.relative_to(root))
+        k["asm_files"] = []
+        for kind, text in (asm or {}).get(k["kernel"], {}).items():
+            asm_path = folder / f"{k['kernel']}.{kind}"
+            asm_path.write_text(text)
+            k["asm_files"].append(str(asm_path.relative_to(root)))
         k["graph"] = graph_name
         nodes, locations = next((v for key, v in (provenance or {}).items()
                                  if key.rsplit(":", 1)[0] == k["kernel"]), ([], []))
@@ -172,16 +194,34 @@ def read_index(root: str | os.PathLike) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+SORT_KEYS = ("graph", "kernel", "template", "reason", "speedup")
+
+
+def _speedup(kernel: dict[str, Any]) -> float | None:
+    """ATen's time over the winner's, when both were measured."""
+    d = kernel.get("decision") or {}
+    times = {c["name"]: c.get("time_us") for c in d.get("candidates", [])}
+    aten = [c["time_us"] for c in d.get("candidates", []) if c["kind"] == "aten" and c.get("time_us")]
+    won = times.get(d.get("winner"))
+    return min(aten) / won if aten and won else None
+
+
 def format_table(index: dict[str, Any], sort: str = "graph", contains: str | None = None) -> str:
     """index.json as a text table (what ``inductor-ext dumps show`` prints)."""
+    if sort not in SORT_KEYS:
+        raise ValueError(f"sort key {sort!r} is not one of {SORT_KEYS}")
     rows = [k for k in index["kernels"] if not contains or contains in json.dumps(k)]
-    rows.sort(key=lambda k: str(k.get(sort, "")))
-    header = ("graph", "kernel", "template", "winner / reason", "fx nodes", "user source")
+    order = {"reason": lambda k: (k.get("decision") or {}).get("reason", ""),
+             "speedup": lambda k: -(_speedup(k) or 0.0)}.get(sort, lambda k: str(k.get(sort) or ""))
+    rows.sort(key=order)
+    header = ("graph", "kernel", "template", "winner / reason", "vs aten", "fx nodes", "user source")
     table = [header]
     for k in rows:
         d = k.get("decision") or {}
+        speedup = _speedup(k)
         table.append((k["graph"], k["kernel"], k["template"] or "-",
                       f"{d['winner']} ({d['reason']})" if d else "-",
+                      f"{speedup:.2f}x" if speedup else "-",
                       ",".join(k["fx_nodes"][:4]) + ("..." if len(k["fx_nodes"]) > 4 else ""),
                       ",".join(k["user_source"]) or "-"))
     widths = [min(48, max(len(str(r[i])) for r in table)) for i in range(len(header))]

@@ -108,9 +108,14 @@ class ExtChoices(InductorChoices):
             adapter = ADAPTERS[family]
             for cand in policy.candidates(adapter.TEMPLATE_MODULE, ready.problem, self.config.target,
                                           self.config.autotune):
-                choice = adapter.append(choices, ready, cand.config, self.config.target)
+                try:
+                    choice = adapter.append(choices, ready, cand.config, self.config.target)
+                except Exception as e:  # a broken candidate is dropped, never fatal
+                    choice, why = None, f"{type(e).__name__}: {e}"
+                else:
+                    why = "Inductor could not generate it"
                 if choice is None:
-                    log.info("ext: %s config %s could not be generated for %s; dropped", family, cand.config, node)
+                    log.warning("ext: dropped %s config %s for %s: %s", family, cand.config, node, why)
                     continue
                 decision.candidates.append(_candidate(choice, "template", family, cand.policy,
                                                       adapter.config_to_dict(cand.config)))
