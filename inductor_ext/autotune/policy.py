@@ -1,8 +1,8 @@
 """Candidate policies: which configs of a template to try, in which order, and who proposed each.
 
 A policy proposes configs for one (template family, problem, target). ``candidates()`` merges the
-proposals of the policies that apply, drops duplicates (the first proposer keeps the credit),
-and cuts the list to the effort's budget. ATen is not a candidate here: the lowering always
+proposals of the policies that apply round-robin (each policy's best first), drops duplicates
+(the first proposer keeps the credit), and cuts the list to the effort's budget. ATen is not a candidate here: the lowering always
 adds it, so every template is measured against it.
 """
 
@@ -61,10 +61,14 @@ def candidates(family: ModuleType, problem: Any, target: str, effort: str,
     budget = EFFORT_BUDGET[effort]
     if budget == 0:
         return []
+    proposals = [(p.name, p.propose(family, problem, target))
+                 for p in (policies if policies is not None else default_policies(target))
+                 if p.applies(family, problem, target)]
+    # Round-robin over the policies, so a small budget still tries each one's best ideas.
     merged: dict[Any, Candidate] = {}
-    for policy in policies if policies is not None else default_policies(target):
-        if policy.applies(family, problem, target):
-            for config in policy.propose(family, problem, target):
-                merged.setdefault(config, Candidate(config, policy.name))
+    for rank in range(max((len(configs) for _, configs in proposals), default=0)):
+        for name, configs in proposals:
+            if rank < len(configs):
+                merged.setdefault(configs[rank], Candidate(configs[rank], name))
     ranked = list(merged.values())
     return ranked if budget is None else ranked[:budget]
