@@ -1,0 +1,558 @@
+"""CuTeDSL block-scaled NVFP4 GEMM for Blackwell (sm_100a), built on quack-kernels.
+
+    out[m, n] = bf16( alpha * sum_k (qa[m, k] * sa[m, k // 16]) * (qb[n, k] * sb[n, k // 16]) + bias[n] )
+
+``qa``/``qb`` are e2m1 (fp4) values, two per byte (``torch.float4_e2m1fn_x2``, K-major: A is
+(M, K/2), B is (N, K/2), a Linear weight's layout); ``sa``/``sb`` are e4m3 scales, one per 16
+consecutive K elements, in the blocked 128x4 layout tcgen05 reads (quack's
+``(ceil(MN/128), ceil(K/64), 32, 4, 4)``, byte-identical to cuBLAS / torchao ``to_blocked``).
+``alpha`` is the fp32 global scale, e.g. the product of the two NVFP4 per-tensor scales: it is
+applied to the fp32 accumulator in the epilogue, before the bias add and the bf16 convert
+(never folded into bf16 first, unlike torchao's eager path).
+
+The kernel is quack's ``GemmDefaultSm100`` (a persistent, warp-specialised tcgen05 GEMM with
+TMA loads, scale factors copied to tensor memory, and quack's linear epilogue
+``D = alpha * acc + rowvec``). This module picks its parameters (NVFP4 operands/scales, bf16 D,
+alpha mode, bias, tile and cluster shape) and calls quack's own compile entry for dense GEMMs
+(``quack.gemm._compile_gemm``, the function ``quack.gemm.gemm`` compiles through), so the kernel
+proven here is the one :func:`run` launches.
+
+Tier I (no GPU): :func:`compile_for_sm100` runs ``cute.compile`` on quack's fake tensors (symbolic
+M, N, K: one binary serves every shape a config supports) for ``sm_100a`` and returns the PTX,
+the SASS (``cuobjdump -sass`` of the cubin) and metadata. Compiles run in a subprocess, whose
+environment is set for the job (``CUTE_DSL_ARCH=sm_100a``, artifact dumps on, quack's and the
+DSL's own caches off, no ``TRITON_INTERPRET``): CuTeDSL reads its settings from the environment
+once per process. Results are cached on disk (gzip JSON) keyed by everything the compile reads
+and the versions of quack, the DSL and this module, under ``$INDUCTOR_EXT_ISA_CACHE`` (default
+``$XDG_CACHE_HOME/inductor_ext/isa``), and memoised in-process.
+
+Imports: the standard library at module level; cutlass and quack only inside the functions that
+compile or launch (importing them costs seconds), torch only in :func:`run`.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from inductor_ext.templates.base import KernelSource, Tile
+
+__all__ = [
+    "FAMILY", "TARGETS", "NvFp4GemmProblem", "NvFp4GemmConfig", "CuteDslCompileError",
+    "supports", "config_supports", "configs", "config_from_tile", "render",
+    "compile_for_sm100", "compile_many_for_sm100", "run",
+]
+
+FAMILY = "cutedsl.nvfp4_gemm"
+# Claimed only where tier I passes (tests/test_cutedsl_nvfp4.py).
+TARGETS = ("sm_100a",)
+
+# The format, fixed by this family: NVFP4 = e2m1 values, one e4m3 scale per 16 of them.
+SF_VEC_SIZE = 16
+OUT_DTYPES = ("bfloat16",)
+# alpha: "tensor" = fp32 scalar in device memory (a kernel pointer argument; what a compiled graph
+# has: the per-tensor scales live on the device, reading them on the host would sync);
+# "scalar" = fp32 kernel argument; "none" = no global scale (alpha == 1).
+ALPHA_MODES = {"none": 0, "scalar": 1, "tensor": 2}  # quack's scalar modes (gemm_tvm_ffi_utils.scalar_mode)
+
+# Packages whose versions change what is compiled (part of the cache key).
+_VERSIONED = ("quack-kernels", "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base",
+              "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu12", "apache-tvm-ffi")
+_CACHE_FORMAT = 1  # bump when what is stored changes
+
+
+class CuteDslCompileError(RuntimeError):
+    """The kernel could not be compiled for sm_100a on this machine (missing package, DSL error)."""
+
+
+# ------------------------------------------------------------------------------ problem, config
+
+
+@dataclass(frozen=True)
+class NvFp4GemmProblem:
+    """out[m, n] = alpha * (A @ B^T)[m, n] (+ bias[n]) for NVFP4 A (m, k) and B (n, k).
+
+    ``k`` is the logical K (fp4 elements); A and B hold k // 2 bytes per row.
+    """
+
+    m: int
+    n: int
+    k: int
+    out_dtype: str = "bfloat16"
+    alpha: str = "tensor"  # one of ALPHA_MODES
+    bias: bool = False  # a bf16 bias over N (a Linear's), added after alpha
+
+
+@dataclass(frozen=True)
+class NvFp4GemmConfig:
+    """Tile (M, N) of one MMA (K follows from the instruction: 4 x 64 fp4 = 256) and cluster shape.
+
+    tile_m 256 with an even cluster_m runs the 2-CTA MMA (``cta_group::2``); tile_n is a
+    multiple of 64 in [64, 256] (the scale factors' tensor-memory datapath is 64-N granular).
+    ``dynamic_persistent`` schedules tiles with cluster launch control instead of a static
+    persistent grid.
+    """
+
+    tile_m: int = 128
+    tile_n: int = 256
+    cluster_m: int = 1
+    cluster_n: int = 1
+    dynamic_persistent: bool = False
+
+    def name(self) -> str:
+        return (f"{self.tile_m}x{self.tile_n}_c{self.cluster_m}x{self.cluster_n}"
+                + ("_clc" if self.dynamic_persistent else ""))
+
+
+def supports(problem: NvFp4GemmProblem) -> str | None:
+    """None when the template can serve ``problem``, else the reason it cannot."""
+    if min(problem.m, problem.n, problem.k) <= 0:
+        return f"empty problem {problem.m}x{problem.n}x{problem.k}"
+    if problem.out_dtype not in OUT_DTYPES:
+        return f"out_dtype {problem.out_dtype} not in {OUT_DTYPES}"
+    if problem.alpha not in ALPHA_MODES:
+        return f"alpha {problem.alpha!r} not one of {tuple(ALPHA_MODES)}"
+    if problem.k % 32:
+        # TMA needs 16-byte rows: 32 fp4 values (quack's fake K is declared divisible by 32).
+        return f"K={problem.k} is not a multiple of 32 (fp4 rows of A and B must be 16-byte aligned for TMA)"
+    if problem.n % 8:
+        return f"N={problem.n} is not a multiple of 8 (bf16 rows of the output must be 16-byte aligned for TMA)"
+    return None
+
+
+def config_supports(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> str | None:
+    """None when ``config`` can compile ``problem``, else why not (quack's blockscaled config rule)."""
+    reason = supports(problem)
+    if reason:
+        return reason
+    from quack.gemm_config import GemmConfig, blockscaled_config_ok
+
+    quack_config = GemmConfig(tile_m=config.tile_m, tile_n=config.tile_n, cluster_m=config.cluster_m,
+                              cluster_n=config.cluster_n, pingpong=False, device_capacity=10,
+                              is_dynamic_persistent=config.dynamic_persistent)
+    if not blockscaled_config_ok(quack_config):
+        return (f"config {config.name()} is not a block-scaled sm_100 config for quack "
+                "(tile_m 128/256, tile_n a multiple of 64 in [64, 256], clusters up to 4x4)")
+    if config.tile_m == 256 and config.cluster_m % 2:
+        return f"config {config.name()}: tile_m 256 is a 2-CTA MMA and needs an even cluster_m"
+    if config.cluster_m * config.cluster_n > 16:
+        return f"config {config.name()}: cluster of {config.cluster_m * config.cluster_n} CTAs exceeds 16"
+    return None
+
+
+# Candidates, best guess first. Every one passes config_supports and is compiled and checked at
+# tier I (tests/test_cutedsl_nvfp4.py). M <= 128 fills at most one 128-row MMA, so parallelism
+# comes from N: decode-like M (<= 64) tries the narrowest tiles (most CTAs) first, and a cluster
+# along N (which multicasts the A tile all CTAs of a row share); larger M starts with the 2-CTA
+# 256x256 MMA.
+_DECODE_M = (
+    NvFp4GemmConfig(128, 64, 1, 1),
+    NvFp4GemmConfig(128, 128, 1, 1),
+    NvFp4GemmConfig(128, 64, 1, 2),
+    NvFp4GemmConfig(128, 256, 1, 1),
+)
+_MID_M = (
+    NvFp4GemmConfig(128, 256, 1, 1),
+    NvFp4GemmConfig(128, 128, 1, 1),
+    NvFp4GemmConfig(128, 128, 1, 2),
+    NvFp4GemmConfig(128, 64, 1, 1),
+)
+_LARGE_M = (
+    NvFp4GemmConfig(256, 256, 2, 1),
+    NvFp4GemmConfig(128, 256, 1, 1),
+    NvFp4GemmConfig(256, 128, 2, 1),
+    NvFp4GemmConfig(128, 128, 1, 1),
+    NvFp4GemmConfig(128, 256, 2, 1),
+)
+ALL_CONFIGS = tuple(dict.fromkeys(_DECODE_M + _MID_M + _LARGE_M))
+
+
+def configs(problem: NvFp4GemmProblem, target: str) -> list[NvFp4GemmConfig]:
+    """The default candidate configs for ``problem`` on ``target``, best guess first."""
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {TARGETS}")
+    table = _DECODE_M if problem.m <= 64 else _MID_M if problem.m <= 128 else _LARGE_M
+    # Tiles far wider than N only waste work; keep at least one config.
+    fitting = [c for c in table if c.tile_n <= max(64, 2 * problem.n)]
+    return fitting or [min(table, key=lambda c: c.tile_n)]
+
+
+def config_from_tile(tile: Tile) -> NvFp4GemmConfig | None:
+    """A policy's tile as this template's config; None when it is not one of the tier-I-checked
+    configs (``ALL_CONFIGS``), e.g. split-K, swap-AB or a tile tcgen05 block scaling cannot run."""
+    if tile.split_k != 1 or tile.swap_ab:
+        return None
+    config = NvFp4GemmConfig(tile.block_m, tile.block_n, 2 if tile.block_m == 256 else 1, 1)
+    return config if config in ALL_CONFIGS else None
+
+
+# ------------------------------------------------------------------------------------- render
+
+_LAUNCHER = '''\
+"""{family} {config_name}: launches quack's block-scaled NVFP4 GEMM (sm_100a) for
+{problem!r}."""
+from inductor_ext.templates.cutedsl.nvfp4_gemm import NvFp4GemmConfig, run
+
+CONFIG = {config!r}
+
+
+def {name}(a, b, a_scale, b_scale, alpha=None, bias=None, out=None):
+    return run(a, b, a_scale, b_scale, CONFIG, alpha=alpha, bias=bias, out=out)
+'''
+
+
+def kernel_name(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> str:
+    extras = f"_alpha{problem.alpha}" + ("_bias" if problem.bias else "")
+    return f"cutedsl_nvfp4_gemm_{config.name()}{extras}"
+
+
+def render(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> KernelSource:
+    """A launcher module for (problem, config): the kernel itself is quack's, not generated text."""
+    reason = supports(problem)
+    if reason:
+        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+    name = kernel_name(problem, config)
+    source = _LAUNCHER.format(family=FAMILY, config_name=config.name(), problem=problem,
+                              config=config, name=name)
+    return KernelSource(name=name, source=source, template=FAMILY, config=asdict(config),
+                        launch={"cluster": (config.cluster_m, config.cluster_n, 1)})
+
+
+# ------------------------------------------------------------------------------------ compile
+
+
+def _quack_compile_kwargs(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[str, Any]:
+    """The arguments ``quack.gemm.gemm`` passes to ``_compile_gemm`` for what :func:`run` launches:
+    2-D K-major fp4 A and B, n-major bf16 D, no C, unbatched (5-D) e4m3 scale factors."""
+    from cutlass import BFloat16, Float4E2M1FN, Float8E4M3FN
+    from quack.gemm_config import SplitKMode
+    from quack.rounding import RoundingMode
+
+    return dict(
+        a_dtype=Float4E2M1FN, b_dtype=Float4E2M1FN, d_dtype=BFloat16, c_dtype=None,
+        a_major="k", b_major="k", d_major="n", c_major=None,
+        tile_shape_mn=(config.tile_m, config.tile_n),
+        cluster_shape_mnk=(config.cluster_m, config.cluster_n, 1),
+        pingpong=False, persistent=True, is_dynamic_persistent=config.dynamic_persistent,
+        rowvec_dtype=BFloat16 if problem.bias else None, colvec_dtype=None, colvec_ndim=0,
+        alpha_mode=ALPHA_MODES[problem.alpha], beta_mode=0, add_to_output=False,
+        concat_layout=(), varlen_m=False, varlen_k=False, gather_A=False, use_tma_gather=False,
+        has_batch_idx_permute=False, device_capacity=(10, 0), rounding_mode=RoundingMode.RN,
+        sr_seed_mode=0, num_warps=None, sf_dtype=Float8E4M3FN, sf_vec_size=SF_VEC_SIZE,
+        split_k=1, split_k_mode=SplitKMode.SERIAL, batched=False, b_kn=False, sf_batched=False,
+        sfd_dtype=None, sfd_norm_const_mode=0, sfd_col_dtype=None,
+        a_mma_dtype=Float4E2M1FN, b_mma_dtype=Float4E2M1FN, has_ag=False,
+    )
+
+
+def _compile_key_fields(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[str, Any]:
+    """What the compile depends on. M, N and K do not: quack's fake tensors keep them symbolic."""
+    return {"out_dtype": problem.out_dtype, "alpha": problem.alpha, "bias": problem.bias, **asdict(config)}
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in _VERSIONED:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "missing"
+    return out
+
+
+def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """``override``, ``$INDUCTOR_EXT_ISA_CACHE``, or ``$XDG_CACHE_HOME/inductor_ext/isa``."""
+    root = override or os.environ.get("INDUCTOR_EXT_ISA_CACHE")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "inductor_ext", "isa")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _cache_key(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> str:
+    payload = json.dumps({
+        "format": _CACHE_FORMAT,
+        "family": FAMILY,
+        "target": "sm_100a",
+        "compile": _compile_key_fields(problem, config),
+        "versions": package_versions(),
+        "module": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "python": sys.version_info[:2],
+    }, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+_memo: dict[str, dict[str, str]] = {}
+_lock = threading.Lock()
+
+
+def compile_for_sm100(problem: NvFp4GemmProblem, config: NvFp4GemmConfig | None = None, *,
+                      cache: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Compile (problem, config) for sm_100a without a GPU; returns its texts.
+
+    Keys: ``ptx`` (what NVVM emitted), ``sass`` (``cuobjdump -sass`` of the cubin ptxas built;
+    absent only when no cuobjdump is found, ``metadata`` then says so) and ``metadata`` (JSON:
+    kernel entries, config, quack arguments, versions, compile seconds, cubin size and sha256).
+    ``config`` defaults to ``configs(problem, "sm_100a")[0]``.
+    Raises ValueError for a problem or config this family cannot serve and
+    :class:`CuteDslCompileError` when compiling fails.
+    """
+    return compile_many_for_sm100([(problem, config)], cache=cache)[0]
+
+
+def compile_many_for_sm100(jobs: Iterable[tuple[NvFp4GemmProblem, NvFp4GemmConfig | None]], *,
+                           cache: str | os.PathLike[str] | None = None,
+                           timeout: float = 1800) -> list[dict[str, str]]:
+    """:func:`compile_for_sm100` for several jobs; the cache misses compile in one subprocess
+    (its imports take most of a cold compile's time). Raises the first failing job's error."""
+    resolved = []
+    for problem, config in jobs:
+        reason = supports(problem)
+        if reason:
+            raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+        config = config or configs(problem, "sm_100a")[0]
+        resolved.append((problem, config, _cache_key(problem, config)))
+    results: dict[str, dict[str, str]] = {}
+    misses: dict[str, tuple[NvFp4GemmProblem, NvFp4GemmConfig, Path]] = {}
+    root = cache_dir(cache)
+    for problem, config, key in resolved:
+        with _lock:
+            if key in _memo:
+                results[key] = _memo[key]
+                continue
+        path = root / f"cutedsl_nvfp4_gemm-sm_100a-{kernel_name(problem, config)}-{key[:24]}.json.gz"
+        asm = _read_cache(path, key)
+        if asm is not None:
+            results[key] = asm
+        elif key not in misses:
+            misses[key] = (problem, config, path)
+    if misses:
+        compiled = _compile_in_subprocess([(p, c) for p, c, _ in misses.values()], timeout)
+        for (key, (_, _, path)), asm in zip(misses.items(), compiled):
+            _write_cache(path, key, asm)
+            results[key] = asm
+    with _lock:
+        _memo.update(results)
+    return [dict(results[key]) for _, _, key in resolved]
+
+
+def _read_cache(path: Path, key: str) -> dict[str, str] | None:
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            entry = json.load(f)
+    except (OSError, EOFError, ValueError):
+        return None  # missing, half-written by a crashed writer, or corrupt: compile again
+    if entry.get("key") != key or not isinstance(entry.get("asm"), dict):
+        return None
+    return entry["asm"]
+
+
+def _write_cache(path: Path, key: str, asm: dict[str, str]) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
+        json.dump({"key": key, "asm": asm}, f)
+    os.replace(tmp, path)  # atomic: concurrent sessions never read half a file
+
+
+def _worker_env(dump_dir: str) -> dict[str, str]:
+    """The subprocess environment: the caller's, less anything that steers Triton's interpreter,
+    CuTeDSL or quack, plus the settings this compile needs."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "TRITON_INTERPRET" and not k.startswith(("CUTE_DSL_", "QUACK_"))}
+    env.update({
+        "CUTE_DSL_ARCH": "sm_100a",  # the compile target (cutlass / quack read it at import)
+        "QUACK_ARCH": "100",  # quack's dispatch arch on a machine without a GPU
+        "CUTE_DSL_KEEP": "ptx,cubin",  # keep the artifacts so the compiled function carries them
+        "CUTE_DSL_DUMP_DIR": dump_dir,
+        "CUTE_DSL_DISABLE_FILE_CACHING": "1",  # a cache hit would carry no PTX
+        "QUACK_CACHE_ENABLED": "0",  # likewise quack's .o cache
+    })
+    return env
+
+
+def _compile_in_subprocess(jobs: list[tuple[NvFp4GemmProblem, NvFp4GemmConfig]],
+                           timeout: float) -> list[dict[str, str]]:
+    with tempfile.TemporaryDirectory(prefix="inductor_ext_cutedsl_") as d:
+        request, response, dump = (os.path.join(d, n) for n in ("request.json", "response.json", "dump"))
+        os.mkdir(dump)  # the DSL writes artifacts only into an existing directory
+        with open(request, "w", encoding="utf-8") as f:
+            json.dump({"jobs": [{"problem": asdict(p), "config": asdict(c)} for p, c in jobs]}, f)
+        cmd = [sys.executable, "-c",
+               "from inductor_ext.templates.cutedsl.nvfp4_gemm import _worker_main; _worker_main()",
+               request, response]
+        try:
+            proc = subprocess.run(cmd, env=_worker_env(dump), capture_output=True, text=True,
+                                  timeout=timeout, cwd=d)
+        except subprocess.TimeoutExpired as e:
+            raise CuteDslCompileError(f"compiling {len(jobs)} {FAMILY} kernel(s) took over {timeout:.0f} s") from e
+        if proc.returncode != 0 or not os.path.exists(response):
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-30:])
+            raise CuteDslCompileError(
+                f"the {FAMILY} compile subprocess failed with exit code {proc.returncode}:\n{tail}")
+        with open(response, encoding="utf-8") as f:
+            result = json.load(f)
+    out = []
+    for (problem, config), item in zip(jobs, result["results"]):
+        if "error" in item:
+            raise CuteDslCompileError(f"{FAMILY} {config.name()} for {problem}: {item['error']}")
+        meta = json.loads(item["asm"]["metadata"])
+        meta["worker_import_s"] = result["import_s"]
+        item["asm"]["metadata"] = json.dumps(meta, sort_keys=True, indent=1)
+        out.append(item["asm"])
+    return out
+
+
+def _worker_main() -> None:
+    """Subprocess entry: compile the jobs of argv[1] (JSON), write the results to argv[2]."""
+    request_path, response_path = sys.argv[1], sys.argv[2]
+    with open(request_path, encoding="utf-8") as f:
+        jobs = json.load(f)["jobs"]
+    t0 = time.perf_counter()
+    import quack.gemm  # noqa: F401 - the import is what is timed
+
+    import_s = time.perf_counter() - t0
+    results = []
+    for job in jobs:
+        problem, config = NvFp4GemmProblem(**job["problem"]), NvFp4GemmConfig(**job["config"])
+        try:
+            results.append({"asm": _compile_one(problem, config)})
+        except Exception as e:  # noqa: BLE001 - reported to the parent with what was compiled
+            results.append({"error": f"{type(e).__name__}: {e}"})
+    with open(response_path, "w", encoding="utf-8") as f:
+        json.dump({"results": results, "import_s": round(import_s, 3)}, f)
+
+
+def _compile_one(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[str, str]:
+    import quack.gemm
+
+    reason = config_supports(problem, config)
+    if reason:
+        raise ValueError(reason)
+    kwargs = _quack_compile_kwargs(problem, config)
+    # quack's jit_cache wrapper may hand back a function loaded from a cached .o, which carries
+    # no PTX: call the compile itself.
+    compile_gemm = getattr(quack.gemm._compile_gemm, "__wrapped__", quack.gemm._compile_gemm)
+    t0 = time.perf_counter()
+    fn = compile_gemm(**kwargs)
+    compile_s = time.perf_counter() - t0
+    ptx, cubin = fn.__ptx__, fn.__cubin__
+    dump = os.environ["CUTE_DSL_DUMP_DIR"]
+    for name in os.listdir(dump):  # read by now; the next job writes files of the same names
+        os.unlink(os.path.join(dump, name))
+    if not isinstance(ptx, str) or ".target" not in ptx:
+        raise CuteDslCompileError(f"CuTeDSL returned no PTX (got {str(ptx)[:200]!r})")
+    if not isinstance(cubin, (bytes, bytearray)) or not cubin.startswith(b"\x7fELF"):
+        raise CuteDslCompileError(f"CuTeDSL returned no cubin (got {str(cubin)[:200]!r})")
+    asm = {"ptx": ptx}
+    meta: dict[str, Any] = {
+        "family": FAMILY, "target": "sm_100a", "problem": asdict(problem), "config": asdict(config),
+        "entries": [line.split()[2].split("(")[0] for line in ptx.splitlines()
+                    if line.startswith(".visible .entry") or line.startswith(".entry")],
+        "quack_compile_args": {k: repr(v) for k, v in kwargs.items()},
+        "versions": package_versions(),
+        "compile_s": round(compile_s, 3),
+        "cubin_bytes": len(cubin),
+        "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
+    }
+    tool = _cuobjdump()
+    if tool:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "kernel.cubin")
+            with open(path, "wb") as f:
+                f.write(cubin)
+            proc = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CuteDslCompileError(f"{tool} -sass failed: {proc.stderr.strip()[-500:]}")
+        asm["sass"] = proc.stdout
+        meta["sass_tool"] = tool
+    else:
+        meta["sass_tool"] = None
+        meta["sass_missing"] = ("no cuobjdump found (PATH, $CUDA_HOME/bin, $TRITON_CUOBJDUMP_PATH, "
+                                "Triton's bundled tools); the cubin is base64 in metadata['cubin_b64']")
+        meta["cubin_b64"] = base64.b64encode(cubin).decode()
+    asm["metadata"] = json.dumps(meta, sort_keys=True, indent=1)
+    return asm
+
+
+def _cuobjdump() -> str | None:
+    """A cuobjdump that knows sm_100a: PATH, $CUDA_HOME, or the one Triton bundles (located
+    without importing Triton)."""
+    candidates = [os.environ.get("TRITON_CUOBJDUMP_PATH"), shutil.which("cuobjdump")]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(os.path.join(os.environ[var], "bin", "cuobjdump"))
+    spec = importlib.util.find_spec("triton")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        candidates.append(os.path.join(loc, "backends", "nvidia", "bin", "cuobjdump"))
+    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+
+
+# ---------------------------------------------------------------------------------------- run
+
+
+def _blocked_scale(scale: Any, rows: int, k: int, name: str) -> Any:
+    """``scale`` as quack's (ceil(rows/128), ceil(k/64), 32, 4, 4) view (any contiguous tensor of
+    the blocked layout's bytes, e.g. torchao's ``to_blocked`` output, is accepted)."""
+    import torch
+
+    rm, rk = -(-rows // 128), -(-k // (4 * SF_VEC_SIZE))
+    if scale.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"{name} must be torch.float8_e4m3fn (NVFP4 block scales), got {scale.dtype}")
+    if scale.dim() == 5:
+        return scale
+    if not scale.is_contiguous() or scale.numel() != rm * rk * 512:
+        raise ValueError(f"{name}: expected {rm * rk * 512} blocked scales for {rows} rows x K={k} "
+                         f"(contiguous, 128x4 blocks), got shape {tuple(scale.shape)}")
+    return scale.view(rm, rk, 32, 4, 4)
+
+
+def run(a: Any, b: Any, a_scale: Any, b_scale: Any, config: NvFp4GemmConfig, *,
+        alpha: Any = None, bias: Any = None, out: Any = None) -> Any:
+    """Launch the kernel on an sm_100 GPU (tier D): ``alpha * (a @ b^T) (+ bias)`` in bf16.
+
+    ``a`` (M, K/2) and ``b`` (N, K/2) are ``torch.float4_e2m1fn_x2``; ``a_scale``/``b_scale``
+    e4m3 blocked scales (see :func:`_blocked_scale`); ``alpha`` an fp32 tensor of one element
+    (compiled as alpha="tensor"), a float (alpha="scalar"; quack compiles 1.0 as "none") or None;
+    ``bias`` (N,) bf16.
+    """
+    import torch
+    import quack.gemm
+
+    if a.dtype != torch.float4_e2m1fn_x2 or b.dtype != torch.float4_e2m1fn_x2:
+        raise TypeError(f"a and b must be torch.float4_e2m1fn_x2, got {a.dtype} and {b.dtype}")
+    (m, k2), n = a.shape, b.shape[0]
+    problem = NvFp4GemmProblem(m, n, 2 * k2, alpha="tensor" if isinstance(alpha, torch.Tensor)
+                               else "none" if alpha is None else "scalar", bias=bias is not None)
+    reason = config_supports(problem, config)
+    if reason:
+        raise ValueError(reason)
+    if isinstance(alpha, torch.Tensor) and (alpha.dtype != torch.float32 or alpha.numel() != 1):
+        raise TypeError(f"alpha must be one fp32 value, got {alpha.dtype} with {alpha.numel()} elements")
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
+    quack.gemm.gemm(
+        a, b, out, None, None, config.tile_m, config.tile_n, config.cluster_m, config.cluster_n,
+        persistent=True, is_dynamic_persistent=config.dynamic_persistent,
+        rowvec_bias=None if bias is None else bias.view(1, n),
+        alpha=1.0 if alpha is None else alpha,
+        SFA=_blocked_scale(a_scale, m, problem.k, "a_scale"),
+        SFB=_blocked_scale(b_scale, n, problem.k, "b_scale"),
+        bs_format_a="nvfp4", bs_format_b="nvfp4",
+    )
+    return out
