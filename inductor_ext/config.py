@@ -151,11 +151,11 @@ class ExtConfig:
 
         patches: dict[str, Any] = {}
         if self.autotune != "off" and self.templates:
-            # Our templates are offered from Inductor's GEMM lowerings, reached under max-autotune;
-            # Inductor's own Triton GEMM templates stay out so ext's policy decides the candidates.
-            # Winners go through ExtChoices.override_best_choice (ATen margin), not fusion benchmarks.
-            patches.update(max_autotune_gemm=True, max_autotune_gemm_backends="ATEN",
-                           benchmark_template_fusion=False)
+            # ExtChoices offers our templates from Inductor's GEMM lowerings whether or not
+            # max-autotune is on (turning it on costs compile time for nothing). Inductor's own
+            # Triton GEMM templates stay out so ext's policy decides the candidates, and winners
+            # go through ExtChoices.override_best_choice (ATen margin), not fusion benchmarks.
+            patches.update(max_autotune_gemm_backends="ATEN", benchmark_template_fusion=False)
         if self.interpret:
             from inductor_ext.testing.cpu_triton import interpret_patches
 

@@ -344,10 +344,11 @@ def test_inductor_patches_install_ext_choices(effort):
     choices = factory()
     assert isinstance(choices, ExtChoices)
     assert choices.config is config
+    # ext offers its templates without Inductor's max-autotune (which only costs compile time)
+    assert "max_autotune_gemm" not in patches and "max_autotune" not in patches
     if effort == "off":
-        assert "max_autotune_gemm" not in patches
+        assert "max_autotune_gemm_backends" not in patches
     else:
-        assert patches["max_autotune_gemm"] is True
         assert patches["max_autotune_gemm_backends"] == "ATEN"
 
 
@@ -363,9 +364,9 @@ def test_inductor_patches_use_only_real_inductor_keys():
 
 def test_explicit_inductor_patches_win():
     config = presets.resolve({"autotune": "quick",
-                              "inductor": {"max_autotune_gemm": False, "coordinate_descent_tuning": True}})
+                              "inductor": {"max_autotune_gemm_backends": "ATEN,TRITON", "coordinate_descent_tuning": True}})
     patches = config.inductor_patches()
-    assert patches["max_autotune_gemm"] is False
+    assert patches["max_autotune_gemm_backends"] == "ATEN,TRITON"
     assert patches["coordinate_descent_tuning"] is True
 
 
