@@ -1,9 +1,9 @@
 """ext's log artifacts, in PyTorch's logging system.
 
-``torch._logging.set_logs(ext_autotune=True, ext_passes=True)`` turns them on from code.
-TORCH_LOGS is parsed when torch is imported, before any out-of-tree package can register an
-artifact name, so from the environment use the module names instead:
-``TORCH_LOGS="+inductor_ext.autotune,+inductor_ext.passes"``.
+``TORCH_LOGS=ext_autotune,ext_passes`` turns them on (the names are registered while torch is
+imported, through the ``torch.backends`` entry point, before TORCH_LOGS is parsed); from code,
+``torch._logging.set_logs(modules={"ext_autotune": True})``. The module loggers work too:
+``TORCH_LOGS="+inductor_ext.autotune"``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,17 @@ ARTIFACTS = {
 }
 
 
+def register_artifacts() -> None:
+    # The artifacts' parent log: torch attaches its handler (stderr / TORCH_LOGS_OUT) to it.
+    if not _internal.log_registry.is_log("inductor_ext"):
+        _internal.register_log("inductor_ext", "inductor_ext")
+    for name, description in ARTIFACTS.items():
+        if name not in _internal.log_registry.artifact_names:
+            _internal.register_artifact(name, description, visible=True)
+
+
 def _artifact(name: str, module: str) -> logging.Logger:
-    if name not in _internal.log_registry.artifact_names:
-        _internal.register_artifact(name, ARTIFACTS[name], visible=True)
+    register_artifacts()
     try:
         return _internal.getArtifactLogger(module, name)
     except Exception:  # a torch without artifact loggers: a plain child logger still works

@@ -1,0 +1,30 @@
+"""TORCH_LOGS=ext_autotune,ext_passes: ext's decisions and pass runs in PyTorch's logging."""
+
+import os
+import subprocess
+import sys
+
+SCRIPT = """
+import torch
+m = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU())
+with torch.no_grad():
+    torch.compile(m, backend="ext", options={"autotune": "quick"})(torch.randn(4, 16))
+"""
+
+
+def _stderr(torch_logs):
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_LOGS"}
+    if torch_logs:
+        env["TORCH_LOGS"] = torch_logs
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
+
+
+def test_artifacts_log_decisions_and_passes_only_when_asked():
+    logged = _stderr("ext_autotune,ext_passes")
+    assert "[__ext_autotune]" in logged and "addmm" in logged
+    assert "fallback: Triton templates run on CPU only" in logged
+    assert "[__ext_passes]" in logged and "nvfp4_alpha_fold" in logged
+    quiet = _stderr(None)
+    assert "__ext_autotune" not in quiet and "__ext_passes" not in quiet
