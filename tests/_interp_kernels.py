@@ -152,3 +152,31 @@ def libdevice_binary_kernel(a_ptr, b_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + 4 * n + r, libdevice.copysign(a, b), mask=m)
     tl.store(y_ptr + 5 * n + r, _libdevice_hypot(a, b), mask=m)
     tl.store(y_ptr + 6 * n + r, libdevice.ldexp(a, 3), mask=m)
+
+
+@triton.jit
+def bf16_round_kernel(x_ptr, cast_ptr, store_ptr, n, BLOCK: tl.constexpr):
+    # fp32 -> bf16 both ways a kernel spells it: cast_ptr (int16) gets the bits of
+    # x.to(tl.bfloat16); store_ptr (bf16) gets x stored as is (the store casts).
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = r < n
+    x = tl.load(x_ptr + r, mask=m, other=0.0)
+    tl.store(cast_ptr + r, x.to(tl.bfloat16).to(tl.int16, bitcast=True), mask=m)
+    tl.store(store_ptr + r, x, mask=m)
+
+
+@triton.jit
+def bf16_widen_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # y (fp32) = x (bf16).to(tl.float32)
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = r < n
+    tl.store(y_ptr + r, tl.load(x_ptr + r, mask=m, other=0.0).to(tl.float32), mask=m)
+
+
+@triton.jit
+def fp16_to_bf16_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # y (int16) = the bits of x (fp16).to(tl.bfloat16)
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = r < n
+    x = tl.load(x_ptr + r, mask=m, other=0.0)
+    tl.store(y_ptr + r, x.to(tl.bfloat16).to(tl.int16, bitcast=True), mask=m)

@@ -76,6 +76,8 @@ GOLDEN_RENDERS = {
     "bf16_bias_512x512x512_sm_90a": (GemmProblem(512, 512, 512, "bfloat16", bias=True), "sm_90a"),
     # AMD's first config, fp16, K tail masked (1000 % 64 != 0)
     "fp16_256x384x1000_gfx950": (GemmProblem(256, 384, 1000, "float16"), "gfx950"),
+    # decode with programmatic dependent launch: USE_PDL and the launch_pdl compile option
+    "bf16_pdl_16x4096x4096_sm_100a": (GemmProblem(16, 4096, 4096, "bfloat16", use_pdl=True), "sm_100a"),
 }
 
 

@@ -11,6 +11,7 @@ fixture after the variable is set.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterator
 
+import numpy as np
 import pytest
 import torch
 
@@ -30,7 +32,7 @@ from inductor_ext.testing.triton_interp import (apply_interpreter_fixes, interpr
 
 pytestmark = pytest.mark.interp
 
-ALL_FIXES = ["bf16_dot", "nvfp4_dot_scaled", "gdc_noop", "libdevice_math"]
+ALL_FIXES = ["bf16_dot", "nvfp4_dot_scaled", "gdc_noop", "libdevice_math", "bf16_rounding"]
 _KERNELS = Path(__file__).with_name("_interp_kernels.py")
 _KERNELS_MODULE = "_interp_kernels_for_fix_tests"
 
@@ -359,6 +361,149 @@ def test_inductor_rmsnorm_kernel_with_libdevice_rsqrt(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "RMSNORM_OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
+# ---------------------------------------------------------------- bf16 rounding
+
+# fp32 bit patterns, named: what round-to-nearest-even must get right beyond random values.
+BF16_SPECIAL_BITS = {
+    "tie_to_even_down": 0x3F808000,  # 1 + 2**-8: halfway, kept bit even -> 1.0 (0x3F80)
+    "tie_to_even_up": 0x3F818000,  # 1 + 3 * 2**-8: halfway, kept bit odd -> 0x3F82
+    "just_above_tie": 0x3F808001,  # -> 0x3F81 (truncation gives 0x3F80)
+    "just_below_tie": 0x3F807FFF,  # -> 0x3F80
+    "neg_tie_to_even_up": 0xBF818000,  # -> 0xBF82
+    "neg_above_tie": 0xC0490FDB,  # -pi -> 0xC049
+    "carry_into_exponent": 0x3FFFFFFF,  # 1.99999... -> 2.0 (0x4000)
+    "fp32_max_to_inf": 0x7F7FFFFF,  # rounds up to +inf (0x7F80)
+    "neg_fp32_max_to_inf": 0xFF7FFFFF,
+    "bf16_max_stays": 0x7F7F7FFF,  # just below the tie: bf16 max (0x7F7F)
+    "inf": 0x7F800000,
+    "neg_inf": 0xFF800000,
+    "zero": 0x00000000,
+    "neg_zero": 0x80000000,
+    "nan": 0x7FC00000,
+    "neg_nan": 0xFFC00000,
+    "nan_low_payload": 0x7F800001,  # truncation makes this +inf
+    "neg_nan_low_payload": 0xFF800001,
+    "nan_all_ones": 0xFFFFFFFF,
+    "subnormal_min": 0x00000001,  # -> 0 (below half of bf16's smallest subnormal)
+    "subnormal_tie_to_even_down": 0x00008000,  # -> 0
+    "subnormal_tie_to_even_up": 0x00018000,  # -> 0x0002
+    "subnormal_above_tie": 0x00008001,  # -> 0x0001
+    "subnormal_to_normal": 0x007FFFFF,  # the largest subnormal rounds to the smallest normal (0x0080)
+    "neg_subnormal": 0x80234567,
+    "normal_min": 0x00800000,
+}
+
+
+def _bf16_round_inputs() -> torch.Tensor:
+    g = torch.Generator().manual_seed(1616)
+    special = torch.tensor(list(BF16_SPECIAL_BITS.values()), dtype=torch.int64)
+    rand_bits = torch.randint(0, 2**32, (4096, ), generator=g, dtype=torch.int64)  # every exponent, NaNs included
+    # low halves at and around the tie (0x8000), on every kind of kept bit, with random high halves
+    high = torch.randint(0, 2**16, (1024, ), generator=g, dtype=torch.int64) << 16
+    low = torch.tensor([0x7FFF, 0x8000, 0x8001, 0x0000, 0xFFFF], dtype=torch.int64).repeat(1024 // 5 + 1)[:1024]
+    bits = torch.cat([special, rand_bits, high | low])
+    return (bits - (bits >= 2**31).long() * 2**32).to(torch.int32).view(torch.float32)
+
+
+def _run_bf16_round(mod: ModuleType) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = _bf16_round_inputs()
+    n = x.numel()
+    cast = torch.full((n, ), 0x1234, dtype=torch.int16)
+    stored = torch.full((n, ), 0x1234, dtype=torch.int16).view(torch.bfloat16)
+    mod.bf16_round_kernel[(_cdiv(n, 1024), )](x, cast, stored, n, 1024)
+    return x, cast, stored.view(torch.int16)
+
+
+def _assert_bf16_bits_match_torch(x: torch.Tensor, out_bits: torch.Tensor) -> None:
+    """Bit-exact against torch's .to(torch.bfloat16), except the NaN payload.
+
+    torch's NaN bits depend on its code path (0xFFFF from its AVX2/AVX-512 kernels, 0x7FC0 from
+    c10::BFloat16), a GPU's cvt.rn.bf16.f32 gives the canonical 0x7FFF: the fix gives 0x7FFF.
+    """
+    ref = x.to(torch.bfloat16)
+    nan = x.isnan()
+    assert torch.equal(ref.isnan(), nan)
+    ok = out_bits == ref.view(torch.int16)
+    bad = (~ok & ~nan).nonzero().flatten()[:8].tolist()
+    assert not bad, [(hex(x.view(torch.int32)[i].item() & 0xFFFFFFFF), hex(out_bits[i].item() & 0xFFFF),
+                      hex(ref.view(torch.int16)[i].item() & 0xFFFF)) for i in bad]
+    assert nan.any() and bool((out_bits[nan] == 0x7FFF).all()), out_bits[nan].unique()
+
+
+def test_bf16_round_wrong_without_fix(unfixed: ModuleType) -> None:
+    x, cast, stored = _run_bf16_round(unfixed)
+    names = list(BF16_SPECIAL_BITS)
+    for bits in (cast, stored):
+        got = {name: bits[i].item() & 0xFFFF for i, name in enumerate(names)}
+        assert got["tie_to_even_up"] == 0x3F81 and got["just_above_tie"] == 0x3F80  # truncated
+        assert got["fp32_max_to_inf"] == 0x7F7F  # stays finite
+        assert got["nan_low_payload"] == 0x7F80  # a NaN became +inf
+        assert got["subnormal_above_tie"] != 0x0001  # subnormals garbled
+        ref = x.to(torch.bfloat16).view(torch.int16)
+        assert (bits != ref)[~x.isnan()].float().mean() > 0.3  # not a corner case: ~half of all values
+
+
+def test_bf16_round_matches_torch_with_fix(fixed: ModuleType) -> None:
+    x, cast, stored = _run_bf16_round(fixed)
+    _assert_bf16_bits_match_torch(x, cast)  # x.to(tl.bfloat16)
+    _assert_bf16_bits_match_torch(x, stored)  # tl.store of fp32 values into a bf16 pointer
+    names = list(BF16_SPECIAL_BITS)
+    got = {name: cast[i].item() & 0xFFFF for i, name in enumerate(names)}
+    # the named cases, spelt out (independent of torch)
+    assert got["tie_to_even_down"] == 0x3F80 and got["tie_to_even_up"] == 0x3F82
+    assert got["neg_tie_to_even_up"] == 0xBF82 and got["carry_into_exponent"] == 0x4000
+    assert got["fp32_max_to_inf"] == 0x7F80 and got["neg_fp32_max_to_inf"] == 0xFF80
+    assert got["bf16_max_stays"] == 0x7F7F and got["neg_zero"] == 0x8000
+    assert got["subnormal_tie_to_even_down"] == 0 and got["subnormal_tie_to_even_up"] == 2
+    assert got["subnormal_to_normal"] == 0x0080
+
+
+def _all_bf16() -> torch.Tensor:
+    return torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+
+
+def test_bf16_widen_exact_only_with_fix(kernels: ModuleType) -> None:
+    # Every bf16 bit pattern -> fp32: exact, bit for bit (0x7FFF stays that NaN, widened).
+    x = _all_bf16()
+    ref = x.float().view(torch.int32)
+    results = {}
+    for fixes in (False, True):
+        remove_interpreter_fixes()
+        if fixes:
+            assert "bf16_rounding" in apply_interpreter_fixes()
+        y = torch.full((x.numel(), ), -1.0)
+        kernels.bf16_widen_kernel[(_cdiv(x.numel(), 4096), )](x, y, x.numel(), 4096)
+        results[fixes] = y.view(torch.int32) != ref
+    remove_interpreter_fixes()
+    subnormal = (x.view(torch.int16) & 0x7F80) == 0
+    assert results[False][subnormal & (x != 0)].all() and not results[False][~subnormal].any()  # the bug
+    assert not results[True].any(), x[results[True]][:8]
+
+
+def test_fp16_to_bf16_rounds_with_fix(fixed: ModuleType) -> None:
+    # fp16 -> bf16 runs through fp32 (exact), then the rounding above: every fp16 value.
+    x = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    out = torch.full((x.numel(), ), 0x1234, dtype=torch.int16)
+    fixed.fp16_to_bf16_kernel[(_cdiv(x.numel(), 4096), )](x, out, x.numel(), 4096)
+    _assert_bf16_bits_match_torch(x.float(), out)
+    assert torch.equal(x.float().to(torch.bfloat16).isnan(), x.to(torch.bfloat16).isnan())
+    nan = x.isnan()
+    assert torch.equal(out[~nan], x.to(torch.bfloat16).view(torch.int16)[~nan])  # torch's own fp16 -> bf16
+
+
+def test_bf16_rounding_leaves_other_casts_alone(fixed: ModuleType) -> None:
+    # fp32 -> fp16 (numpy, already nearest even) and bf16 -> fp16 go their usual ways.
+    from triton.runtime import interpreter as interp
+    import triton.language as tl
+
+    builder = interp.InterpreterBuilder()
+    x = np.array([1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, 65520.0], dtype=np.float32)
+    with np.errstate(over="ignore"):  # 65520 overflows fp16
+        h = builder.cast_impl(interp.TensorHandle(x, tl.float32), tl.float16)
+    assert h.data.dtype == np.float16 and h.data.tolist() == [1.0, 1.0 + 2.0**-9, float("inf")]
+
+
+
 # ------------------------------------------------------------- apply / remove
 
 
@@ -367,7 +512,7 @@ def _patch_points() -> tuple[object, ...]:
 
     builder = interp.InterpreterBuilder
     return (builder.__dict__["create_dot"], interp._prepare_dot_scaled_operand, interp._patch_lang,
-            "create_grid_dependency_wait" in builder.__dict__)
+            builder.__dict__["cast_impl"], "create_grid_dependency_wait" in builder.__dict__)
 
 
 def test_noop_without_interpret_env(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -385,11 +530,11 @@ def test_noop_without_interpret_env(kernels: ModuleType, monkeypatch: pytest.Mon
 def test_apply_is_idempotent_and_remove_restores(kernels: ModuleType) -> None:
     remove_interpreter_fixes()
     originals = _patch_points()
-    assert originals[3] is False
+    assert originals[-1] is False
     try:
         assert apply_interpreter_fixes() == ALL_FIXES
         patched = _patch_points()
-        assert all(p is not o for p, o in zip(patched[:3], originals[:3])) and patched[3] is True
+        assert all(p is not o for p, o in zip(patched[:-1], originals[:-1])) and patched[-1] is True
         assert apply_interpreter_fixes() == ALL_FIXES
         assert _patch_points() == patched
     finally:
@@ -408,6 +553,20 @@ def test_context_manager(kernels: ModuleType) -> None:
     assert _patch_points() == originals
 
 
+@contextlib.contextmanager
+def _fix_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Capture the fixes' warnings in ``caplog``. Its handler sits on the root logger, which they
+    do not reach once torch's logging has registered the "inductor_ext" log (inductor_ext.logs;
+    torch sets propagate=False on it), so the handler goes on the fixes' own logger too."""
+    logger = logging.getLogger("inductor_ext.testing.triton_interp")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger=logger.name):
+            yield
+    finally:
+        logger.removeHandler(caplog.handler)
+
+
 def test_missing_patch_point_is_skipped_with_warning(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     import triton.runtime.interpreter as interp
@@ -416,9 +575,23 @@ def test_missing_patch_point_is_skipped_with_warning(kernels: ModuleType, monkey
     monkeypatch.delattr(interp, "_prepare_dot_scaled_operand")
     monkeypatch.delattr(interp.InterpreterBuilder, "create_dot")
     try:
-        with caplog.at_level(logging.WARNING, logger="inductor_ext.testing.triton_interp"):
-            assert apply_interpreter_fixes() == ["gdc_noop", "libdevice_math"]
+        with _fix_warnings(caplog):
+            assert apply_interpreter_fixes() == ["gdc_noop", "libdevice_math", "bf16_rounding"]
         messages = " ".join(r.getMessage() for r in caplog.records)
         assert "bf16_dot" in messages and "nvfp4_dot_scaled" in messages
+    finally:
+        remove_interpreter_fixes()
+
+
+def test_bf16_rounding_skipped_when_cast_impl_missing(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    import triton.runtime.interpreter as interp
+
+    remove_interpreter_fixes()
+    monkeypatch.delattr(interp.InterpreterBuilder, "cast_impl")
+    try:
+        with _fix_warnings(caplog):
+            assert apply_interpreter_fixes() == ALL_FIXES[:-1]
+        assert any("bf16_rounding" in r.getMessage() and "cast_impl" in r.getMessage() for r in caplog.records)
     finally:
         remove_interpreter_fixes()

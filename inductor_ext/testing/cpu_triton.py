@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 import torch
+import torch.utils._triton
 
 
 class InterpretModeError(RuntimeError):
@@ -32,6 +33,11 @@ def enable_interpret_mode() -> None:
     # Stock Triton has no CPU driver, so the backend hash Inductor puts in kernel metadata
     # cannot be computed; the interpreter ignores it.
     torch.utils._triton.triton_hash_with_backend = lambda: "TRITON_INTERPRETER"
+    # Inductor types fp4 pointers as *u8 in compiled launches; the interpreter derives types
+    # from the tensors and knows no fp4: give it the same answer (an added entry, nothing replaced).
+    from triton import _utils
+
+    _utils.type_canonicalisation_dict.setdefault("float4_e2m1fn_x2", "u8")
     try:
         from inductor_ext.testing.triton_interp import apply_interpreter_fixes
     except ImportError:  # fixes are optional for fp32/fp16 kernels

@@ -1,6 +1,6 @@
 """Targeted fixes for bugs in Triton's CPU interpreter (``TRITON_INTERPRET=1``).
 
-Triton 3.9's interpreter (``triton/runtime/interpreter.py``) gets four things
+Triton 3.9's interpreter (``triton/runtime/interpreter.py``) gets five things
 wrong that our kernels rely on:
 
 * ``bf16_dot``: ``tl.dot`` on bfloat16 operands multiplies the raw uint16 bit
@@ -18,6 +18,14 @@ wrong that our kernels rely on:
   swaps in a GPU backend's libdevice, the interpreter does not.  During each
   interpreted launch they are bound to the interpreter's ``tl.math`` where it
   has the function and to numpy otherwise (see ``_LIBDEVICE_NUMPY``).
+* ``bf16_rounding``: fp32 -> bf16 conversions (``x.to(tl.bfloat16)``, a store
+  of fp32 values through a bf16 pointer, bf16 constants, fp16 -> bf16) truncate
+  the mantissa instead of rounding to nearest even, turn NaNs whose payload is
+  in the low 16 bits into inf, and garble subnormals; bf16 -> fp32 garbles
+  subnormals too.  Both directions are redone on the bit patterns: fp32 -> bf16
+  rounds to nearest even (what ``cvt.rn.bf16.f32`` on a GPU and torch's
+  ``.to(torch.bfloat16)`` do; NaN becomes the canonical NaN 0x7FFF, as on a
+  GPU), bf16 -> fp32 is the exact widening.
 
 Each fix wraps or adds one small interpreter function. A fix whose patch point
 is missing (other Triton versions) is skipped with a logged warning.
@@ -481,6 +489,55 @@ def _fix_libdevice_math(interp: Any) -> list[tuple[Any, str, Any]]:
     return [(interp, "_patch_lang", _patch_lang)]
 
 
+# ------------------------------------------------------------------ bf16 rounding
+
+_BF16_CANONICAL_NAN = 0x7FFF  # what cvt.rn.bf16.f32 gives for any NaN on NVIDIA GPUs
+
+
+def _f32_to_bf16_rne(data: np.ndarray) -> np.ndarray:
+    """fp32 values -> bf16 bit patterns (uint16), rounded to nearest, ties to even.
+
+    bf16 is the top half of an fp32, so adding 0x7FFF plus the lowest kept bit and
+    dropping the low 16 bits rounds to nearest even; a carry out of the mantissa
+    moves into the exponent, which is right (up to inf for the largest values),
+    and subnormals need no special case.  NaN gets the GPU's canonical NaN.
+    """
+    values = np.asarray(data, dtype=np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)  # no wrap-around for the largest NaN payloads
+    rounded = ((bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) >> np.uint64(16))
+    return np.where(np.isnan(values), np.uint64(_BF16_CANONICAL_NAN), rounded).astype(np.uint16)
+
+
+def _fix_bf16_rounding(interp: Any) -> list[tuple[Any, str, Any]]:
+    # Why: InterpreterBuilder.cast_impl sends fp32 <-> bf16 to _convert_float with no
+    # rounding mode, which truncates the mantissa (and mishandles NaN payloads and
+    # subnormals).  create_fp_trunc (x.to(tl.bfloat16), stores into bf16 pointers,
+    # bf16 constants) and create_fp_to_fp (fp16 <-> bf16, via fp32) all end in
+    # cast_impl, so redo exactly these two conversions there and let every other
+    # cast fall through.  (An explicit fp_downcast_rounding="rtz" goes through
+    # create_fp_to_fp with RTZ, which truncates as asked, and is left alone.)
+    import triton.language as tl
+
+    builder_cls = _require(interp, "InterpreterBuilder")
+    handle_cls = _require(interp, "TensorHandle")
+    original = _require(builder_cls, "cast_impl")
+    _require_params(original, ["self", "src", "dst_type"])
+
+    def cast_impl(self: Any, src: Any, dst_type: Any, *args: Any, **kwargs: Any) -> Any:
+        src_ty = getattr(getattr(src, "dtype", None), "scalar", None)
+        dst_ty = getattr(dst_type, "scalar", None)
+        data = getattr(src, "data", None)
+        if isinstance(data, np.ndarray):
+            if src_ty == tl.float32 and dst_ty == tl.bfloat16 and data.dtype == np.float32:
+                return handle_cls(_f32_to_bf16_rne(data), dst_ty)
+            if src_ty == tl.bfloat16 and dst_ty == tl.float32 and data.dtype == np.uint16:
+                return handle_cls(_bf16_bits_to_f32(data), dst_ty)
+        return original(self, src, dst_type, *args, **kwargs)
+
+    cast_impl.__wrapped__ = original  # type: ignore[attr-defined]
+    return [(builder_cls, "cast_impl", cast_impl)]
+
+
 # ----------------------------------------------------------------------- public
 
 _FIXES: dict[str, Callable[[Any], list[tuple[Any, str, Any]]]] = {
@@ -488,6 +545,7 @@ _FIXES: dict[str, Callable[[Any], list[tuple[Any, str, Any]]]] = {
     "nvfp4_dot_scaled": _fix_nvfp4_dot_scaled,
     "gdc_noop": _fix_gdc_noop,
     "libdevice_math": _fix_libdevice_math,
+    "bf16_rounding": _fix_bf16_rounding,
 }
 
 

@@ -6,6 +6,18 @@ One kernel body, two frames around it:
 - ``inductor_source()`` wraps it in Inductor's template macros (``def_kernel``/``store_output``)
   so ``lowering/`` can offer it as an autotune choice with epilogue fusion.
 The body is shared text, so what the golden tests pin is what Inductor compiles.
+
+Programmatic dependent launch (PDL): ``GemmProblem.use_pdl`` sets the ``USE_PDL`` constexpr.
+With it the body calls ``tl.extra.cuda.gdc_wait()`` after its index and pointer setup, right
+before the first global load of A/B (so that setup overlaps the previous kernel's tail), and
+``tl.extra.cuda.gdc_launch_dependents()`` right after the K loop (so the next kernel's prologue
+overlaps this epilogue; the next kernel must ``gdc_wait()`` before it reads C, and that waits for
+this whole grid to finish and flush). The launch needs ``launch_pdl=True`` (a Triton compile
+option): ``render()`` puts it in ``KernelSource.launch`` when ``use_pdl`` is set. ``use_pdl`` lives
+on the problem, not the config, because it is decided by where the GEMM sits in the graph (M, and
+whether the next kernel reads its output: ``inductor_ext.autotune.pdl_policy.use_pdl``), the same
+for every candidate config; the autotune cache stores configs keyed by shapes, which do not
+say who consumes the output. NVIDIA sm_90+ only (``render`` refuses it for AMD targets).
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ class GemmProblem:
     dtype: str = "float32"
     out_dtype: str | None = None  # None: same as dtype
     bias: bool = False  # addmm: beta * bias + alpha * (A @ B), bias broadcast over rows
+    use_pdl: bool = False  # programmatic dependent launch (USE_PDL; see the module docstring)
 
     @property
     def result_dtype(self) -> str:
@@ -107,8 +120,12 @@ def input_precision(problem: GemmProblem, target: str) -> str:
     return "tf32" if problem.dtype == "float32" and target.startswith("sm_") else "ieee"
 
 
+# Targets with griddepcontrol (programmatic dependent launch), and "cpu" (the interpreter, where
+# inductor_ext.testing.triton_interp makes the gdc calls no-ops).
+PDL_TARGETS = ("sm_90a", "sm_100a", "cpu")
+
 # The shared body. Inputs: pointers A, B; ints M, N, K and strides; constexprs BLOCK_M/N/K,
-# GROUP_M, EVEN_K, ACC_TYPE, INPUT_PRECISION. Leaves: acc, idx_m, idx_n, mask.
+# GROUP_M, EVEN_K, ACC_TYPE, INPUT_PRECISION, USE_PDL. Leaves: acc, idx_m, idx_n, mask.
 BODY = """\
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -126,6 +143,9 @@ BODY = """\
     a_ptrs = A + (rm % M)[:, None] * stride_am + rk[None, :] * stride_ak
     b_ptrs = B + rk[:, None] * stride_bk + (rn % N)[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_TYPE)
+    if USE_PDL:
+        # PDL: all above is index math; wait for the previous kernel right before the first load.
+        tl.extra.cuda.gdc_wait()
     for k_tile in range(0, tl.cdiv(K, BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs)
@@ -137,6 +157,9 @@ BODY = """\
         acc += tl.dot(a, b, input_precision=INPUT_PRECISION, out_dtype=ACC_TYPE)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    if USE_PDL:
+        # PDL: the main loop is done; the next kernel may start its prologue during the epilogue.
+        tl.extra.cuda.gdc_launch_dependents()
     idx_m = rm[:, None]
     idx_n = rn[None, :]
     mask = (idx_m < M) & (idx_n < N)
@@ -155,7 +178,7 @@ def {name}(
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_bias,
     alpha, beta,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
 {body}\
     if HAS_BIAS:
@@ -184,7 +207,8 @@ _INDUCTOR = """\
 
 def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
     bias = "_bias" if problem.bias else ""
-    return f"ext_gemm_{problem.dtype}{bias}_{config.name()}"
+    pdl = "_pdl" if problem.use_pdl else ""
+    return f"ext_gemm_{problem.dtype}{bias}{pdl}_{config.name()}"
 
 
 def constexprs(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> dict[str, object]:
@@ -196,6 +220,7 @@ def constexprs(problem: GemmProblem, config: GemmConfig, target: str = "cpu") ->
         "GROUP_M": config.group_m,
         "EVEN_K": problem.k % config.block_k == 0,
         "INPUT_PRECISION": input_precision(problem, target),
+        "USE_PDL": problem.use_pdl,
     }
 
 
@@ -204,6 +229,8 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> Ker
     reason = supports(problem)
     if reason:
         raise ValueError(f"triton.gemm cannot serve {problem}: {reason}")
+    if problem.use_pdl and target not in PDL_TARGETS:
+        raise ValueError(f"triton.gemm: use_pdl needs griddepcontrol (NVIDIA sm_90+); {target} has none")
     name = kernel_name(problem, config)
     consts = constexprs(problem, config, target)
     consts["HAS_BIAS"] = problem.bias
@@ -222,8 +249,15 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> Ker
         config=asdict(config),
         constexprs=consts,
         signature=signature,
-        launch={"num_warps": config.num_warps, "num_stages": config.num_stages},
+        launch=_launch(problem, config),
     )
+
+
+def _launch(problem: GemmProblem, config: GemmConfig) -> dict[str, object]:
+    launch: dict[str, object] = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    if problem.use_pdl:
+        launch["launch_pdl"] = True  # Triton compile option: launch with the PDL attribute
+    return launch
 
 
 def inductor_source() -> str:
@@ -240,8 +274,11 @@ def _fp(dtype: str) -> str:
 
 
 def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.Tensor | None" = None,
-        alpha: float = 1.0, beta: float = 1.0, target: str = "cpu") -> "torch.Tensor":
-    """Render, load and launch the kernel on ``a @ b`` (interpreter on CPU, or a real GPU)."""
+        alpha: float = 1.0, beta: float = 1.0, target: str = "cpu", use_pdl: bool = False) -> "torch.Tensor":
+    """Render, load and launch the kernel on ``a @ b`` (interpreter on CPU, or a real GPU).
+
+    ``use_pdl`` launches with programmatic dependent launch (in the interpreter the gdc calls
+    need ``inductor_ext.testing.triton_interp``'s fixes)."""
     import torch
     import triton
 
@@ -251,7 +288,7 @@ def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.T
     if k != k2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     dtype = str(a.dtype).removeprefix("torch.")
-    problem = GemmProblem(m, n, k, dtype, bias=bias is not None)
+    problem = GemmProblem(m, n, k, dtype, bias=bias is not None, use_pdl=use_pdl)
     ks = render(problem, config, target)
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
     bias_arg = bias if bias is not None else c

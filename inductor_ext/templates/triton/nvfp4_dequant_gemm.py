@@ -22,6 +22,16 @@ Scale layouts (``scale_layout``) as in ``nvfp4_gemm``: ``"plain"`` strided ``[ro
 Limits (``supports``): K a multiple of 16 (whole scale blocks); K tails shorter than BLOCK_K are
 masked (zero codes, zero scales, zero activations). M = 1 works; for small M the ``swap_ab``
 configs compute acc^T = W A^T so N fills the 64-row wgmma side.
+
+Programmatic dependent launch (PDL): ``Nvfp4DequantGemmProblem.use_pdl`` sets the ``USE_PDL``
+constexpr, as in ``triton.gemm``: ``tl.extra.cuda.gdc_wait()`` after the index, pointer and
+scale-address setup,
+right before the first global load (the first K tile of the operands; the Inductor frame loads
+ALPHA after the main loop for this reason), and ``tl.extra.cuda.gdc_launch_dependents()`` right
+after the K loop, before alpha, bias, activation and the store. ``render()`` adds the compile
+option ``launch_pdl=True`` to ``KernelSource.launch``. It is a problem field, not a config field:
+it depends on the GEMM's place in the graph (``inductor_ext.autotune.pdl_policy.use_pdl``) and is
+the same for every candidate config.
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ class Nvfp4DequantGemmProblem:
     bias_dtype: str | None = None  # None: same as out_dtype
     activation: str | None = None
     scale_layout: str = "plain"
+    use_pdl: bool = False  # programmatic dependent launch (USE_PDL; see the module docstring)
 
     @property
     def result_bias_dtype(self) -> str:
@@ -184,7 +195,7 @@ scale = {scales}.to(tl.float8e4nv, bitcast=True).to(tl.float32)
 
 # The shared main loop. Inputs: pointers A, A_SCALE, B, B_SCALE; ints M, N, K and strides
 # (stride_bk, and stride_ak when A is NVFP4, are per packed byte); constexprs BLOCK_M/N/K,
-# GROUP_M, EVEN_K, A_NVFP4, BLOCKED_SCALES, SWAP_AB, DOT_DTYPE.
+# GROUP_M, EVEN_K, A_NVFP4, BLOCKED_SCALES, SWAP_AB, DOT_DTYPE, USE_PDL.
 # Leaves: acc [BLOCK_M, BLOCK_N] fp32, rn_safe, idx_m, idx_n, mask.
 BODY = """\
     pid = tl.program_id(0)
@@ -236,6 +247,9 @@ BODY = """\
         acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if USE_PDL:
+        # PDL: all above is index math; wait for the previous kernel right before the first load.
+        tl.extra.cuda.gdc_wait()
     for k_tile in range(0, tl.cdiv(K, BLOCK_K)):
         # The K tail: zero codes, zero scales and zero activations add nothing.
         k_left = K - k_tile * BLOCK_K
@@ -270,6 +284,9 @@ BODY = """\
         a_ptrs += a_step
         b_ptrs += BLOCK_K // 2 * stride_bk
         b_s_ptrs += s_step_b
+    if USE_PDL:
+        # PDL: the main loop is done; the next kernel may start its prologue during the epilogue.
+        tl.extra.cuda.gdc_launch_dependents()
     if SWAP_AB:
         acc = tl.trans(acc_t)
     idx_m = rm[:, None]
@@ -309,31 +326,33 @@ def {name}(
     stride_cm, stride_cn, stride_bias, alpha,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, A_NVFP4: tl.constexpr, BLOCKED_SCALES: tl.constexpr, SWAP_AB: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
 {body}{epilogue}\
     tl.store(C + idx_m * stride_cm + idx_n * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
 """
 
-# Inputs, in order: A ([M, K] bf16/fp16, or [M, K // 2] packed when A_NVFP4), A_SCALE (only when
-# A_NVFP4), B [N, K // 2] (uint8 or float4_e2m1fn_x2), B_SCALE (float8_e4m3fn [rows, K // 16], or
-# flat when BLOCKED_SCALES), ALPHA (fp32, one element) and, when HAS_BIAS, BIAS [N].
-# Template kwargs: the ``constexprs()`` plus DOT_DTYPE (``dot_dtype()``, source text).
+# Inputs, in order, as ``torch._scaled_mm`` takes them (every choice benchmarks on the same
+# inputs as the ATen one): A ([M, K] bf16/fp16, or [M, K // 2] packed when A_NVFP4), B [K // 2, N]
+# (the weight's transposed view, uint8 or float4_e2m1fn_x2), A_SCALE (only when A_NVFP4),
+# B_SCALE (float8_e4m3fn [rows, K // 16], or flat when BLOCKED_SCALES), ALPHA (fp32, one
+# element) and, when HAS_BIAS, BIAS [N]. The template kwargs are the constexprs of
+# ``constexprs()`` plus DOT_DTYPE.
 _INDUCTOR = """\
-{{% if A_NVFP4 and HAS_BIAS %}}{{{{def_kernel("A", "A_SCALE", "B", "B_SCALE", "ALPHA", "BIAS")}}}}\
-{{% elif A_NVFP4 %}}{{{{def_kernel("A", "A_SCALE", "B", "B_SCALE", "ALPHA")}}}}\
+{{% if A_NVFP4 and HAS_BIAS %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA", "BIAS")}}}}\
+{{% elif A_NVFP4 %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA")}}}}\
 {{% elif HAS_BIAS %}}{{{{def_kernel("A", "B", "B_SCALE", "ALPHA", "BIAS")}}}}\
 {{% else %}}{{{{def_kernel("A", "B", "B_SCALE", "ALPHA")}}}}{{% endif %}}
     # inductor_ext template: triton.nvfp4_dequant_gemm
     M = {{{{size("A", 0)}}}}
-    N = {{{{size("B", 0)}}}}
-    K = 2 * {{{{size("B", 1)}}}}
+    N = {{{{size("B", 1)}}}}
+    K = 2 * {{{{size("B", 0)}}}}
     if M * N == 0:
         return
     stride_am = {{{{stride("A", 0)}}}}
     stride_ak = {{{{stride("A", 1)}}}}
-    stride_bn = {{{{stride("B", 0)}}}}
-    stride_bk = {{{{stride("B", 1)}}}}
+    stride_bn = {{{{stride("B", 1)}}}}
+    stride_bk = {{{{stride("B", 0)}}}}
 {{% if BLOCKED_SCALES %}}\
     stride_bsn = 0
     stride_bsk = 0
@@ -358,8 +377,10 @@ _INDUCTOR = """\
     BIAS = B_SCALE
     stride_bias = 0
 {{% endif %}}\
+{body}\
+    # after the main loop, so that with USE_PDL the first global load comes after gdc_wait()
     alpha = tl.load(ALPHA).to(tl.float32)
-{body}{epilogue}\
+{epilogue}\
     {{{{store_output(("idx_m", "idx_n"), "acc", "mask", val_shape=("BLOCK_M", "BLOCK_N"))}}}}
 """
 
@@ -373,6 +394,8 @@ def kernel_name(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig
         parts.append(problem.activation)
     if problem.scale_layout != "plain":
         parts.append(problem.scale_layout)
+    if problem.use_pdl:
+        parts.append("pdl")
     return "_".join(parts + [config.name()])
 
 
@@ -389,6 +412,7 @@ def constexprs(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig)
         "SWAP_AB": config.swap_ab,
         "HAS_BIAS": problem.bias,
         "ACTIVATION": problem.activation,
+        "USE_PDL": problem.use_pdl,
     }
 
 
@@ -420,8 +444,15 @@ def render(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig, tar
         config=asdict(config),
         constexprs=consts,
         signature=signature,
-        launch={"num_warps": config.num_warps, "num_stages": config.num_stages},
+        launch=_launch(problem, config),
     )
+
+
+def _launch(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig) -> dict[str, object]:
+    launch: dict[str, object] = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    if problem.use_pdl:
+        launch["launch_pdl"] = True  # Triton compile option: launch with the PDL attribute
+    return launch
 
 
 def inductor_source() -> str:
@@ -437,7 +468,7 @@ def inductor_source() -> str:
 def run(a: "torch.Tensor | NVFP4Tensor", b: "NVFP4Tensor", config: Nvfp4DequantGemmConfig, *,
         alpha: float | None = None, bias: "torch.Tensor | None" = None, activation: str | None = None,
         out_dtype: "torch.dtype | None" = None, scale_layout: str = "plain",
-        target: str = "cpu") -> "torch.Tensor":
+        target: str = "cpu", use_pdl: bool = False) -> "torch.Tensor":
     """Render, load and launch the kernel for ``a [M, K] @ dequant(b) [N, K]^T`` (interpreter on CPU).
 
     ``a`` is a bf16/fp16 tensor (any strides) or an ``NVFP4Tensor``; ``b`` an ``NVFP4Tensor``.
@@ -470,7 +501,7 @@ def run(a: "torch.Tensor | NVFP4Tensor", b: "NVFP4Tensor", config: Nvfp4DequantG
     problem = Nvfp4DequantGemmProblem(m, n, k, a_dtype, str(torch_out).removeprefix("torch."),
                                       bias=bias is not None,
                                       bias_dtype=str(bias.dtype).removeprefix("torch.") if bias is not None else None,
-                                      activation=activation, scale_layout=scale_layout)
+                                      activation=activation, scale_layout=scale_layout, use_pdl=use_pdl)
     ks = render(problem, config, target)
     sb = b.scales.view(torch.float8_e4m3fn)
     sa = a.scales.view(torch.float8_e4m3fn) if a_nvfp4 else sb

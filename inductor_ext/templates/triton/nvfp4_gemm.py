@@ -25,6 +25,16 @@ The layout only changes the scale addresses: the MMA reads scales from tensor me
 Limits (``supports``): K a multiple of 16 (whole scale blocks; K // 2 bytes per row need not be
 16-byte aligned, tails of K smaller than BLOCK_K are masked with zero codes and zero scales).
 M = 1 works; for small M the ``swap_ab`` configs put N on the MMA's M side (acc^T = B A^T).
+
+Programmatic dependent launch (PDL): ``Nvfp4GemmProblem.use_pdl`` sets the ``USE_PDL``
+constexpr, as in ``triton.gemm``: ``tl.extra.cuda.gdc_wait()`` after the index, pointer and
+scale-address setup,
+right before the first global load (the first K tile of the operands; the Inductor frame loads
+ALPHA after the main loop for this reason), and ``tl.extra.cuda.gdc_launch_dependents()`` right
+after the K loop, before alpha, bias, activation and the store. ``render()`` adds the compile
+option ``launch_pdl=True`` to ``KernelSource.launch``. It is a problem field, not a config field:
+it depends on the GEMM's place in the graph (``inductor_ext.autotune.pdl_policy.use_pdl``) and is
+the same for every candidate config.
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ class Nvfp4GemmProblem:
     bias_dtype: str | None = None  # None: same as out_dtype
     activation: str | None = None
     scale_layout: str = "plain"
+    use_pdl: bool = False  # programmatic dependent launch (USE_PDL; see the module docstring)
 
     @property
     def result_bias_dtype(self) -> str:
@@ -159,7 +170,7 @@ def config_from_tile(tile: Tile, target: str | None = None) -> Nvfp4GemmConfig |
 
 # The shared main loop. Inputs: pointers A, A_SCALE, B, B_SCALE; ints M, N, K and strides
 # (stride_ak / stride_bk are per packed byte); constexprs BLOCK_M/N/K, GROUP_M, EVEN_K,
-# BLOCKED_SCALES, SWAP_AB. Leaves: acc [BLOCK_M, BLOCK_N] fp32, rn_safe, idx_m, idx_n, mask.
+# BLOCKED_SCALES, SWAP_AB, USE_PDL. Leaves: acc [BLOCK_M, BLOCK_N] fp32, rn_safe, idx_m, idx_n, mask.
 BODY = """\
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -203,6 +214,9 @@ BODY = """\
         acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if USE_PDL:
+        # PDL: all above is index math; wait for the previous kernel right before the first load.
+        tl.extra.cuda.gdc_wait()
     for k_tile in range(0, tl.cdiv(K, BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs)
@@ -229,6 +243,9 @@ BODY = """\
         b_ptrs += BLOCK_K // 2 * stride_bk
         a_s_ptrs += a_s_step
         b_s_ptrs += b_s_step
+    if USE_PDL:
+        # PDL: the main loop is done; the next kernel may start its prologue during the epilogue.
+        tl.extra.cuda.gdc_launch_dependents()
     if SWAP_AB:
         acc = tl.trans(acc_t)
     idx_m = rm[:, None]
@@ -266,28 +283,30 @@ def {name}(
     stride_cm, stride_cn, stride_bias, alpha,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, BLOCKED_SCALES: tl.constexpr, SWAP_AB: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
 {body}{epilogue}\
     tl.store(C + idx_m * stride_cm + idx_n * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
 """
 
-# Inputs, in order: A [M, K // 2] (uint8 or float4_e2m1fn_x2), A_SCALE, B [N, K // 2], B_SCALE
-# (float8_e4m3fn [rows, K // 16], or flat when BLOCKED_SCALES), ALPHA (fp32, one element) and,
-# when HAS_BIAS, BIAS [N]. The template kwargs are the constexprs of ``constexprs()``.
+# Inputs, in order, as ``torch._scaled_mm`` takes them (so the choice benchmarks against ATen on
+# the same inputs): A [M, K // 2] and B [K // 2, N] (the weight's transposed view) as
+# float4_e2m1fn_x2 or uint8, A_SCALE, B_SCALE (float8_e4m3fn [rows, K // 16], or flat when
+# BLOCKED_SCALES), ALPHA (fp32, one element) and, when HAS_BIAS, BIAS [N]. The template kwargs
+# are the constexprs of ``constexprs()``.
 _INDUCTOR = """\
-{{% if HAS_BIAS %}}{{{{def_kernel("A", "A_SCALE", "B", "B_SCALE", "ALPHA", "BIAS")}}}}\
-{{% else %}}{{{{def_kernel("A", "A_SCALE", "B", "B_SCALE", "ALPHA")}}}}{{% endif %}}
+{{% if HAS_BIAS %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA", "BIAS")}}}}\
+{{% else %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA")}}}}{{% endif %}}
     # inductor_ext template: triton.nvfp4_gemm
     M = {{{{size("A", 0)}}}}
-    N = {{{{size("B", 0)}}}}
+    N = {{{{size("B", 1)}}}}
     K = 2 * {{{{size("A", 1)}}}}
     if M * N == 0:
         return
     stride_am = {{{{stride("A", 0)}}}}
     stride_ak = {{{{stride("A", 1)}}}}
-    stride_bn = {{{{stride("B", 0)}}}}
-    stride_bk = {{{{stride("B", 1)}}}}
+    stride_bn = {{{{stride("B", 1)}}}}
+    stride_bk = {{{{stride("B", 0)}}}}
 {{% if BLOCKED_SCALES %}}\
     stride_asm = 0
     stride_ask = 0
@@ -305,8 +324,10 @@ _INDUCTOR = """\
     BIAS = A
     stride_bias = 0
 {{% endif %}}\
+{body}\
+    # after the main loop, so that with USE_PDL the first global load comes after gdc_wait()
     alpha = tl.load(ALPHA).to(tl.float32)
-{body}{epilogue}\
+{epilogue}\
     {{{{store_output(("idx_m", "idx_n"), "acc", "mask", val_shape=("BLOCK_M", "BLOCK_N"))}}}}
 """
 
@@ -319,6 +340,8 @@ def kernel_name(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig) -> str:
         parts.append(problem.activation)
     if problem.scale_layout != "plain":
         parts.append(problem.scale_layout)
+    if problem.use_pdl:
+        parts.append("pdl")
     return "_".join(parts + [config.name()])
 
 
@@ -334,6 +357,7 @@ def constexprs(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig) -> dict[str, 
         "SWAP_AB": config.swap_ab,
         "HAS_BIAS": problem.bias,
         "ACTIVATION": problem.activation,
+        "USE_PDL": problem.use_pdl,
     }
 
 
@@ -362,8 +386,15 @@ def render(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str = "cp
         config=asdict(config),
         constexprs=consts,
         signature=signature,
-        launch={"num_warps": config.num_warps, "num_stages": config.num_stages},
+        launch=_launch(problem, config),
     )
+
+
+def _launch(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig) -> dict[str, object]:
+    launch: dict[str, object] = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    if problem.use_pdl:
+        launch["launch_pdl"] = True  # Triton compile option: launch with the PDL attribute
+    return launch
 
 
 def inductor_source() -> str:
@@ -379,7 +410,7 @@ def inductor_source() -> str:
 def run(a: "NVFP4Tensor", b: "NVFP4Tensor", config: Nvfp4GemmConfig, *, alpha: float | None = None,
         bias: "torch.Tensor | None" = None, activation: str | None = None,
         out_dtype: "torch.dtype | None" = None, scale_layout: str = "plain",
-        target: str = "cpu") -> "torch.Tensor":
+        target: str = "cpu", use_pdl: bool = False) -> "torch.Tensor":
     """Render, load and launch the kernel for ``a [M, K] @ b [N, K]^T`` (interpreter on CPU).
 
     ``a`` and ``b`` are ``kernels.nvfp4.NVFP4Tensor``s; their ``qdata`` and ``scales`` are used
@@ -403,7 +434,7 @@ def run(a: "NVFP4Tensor", b: "NVFP4Tensor", config: Nvfp4GemmConfig, *, alpha: f
         alpha = float(a.global_scale) * float(b.global_scale)
     problem = Nvfp4GemmProblem(m, n, k, str(torch_out).removeprefix("torch."), bias=bias is not None,
                                bias_dtype=str(bias.dtype).removeprefix("torch.") if bias is not None else None,
-                               activation=activation, scale_layout=scale_layout)
+                               activation=activation, scale_layout=scale_layout, use_pdl=use_pdl)
     ks = render(problem, config, target)
     sa, sb = a.scales.view(torch.float8_e4m3fn), b.scales.view(torch.float8_e4m3fn)
     if scale_layout == "blocked":
