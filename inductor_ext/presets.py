@@ -21,19 +21,20 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {
         "description": "CPU: ATen and Inductor's C++ codegen; Triton templates only in interpret mode",
         "device_type": "cpu", "target": "cpu",
-        "passes": ["nvfp4_alpha_fold"], "templates": ["triton.gemm"], "autotune": "off", "pdl": "off",
+        "passes": ["nvfp4_alpha_fold"], "autotune": "off", "pdl": "off",
+        "templates": ["triton.gemm", "triton.nvfp4_gemm", "triton.nvfp4_dequant_gemm"],
         "template_margin": 0.0,
     },
     "hopper": {
         "description": "NVIDIA Hopper (sm_90a): Triton GEMM templates (wgmma) against cuBLAS",
         "device_type": "cuda", "target": "sm_90a",
-        "passes": ["nvfp4_alpha_fold"], "templates": ["triton.gemm"], "autotune": "quick", "pdl": "auto",
+        "passes": ["nvfp4_alpha_fold"], "templates": ["triton.gemm", "triton.nvfp4_dequant_gemm"], "autotune": "quick", "pdl": "auto",
         "template_margin": 0.02,
     },
     "blackwell": {
         "description": "NVIDIA Blackwell (sm_100/sm_103): Triton GEMM templates (tcgen05) against cuBLAS",
         "device_type": "cuda", "target": "sm_100a",
-        "passes": ["nvfp4_alpha_fold"], "templates": ["triton.gemm"], "autotune": "quick", "pdl": "auto",
+        "passes": ["nvfp4_alpha_fold"], "templates": ["triton.gemm", "triton.nvfp4_gemm"], "autotune": "quick", "pdl": "auto",
         "template_margin": 0.02,
     },
     "gfx950": {

@@ -112,11 +112,12 @@ def default_global_scale(x: Tensor) -> Tensor:
     return torch.where(amax > 0, amax / (E2M1_MAX * E4M3_MAX), torch.ones_like(amax))
 
 
-def quantize_nvfp4(x: Tensor, global_scale: Tensor | float | None = None) -> NVFP4Tensor:
+def quantize_nvfp4(x: Tensor, global_scale: Tensor | float | None = None, *, check: bool = True) -> NVFP4Tensor:
     """Quantize ``x [..., K]`` (K even) to NVFP4.
 
     ``global_scale`` defaults to :func:`default_global_scale`; it must be positive.
-    Block scale = ``block_amax / 6 / global_scale`` rounded to e4m3.
+    Block scale = ``block_amax / 6 / global_scale`` rounded to e4m3. ``check=False`` skips the
+    data-dependent positivity check, so the function traces into a graph without a break.
     """
     k = x.shape[-1]
     if x.dim() == 0 or k % 2:
@@ -125,7 +126,7 @@ def quantize_nvfp4(x: Tensor, global_scale: Tensor | float | None = None) -> NVF
     if global_scale is None:
         global_scale = default_global_scale(x2)
     global_scale = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device).reshape(())
-    if not bool(global_scale > 0):
+    if check and not bool(global_scale > 0):
         raise ValueError(f"global_scale must be positive, got {global_scale.item()}")
 
     blocks = split_blocks(x2, BLOCK_SIZE)

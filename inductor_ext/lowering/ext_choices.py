@@ -12,6 +12,7 @@ import hashlib
 import logging
 import sys
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Callable
 
 import torch
@@ -22,14 +23,14 @@ from torch._inductor.virtualized import V
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import triton_gemm
+from inductor_ext.lowering import triton_gemm, triton_nvfp4
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates.base import module_source_hash
 
 log = logging.getLogger("inductor_ext.autotune")
 
 # Template family -> the lowering adapter that offers it (adapters list the ops they serve).
-ADAPTERS = {triton_gemm.FAMILY: triton_gemm}
+ADAPTERS: dict[str, Any] = {triton_gemm.FAMILY: triton_gemm, **triton_nvfp4.ADAPTERS}
 
 
 def available_templates() -> dict[str, Any]:
@@ -79,6 +80,10 @@ class ExtChoices(InductorChoices):
         # Inductor asks once per lowering with its ATen choice in the list: add ours then.
         if not choices or not any(isinstance(t, ExternKernelChoice) for t in templates):
             return choices
+        return self.offer(op_name, kernel_inputs, choices)
+
+    def offer(self, op_name: str, kernel_inputs: Any, choices: list[Any]) -> list[Any]:
+        """``choices`` (ATen's, first one the default) plus ours, or one cached/fallback choice."""
         families = [f for f in self.config.templates if op_name in ADAPTERS[f].OPS]
         if not families or self.config.autotune == "off":
             return choices
@@ -210,7 +215,8 @@ def templates_hash(config: ExtConfig) -> str:
     modules = [sys.modules[__name__]]
     for family in config.templates:
         adapter = ADAPTERS[family]
-        modules += [adapter, adapter.TEMPLATE_MODULE]
+        modules += [sys.modules[type(adapter).__module__] if not isinstance(adapter, ModuleType) else adapter,
+                    adapter.TEMPLATE_MODULE]
     return hashlib.sha256("|".join(module_source_hash(m) for m in modules).encode()).hexdigest()[:16]
 
 
