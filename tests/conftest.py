@@ -17,3 +17,14 @@ if "triton" not in sys.modules:
 import tempfile  # noqa: E402
 
 os.environ["INDUCTOR_EXT_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_ext_test_cache_")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def isa_cache(request: pytest.FixtureRequest) -> str | None:
+    """Compiled asm lives in pytest's cache (``--cache-clear`` empties it) unless
+    $INDUCTOR_EXT_ISA_CACHE names another place."""
+    if os.environ.get("INDUCTOR_EXT_ISA_CACHE") or getattr(request.config, "cache", None) is None:
+        return None
+    return str(request.config.cache.mkdir("inductor_ext_isa"))

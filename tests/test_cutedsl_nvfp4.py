@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -242,15 +241,6 @@ KERNELS = {
 KERNELS.update({f"config_{c.name()}": (PREFILL, c) for c in nv.ALL_CONFIGS
                 if c not in {config for _, config in KERNELS.values()}})
 ALPHA_KERNELS = [name for name, (problem, _) in KERNELS.items() if problem.alpha != "none"]
-
-
-@pytest.fixture(scope="module")
-def isa_cache(request: pytest.FixtureRequest) -> str | None:
-    """Compiled texts live in pytest's cache (``--cache-clear`` empties it) unless
-    $INDUCTOR_EXT_ISA_CACHE names another place."""
-    if os.environ.get("INDUCTOR_EXT_ISA_CACHE") or getattr(request.config, "cache", None) is None:
-        return None
-    return str(request.config.cache.mkdir("inductor_ext_isa"))
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,6 @@ import sys
 if "triton" not in sys.modules:  # must precede every import of triton (see the module docstring)
     os.environ["TRITON_INTERPRET"] = "1"
 
-import difflib  # noqa: E402
-import json  # noqa: E402
 import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -30,7 +28,7 @@ import torch  # noqa: E402
 
 from inductor_ext.templates.base import KernelSource  # noqa: E402
 from inductor_ext.templates.triton import gemm  # noqa: E402
-from inductor_ext.testing import isa  # noqa: E402
+from inductor_ext.testing import golden, isa  # noqa: E402
 
 GemmProblem, GemmConfig = gemm.GemmProblem, gemm.GemmConfig
 
@@ -39,34 +37,11 @@ GemmProblem, GemmConfig = gemm.GemmProblem, gemm.GemmConfig
 GOLDEN_DIR = Path(__file__).parent / "golden" / "triton_gemm"
 
 
-def _accepting() -> bool:
-    return os.environ.get("EXPECTTEST_ACCEPT", "") not in ("", "0")
-
-
 def assert_golden(name: str, actual: str) -> None:
-    """Compare ``actual`` with tests/golden/triton_gemm/<name>.expected (rewritten when accepting)."""
-    path = GOLDEN_DIR / f"{name}.expected"
-    if _accepting():
-        if not path.exists() or path.read_text() != actual:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(actual)
-        return
-    if not path.exists():
-        pytest.fail(f"no golden file {path}; create it with EXPECTTEST_ACCEPT=1 pytest {__file__}")
-    expected = path.read_text()
-    if actual != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                            f"{path.name} (golden)", f"{name} (rendered)"))
-        pytest.fail(f"rendered text differs from {path}; if the change is intended, rerun with "
-                    f"EXPECTTEST_ACCEPT=1 and review the diff:\n{diff}")
+    golden.assert_golden(GOLDEN_DIR, name, actual)
 
 
-def _snapshot(ks: KernelSource) -> str:
-    """Everything render() decides, header first, then the module text as Triton will read it."""
-    header = {"name": ks.name, "template": ks.template, "config": ks.config, "constexprs": ks.constexprs,
-              "launch": ks.launch, "signature": ks.signature}
-    lines = [f"# {key}: {json.dumps(value, sort_keys=key != 'signature')}" for key, value in header.items()]
-    return "\n".join(lines) + "\n# ---- source ----\n" + ks.source
+_snapshot = golden.snapshot
 
 
 GOLDEN_RENDERS = {
@@ -138,15 +113,6 @@ def _isa_kernel(target: str, dtype: str) -> tuple[KernelSource, dict[str, int]]:
         "M": p.m, "N": p.n, "K": p.k, "stride_am": p.k, "stride_ak": 1, "stride_bk": p.n, "stride_bn": 1,
         "stride_cm": p.n, "stride_cn": 1, "stride_bias": 1 if p.bias else 0})
     return ks, hints
-
-
-@pytest.fixture(scope="module")
-def isa_cache(request: pytest.FixtureRequest) -> str | None:
-    """Compiled asm lives in pytest's cache (``--cache-clear`` empties it) unless
-    $INDUCTOR_EXT_ISA_CACHE names another place."""
-    if os.environ.get("INDUCTOR_EXT_ISA_CACHE") or getattr(request.config, "cache", None) is None:
-        return None
-    return str(request.config.cache.mkdir("inductor_ext_isa"))
 
 
 @pytest.fixture(scope="module")

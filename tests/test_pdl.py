@@ -9,7 +9,7 @@ setup) and ``tl.extra.cuda.gdc_launch_dependents()`` right after the main K loop
 - G: what render(), constexprs() and inductor_source() carry, and where the calls sit in the text.
 - I ISA (``-m isa``): compiled for sm_90a / sm_100a with ``launch_pdl=True`` (a Triton compile
   option, carried in ``KernelSource.launch``), the order of ``griddepcontrol`` in the PTX and in
-  the TTIR; and a standalone pointwise consumer (tests/_pdl_consumer.py).
+  the TTIR; and a standalone pointwise consumer (inductor_ext/kernels/pdl_consumer.py).
 - C interpreter (``-m interp``): the same numbers with PDL on and off, a GEMM -> consumer chain.
 """
 
@@ -163,7 +163,7 @@ def test_gemm_render_refuses_pdl_without_griddepcontrol() -> None:
 
 # --------------------------------------------------------------------------- tier I ISA
 
-_CONSUMER_FILE = Path(__file__).with_name("_pdl_consumer.py")
+_CONSUMER_FILE = Path(__file__).parent.parent / "inductor_ext" / "kernels" / "pdl_consumer.py"
 
 
 def _consumer(use_pdl: bool) -> KernelSource:
@@ -210,15 +210,6 @@ def _jobs() -> dict[tuple[str, str, bool], tuple[KernelSource, str, dict[str, ob
             jobs["consumer", target, use_pdl] = (ks, target, {"hints": isa.launch_hints(ks, {"n": 4096 * 16}),
                                                               "options": options})
     return jobs
-
-
-@pytest.fixture(scope="module")
-def isa_cache(request: pytest.FixtureRequest) -> str | None:
-    """Compiled asm lives in pytest's cache (``--cache-clear`` empties it) unless
-    $INDUCTOR_EXT_ISA_CACHE names another place."""
-    if os.environ.get("INDUCTOR_EXT_ISA_CACHE") or getattr(request.config, "cache", None) is None:
-        return None
-    return str(request.config.cache.mkdir("inductor_ext_isa"))
 
 
 @pytest.fixture(scope="module")
