@@ -1,8 +1,8 @@
-"""A template-free Triton consumer for tests/test_pdl.py: the kernel after a PDL GEMM.
+"""A standalone Triton consumer: the pointwise kernel after a PDL GEMM.
 
 tests/test_pdl.py compiles this file's text for sm_90a / sm_100a (tier I) and runs it in the
-interpreter after a GEMM (tier C); it is loaded as a ``KernelSource`` (Triton reads kernel
-source from a file), so it only needs to be valid on its own.
+interpreter after a GEMM (tier C); bench/gpu_nvfp4.py times the GEMM -> consumer chain with
+and without PDL on a GPU. Only triton is imported, so it runs on older stacks too.
 """
 
 import triton
