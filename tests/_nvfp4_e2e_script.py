@@ -4,7 +4,6 @@ reference _scaled_mm (fp4 _scaled_mm cannot run on CPU)."""
 
 import copy
 import json
-import sys
 
 import torch
 import torch.nn.functional as F

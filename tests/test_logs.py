@@ -12,8 +12,10 @@ with torch.no_grad():
 """
 
 
-def _stderr(torch_logs):
+def _stderr(torch_logs, tmp_path):
+    # fresh Inductor caches: a cache hit would skip the lowering and the passes we log
     env = {k: v for k, v in os.environ.items() if k != "TORCH_LOGS"}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / f"inductor_{bool(torch_logs)}")
     if torch_logs:
         env["TORCH_LOGS"] = torch_logs
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
@@ -21,10 +23,10 @@ def _stderr(torch_logs):
     return done.stderr
 
 
-def test_artifacts_log_decisions_and_passes_only_when_asked():
-    logged = _stderr("ext_autotune,ext_passes")
+def test_artifacts_log_decisions_and_passes_only_when_asked(tmp_path):
+    logged = _stderr("ext_autotune,ext_passes", tmp_path)
     assert "[__ext_autotune]" in logged and "addmm" in logged
     assert "fallback: Triton templates run on CPU only" in logged
     assert "[__ext_passes]" in logged and "nvfp4_alpha_fold" in logged
-    quiet = _stderr(None)
+    quiet = _stderr(None, tmp_path)
     assert "__ext_autotune" not in quiet and "__ext_passes" not in quiet

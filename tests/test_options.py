@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from pathlib import Path
 
 import pytest
 import torch

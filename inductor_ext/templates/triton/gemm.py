@@ -23,8 +23,12 @@ say who consumes the output. NVIDIA sm_90+ only (``render`` refuses it for AMD t
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from inductor_ext.templates.base import KernelSource, Tile
+
+if TYPE_CHECKING:  # annotations only: the module itself never imports torch at load
+    import torch
 
 FAMILY = "triton.gemm"
 

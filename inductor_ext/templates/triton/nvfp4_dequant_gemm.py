@@ -38,8 +38,14 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from inductor_ext.templates.base import KernelSource, Tile
+
+if TYPE_CHECKING:  # annotations only: the module itself never imports torch at load
+    import torch
+
+    from inductor_ext.kernels.nvfp4 import NVFP4Tensor
 
 FAMILY = "triton.nvfp4_dequant_gemm"
 

@@ -40,8 +40,14 @@ the same for every candidate config.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from inductor_ext.templates.base import KernelSource, Tile
+
+if TYPE_CHECKING:  # annotations only: the module itself never imports torch at load
+    import torch
+
+    from inductor_ext.kernels.nvfp4 import NVFP4Tensor
 
 FAMILY = "triton.nvfp4_gemm"
 
