@@ -142,6 +142,9 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
         out(f"gemm        every GEMM went to ATen: autotune is {config.autotune!r} in preset {config.preset!r}")
     out(f"speed       eager {t_eager * 1e3:.3f} ms, ext {t_ext * 1e3:.3f} ms, inductor {t_ind * 1e3:.3f} ms (median of {timing_reps})")
     out(f"ratios      ext vs eager {t_eager / t_ext:.2f}x faster, ext vs inductor {t_ind / t_ext:.2f}x faster")
+    if interpret:
+        out("note        interpret mode runs ext's Triton kernels in the Triton interpreter (numpy): "
+            "it shows what is generated and chosen, its speed means nothing")
     return {"ok": ok, "max_err": max_err, "compile_s": compile_s, "eager_s": t_eager, "ext_s": t_ext,
             "inductor_s": t_ind, "kernels": len(index["kernels"]), "preset": config.preset}
 
