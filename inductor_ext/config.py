@@ -156,6 +156,10 @@ class ExtConfig:
             # Triton GEMM templates stay out so ext's policy decides the candidates, and winners
             # go through ExtChoices.override_best_choice (ATen margin), not fusion benchmarks.
             patches.update(max_autotune_gemm_backends="ATEN", benchmark_template_fusion=False)
+        if self.pdl == "force" and self.device_type == "cuda" and self.target.startswith("sm_"):
+            # Inductor's Triton kernels then wait (gdc_wait) right before their first load of
+            # the previous kernel's output; ext's templates release them early (USE_PDL).
+            patches["triton.enable_pdl"] = True
         if self.interpret:
             from inductor_ext.testing.cpu_triton import interpret_patches
 

@@ -113,11 +113,11 @@ def resolve(options: dict[str, Any] | None = None, example_inputs: Sequence[Any]
     fields.update(opts)  # explicit options always win
     fields["passes"] = tuple(fields["passes"])
     fields["templates"] = tuple(fields["templates"])
-    _check_known(fields)
+    _check_known(fields, name, data["target"])
     return ExtConfig(preset=name, device_type=data["device_type"], target=data["target"], **fields)
 
 
-def _check_known(fields: dict[str, Any]) -> None:
+def _check_known(fields: dict[str, Any], preset: str, target: str) -> None:
     from inductor_ext.lowering.pass_manager import available_passes
     from inductor_ext.lowering.ext_choices import available_templates
 
@@ -126,6 +126,9 @@ def _check_known(fields: dict[str, Any]) -> None:
         for n in names:
             if n not in valid:
                 raise ExtOptionError(f"unknown {kind} {n!r}; available: {', '.join(sorted(valid)) or 'none'}")
+    if fields["pdl"] == "force" and not target.startswith("sm_"):
+        raise ExtOptionError(f"pdl='force' needs an NVIDIA target (sm_90a or newer); preset {preset!r} "
+                             f"targets {target!r}. Use pdl='off' or 'auto' there.")
     force = fields.get("force_template")
     if force is not None and force not in fields["templates"]:
         raise ExtOptionError(f"force_template={force!r} is not among the enabled templates {list(fields['templates'])}")

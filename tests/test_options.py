@@ -147,7 +147,7 @@ def test_every_autotune_effort_is_accepted(effort):
 
 @pytest.mark.parametrize("pdl", PDL_MODES)
 def test_every_pdl_mode_is_accepted(pdl):
-    assert presets.resolve({"pdl": pdl}).pdl == pdl
+    assert presets.resolve({"preset": "hopper", "pdl": pdl}).pdl == pdl
 
 
 # --- mode= ----------------------------------------------------------------------------------
@@ -433,3 +433,10 @@ def test_non_iterable_names_raise_ext_option_error(value):
 def test_non_str_inductor_key_raises_ext_option_error():
     message = error_of({"inductor": {1: True}})
     assert "has key 1: Inductor config keys are strings" in message
+
+
+def test_pdl_force_patches_inductor_consumers_on_nvidia_only():
+    assert presets.resolve({"preset": "hopper", "pdl": "force"}).inductor_patches()["triton.enable_pdl"] is True
+    assert "triton.enable_pdl" not in presets.resolve({"preset": "hopper"}).inductor_patches()  # auto
+    with pytest.raises(ExtOptionError, match="pdl='force' needs an NVIDIA target.*'gfx950'"):
+        presets.resolve({"preset": "gfx950", "pdl": "force"})
