@@ -12,6 +12,10 @@ def _presets(args: argparse.Namespace) -> int:
     from inductor_ext import presets
 
     if args.action == "show":
+        if args.name == "auto":  # what auto picks on this machine
+            import torch
+
+            args.name = presets.preset_for_device(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
         if args.name not in presets.PRESETS:
             print(f"unknown preset {args.name!r}; valid presets: {', '.join(presets.PRESETS)}", file=sys.stderr)
             return 2

@@ -440,3 +440,18 @@ def test_pdl_force_patches_inductor_consumers_on_nvidia_only():
     assert "triton.enable_pdl" not in presets.resolve({"preset": "hopper"}).inductor_patches()  # auto
     with pytest.raises(ExtOptionError, match="pdl='force' needs an NVIDIA target.*'gfx950'"):
         presets.resolve({"preset": "gfx950", "pdl": "force"})
+
+
+def test_cli_presets_list_and_show(capsys):
+    from inductor_ext import cli
+
+    assert cli.main(["presets"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in presets.PRESETS) and "auto" in listed
+    assert cli.main(["presets", "show", "blackwell"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["target"] == "sm_100a" and "nvfp4_alpha_fold" in shown["passes"]
+    assert cli.main(["presets", "show", "auto"]) == 0  # this machine: CPU
+    assert json.loads(capsys.readouterr().out)["preset"] == "cpu"
+    assert cli.main(["presets", "show", "nope"]) == 2
+    assert "valid presets" in capsys.readouterr().err
