@@ -211,13 +211,33 @@ class ExtChoices(InductorChoices):
 
 
 def templates_hash(config: ExtConfig) -> str:
-    """Source hash of this module and of every enabled family's adapter and template."""
+    """Source hash of this module and of every enabled family's adapter and template, the
+    template with every ``inductor_ext.templates`` module it imports (``_template_modules``)."""
     modules = [sys.modules[__name__]]
     for family in config.templates:
         adapter = ADAPTERS[family]
         modules += [sys.modules[type(adapter).__module__] if not isinstance(adapter, ModuleType) else adapter,
-                    adapter.TEMPLATE_MODULE]
+                    *_template_modules(adapter.TEMPLATE_MODULE)]
     return hashlib.sha256("|".join(module_source_hash(m) for m in modules).encode()).hexdigest()[:16]
+
+
+def _is_template_module(name: object) -> bool:
+    return isinstance(name, str) and (name == "inductor_ext.templates" or name.startswith("inductor_ext.templates."))
+
+
+def _template_modules(module: ModuleType) -> list[ModuleType]:
+    """``module``, then the ``inductor_ext.templates`` modules it imports, transitively and by
+    name: those its globals are, or whose objects (``__module__``) it holds. Their text renders
+    into its kernels (e.g. ``nvfp4_common``'s shared body and epilogue), so it is part of the key."""
+    found: dict[str, ModuleType] = {}
+    todo = [module]
+    while todo:
+        for value in vars(todo.pop()).values():
+            name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+            if _is_template_module(name) and name != module.__name__ and name not in found and name in sys.modules:
+                found[name] = sys.modules[name]
+                todo.append(found[name])
+    return [module] + [found[name] for name in sorted(found)]
 
 
 def _device_name(device: torch.device) -> str:

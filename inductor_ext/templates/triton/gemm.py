@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from inductor_ext.templates.base import KernelSource, Tile
+from inductor_ext.templates.triton.launch import FP, PROGRAM_TILE, bias_args, dtype_name, launch, launch_options
 
 if TYPE_CHECKING:  # annotations only: the module itself never imports torch at load
     import torch
@@ -130,18 +131,8 @@ PDL_TARGETS = ("sm_90a", "sm_100a", "cpu")
 
 # The shared body. Inputs: pointers A, B; ints M, N, K and strides; constexprs BLOCK_M/N/K,
 # GROUP_M, EVEN_K, ACC_TYPE, INPUT_PRECISION, USE_PDL. Leaves: acc, idx_m, idx_n, mask.
-BODY = """\
-    pid = tl.program_id(0)
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    # Group programs along M so programs running together share tiles of B in L2.
-    width = GROUP_M * grid_n
-    group_id = pid // width
-    group_size = min(grid_m - group_id * GROUP_M, GROUP_M)
-    pid_m = group_id * GROUP_M + (pid % group_size)
-    pid_n = (pid % width) // group_size
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+# It starts with launch.PROGRAM_TILE, the program's tile of launch.grid().
+BODY = PROGRAM_TILE + """\
     rk = tl.arange(0, BLOCK_K)
     # Lanes past M/N reload a valid row (no mask on the hot loads); the store mask drops them.
     a_ptrs = A + (rm % M)[:, None] * stride_am + rk[None, :] * stride_ak
@@ -238,9 +229,9 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> Ker
     name = kernel_name(problem, config)
     consts = constexprs(problem, config, target)
     consts["HAS_BIAS"] = problem.bias
-    ptr = f"*{_fp(problem.dtype)}"
+    ptr = f"*{FP[problem.dtype]}"
     signature = {
-        "A": ptr, "B": ptr, "C": f"*{_fp(problem.result_dtype)}", "BIAS": ptr,
+        "A": ptr, "B": ptr, "C": f"*{FP[problem.result_dtype]}", "BIAS": ptr,
         **{s: "i32" for s in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn",
                               "stride_cm", "stride_cn", "stride_bias")},
         "alpha": "fp32", "beta": "fp32",
@@ -253,15 +244,8 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> Ker
         config=asdict(config),
         constexprs=consts,
         signature=signature,
-        launch=_launch(problem, config),
+        launch=launch_options(problem, config),
     )
-
-
-def _launch(problem: GemmProblem, config: GemmConfig) -> dict[str, object]:
-    launch: dict[str, object] = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-    if problem.use_pdl:
-        launch["launch_pdl"] = True  # Triton compile option: launch with the PDL attribute
-    return launch
 
 
 def inductor_source() -> str:
@@ -273,10 +257,6 @@ def inductor_source() -> str:
     return _INDUCTOR.format(body=BODY)
 
 
-def _fp(dtype: str) -> str:
-    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype]
-
-
 def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.Tensor | None" = None,
         alpha: float = 1.0, beta: float = 1.0, target: str = "cpu", use_pdl: bool = False) -> "torch.Tensor":
     """Render, load and launch the kernel on ``a @ b`` (interpreter on CPU, or a real GPU).
@@ -284,23 +264,16 @@ def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.T
     ``use_pdl`` launches with programmatic dependent launch (in the interpreter the gdc calls
     need ``inductor_ext.testing.triton_interp``'s fixes)."""
     import torch
-    import triton
-
-    from inductor_ext.templates.loader import load_kernel
 
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
-    dtype = str(a.dtype).removeprefix("torch.")
-    problem = GemmProblem(m, n, k, dtype, bias=bias is not None, use_pdl=use_pdl)
+    problem = GemmProblem(m, n, k, dtype_name(a.dtype), bias=bias is not None, use_pdl=use_pdl)
     ks = render(problem, config, target)
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
-    bias_arg = bias if bias is not None else c
-    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
-    load_kernel(ks)[grid](
-        a, b, c, bias_arg, m, n, k,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        bias_arg.stride(-1) if bias is not None else 0,
-        alpha, beta, **ks.constexprs, **ks.launch,
-    )
+    bias_arg, stride_bias = bias_args(bias, c)
+    launch(ks, config, m, n,
+           a, b, c, bias_arg, m, n, k,
+           a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), stride_bias,
+           alpha, beta)
     return c

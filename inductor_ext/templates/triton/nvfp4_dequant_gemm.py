@@ -23,24 +23,22 @@ Limits (``supports``): K a multiple of 16 (whole scale blocks); K tails shorter 
 masked (zero codes, zero scales, zero activations). M = 1 works; for small M the ``swap_ab``
 configs compute acc^T = W A^T so N fills the 64-row wgmma side.
 
-Programmatic dependent launch (PDL): ``Nvfp4DequantGemmProblem.use_pdl`` sets the ``USE_PDL``
-constexpr, as in ``triton.gemm``: ``tl.extra.cuda.gdc_wait()`` after the index, pointer and
-scale-address setup,
-right before the first global load (the first K tile of the operands; the Inductor frame loads
-ALPHA after the main loop for this reason), and ``tl.extra.cuda.gdc_launch_dependents()`` right
-after the K loop, before alpha, bias, activation and the store. ``render()`` adds the compile
-option ``launch_pdl=True`` to ``KernelSource.launch``. It is a problem field, not a config field:
-it depends on the GEMM's place in the graph (``inductor_ext.autotune.pdl_policy.use_pdl``) and is
-the same for every candidate config.
+Programmatic dependent launch (PDL) with ``Nvfp4DequantGemmProblem.use_pdl``: see ``nvfp4_common``,
+which holds it with the rest that this family shares with ``nvfp4_gemm``.
 """
 
 from __future__ import annotations
 
+import functools
 import textwrap
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inductor_ext.templates.base import KernelSource, Tile
+from inductor_ext.templates.triton.launch import FP, dtype_name
+from inductor_ext.templates.triton import nvfp4_common as common
+from inductor_ext.templates.triton.nvfp4_common import (  # noqa: F401  (public constants)
+    ACTIVATIONS, BIAS_DTYPES, BLOCK_SIZE, OUT_DTYPES, SCALE_LAYOUTS)
 
 if TYPE_CHECKING:  # annotations only: the module itself never imports torch at load
     import torch
@@ -53,14 +51,6 @@ FAMILY = "triton.nvfp4_dequant_gemm"
 TARGETS = ("sm_90a", "cpu")
 
 A_DTYPES = ("bfloat16", "float16", "nvfp4")
-OUT_DTYPES = ("bfloat16", "float16", "float32")
-BIAS_DTYPES = ("bfloat16", "float16", "float32")
-# None, relu, gelu (erf form, F.gelu), gelu_tanh (F.gelu(approximate="tanh")), silu
-ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
-SCALE_LAYOUTS = ("plain", "blocked")
-BLOCK_SIZE = 16  # NVFP4: one e4m3 scale per 16 elements of K
-
-_FP = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -76,7 +66,7 @@ class Nvfp4DequantGemmProblem:
     bias_dtype: str | None = None  # None: same as out_dtype
     activation: str | None = None
     scale_layout: str = "plain"
-    use_pdl: bool = False  # programmatic dependent launch (USE_PDL; see the module docstring)
+    use_pdl: bool = False  # programmatic dependent launch (USE_PDL; see nvfp4_common)
 
     @property
     def result_bias_dtype(self) -> str:
@@ -84,57 +74,32 @@ class Nvfp4DequantGemmProblem:
 
 
 @dataclass(frozen=True)
-class Nvfp4DequantGemmConfig:
-    block_m: int
-    block_n: int
-    block_k: int  # in elements
-    group_m: int = 8
-    num_warps: int = 4
-    num_stages: int = 3
-    swap_ab: bool = False  # compute acc^T = W A^T: a small M sits on the MMA's N side
-
-    def name(self) -> str:
-        swap = "_swap" if self.swap_ab else ""
-        return (f"{self.block_m}x{self.block_n}x{self.block_k}_g{self.group_m}_w{self.num_warps}"
-                f"_s{self.num_stages}{swap}")
+class Nvfp4DequantGemmConfig(common.Nvfp4TileConfig):
+    """``nvfp4_common.Nvfp4TileConfig``: block_m/n/k (BLOCK_K in elements), group_m, num_warps,
+    num_stages, and swap_ab (compute acc^T = W A^T: a small M sits on the MMA's N side)."""
 
 
 def supports(problem: Nvfp4DequantGemmProblem) -> str | None:
     """None when the template can serve ``problem``, else the reason it cannot."""
-    if min(problem.m, problem.n, problem.k) <= 0:
-        return f"empty problem {problem.m}x{problem.n}x{problem.k}"
-    if problem.k % BLOCK_SIZE:
-        return (f"K={problem.k} is not a multiple of {BLOCK_SIZE}: NVFP4 GEMMs take whole 16-element "
-                f"scale blocks (partial last blocks are for reference math only)")
-    if problem.a_dtype not in A_DTYPES:
-        return f"activation dtype {problem.a_dtype} not in {A_DTYPES}"
-    if problem.out_dtype not in OUT_DTYPES:
-        return f"out_dtype {problem.out_dtype} not in {OUT_DTYPES}"
-    if problem.bias and problem.result_bias_dtype not in BIAS_DTYPES:
-        return f"bias dtype {problem.result_bias_dtype} not in {BIAS_DTYPES}"
-    if problem.activation not in ACTIVATIONS:
-        return f"activation {problem.activation!r} not in {ACTIVATIONS}"
-    if problem.scale_layout not in SCALE_LAYOUTS:
-        return f"scale_layout {problem.scale_layout!r} not in {SCALE_LAYOUTS}"
-    return None
+    reason = common.check_shape(problem)
+    if not reason and problem.a_dtype not in A_DTYPES:
+        reason = f"activation dtype {problem.a_dtype} not in {A_DTYPES}"
+    return reason or common.check_epilogue(problem)
 
 
 def check_config(config: Nvfp4DequantGemmConfig, problem: Nvfp4DequantGemmProblem | None = None,
                  target: str | None = None) -> str | None:
     """None when ``config`` can be rendered (for ``problem`` on ``target``), else why not."""
-    for name in ("block_m", "block_n", "block_k"):
-        value = getattr(config, name)
-        if value < 16 or value & (value - 1):
-            return f"{name}={value} must be a power of two >= 16"
+    reason = common.check_tile(config)
+    if reason:
+        return reason
     if config.block_k < 32:
         return f"block_k={config.block_k} must be >= 32 (16 packed bytes, two scales per row)"
     if problem is not None and problem.scale_layout == "blocked" and config.block_k % 64:
         return f"block_k={config.block_k}: blocked scales come in groups of 4 (64 elements of K)"
-    mma_rows = config.block_n if config.swap_ab else config.block_m
-    if target == "sm_90a" and mma_rows < 64:
+    if target == "sm_90a":
         # measured with Triton 3.9: 16 and 32 rows compile to mma.sync (Ampere MMAs), not wgmma
-        return (f"{mma_rows} rows on the MMA's M side ({'BLOCK_N with swap_ab' if config.swap_ab else 'BLOCK_M'}): "
-                f"wgmma needs >= 64, smaller tiles fall back to mma.sync")
+        return common.check_mma_rows(config, 64, "wgmma needs >= 64, smaller tiles fall back to mma.sync")
     return None
 
 
@@ -156,25 +121,15 @@ _CPU_CONFIGS = (Nvfp4DequantGemmConfig(32, 32, 128, 8, 4, 1), Nvfp4DequantGemmCo
 
 def configs(problem: Nvfp4DequantGemmProblem, target: str) -> list[Nvfp4DequantGemmConfig]:
     """The default candidate configs for ``problem`` on ``target``, best guess first."""
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r} is not one of {TARGETS}")
-    if target == "cpu":
-        return list(_CPU_CONFIGS)
-    out: list[Nvfp4DequantGemmConfig] = []
-    if problem.m <= 64:
-        out += [c for c in _SM90_SMALL_M if c.block_m >= min(problem.m, 64)][:1]
-    fitting = [c for c in _SM90_CONFIGS if c.block_n <= max(64, 2 * problem.n)]
-    return [c for c in out + (fitting or [_SM90_CONFIGS[-1]]) if check_config(c, problem, target) is None]
+    return common.pick_configs(problem, target, TARGETS, _CPU_CONFIGS, _SM90_CONFIGS, _SM90_SMALL_M,
+                               lambda c: check_config(c, problem, target) is None)
 
 
 def config_from_tile(tile: Tile, target: str | None = None) -> Nvfp4DequantGemmConfig | None:
     """A policy's tile as this template's config; None for split-K (not supported) and for
     tiles ``check_config`` rejects (on ``target`` when given)."""
-    if tile.split_k != 1:
-        return None
-    config = Nvfp4DequantGemmConfig(tile.block_m, tile.block_n, tile.block_k, 1 if tile.swap_ab else 8,
-                                    tile.num_warps, tile.num_stages, swap_ab=tile.swap_ab)
-    return None if check_config(config, target=target) else config
+    config = common.tile_config(tile, Nvfp4DequantGemmConfig)
+    return None if config is None or check_config(config, target=target) else config
 
 
 def dot_dtype(problem: Nvfp4DequantGemmProblem) -> str:
@@ -199,83 +154,47 @@ scale = {scales}.to(tl.float8e4nv, bitcast=True).to(tl.float32)
 """, " " * indent)
 
 
+def _load_decoded(x: str, rows: str, out: str, indent: int) -> str:
+    """Text that loads one K step of NVFP4 operand ``x`` (from ``<x>_ptrs`` and ``<x>_s_ptrs``, the
+    K tail masked to zero codes and scales) and decodes it into ``out`` (``_decode``)."""
+    return textwrap.indent(f"""\
+if EVEN_K:
+    {x}_q = tl.load({x}_ptrs)
+    {x}_s = tl.load({x}_s_ptrs)
+else:
+    {x}_q = tl.load({x}_ptrs, mask=rkp[None, :] * 2 < k_left, other=0)
+    {x}_s = tl.load({x}_s_ptrs, mask=rks[None, :] * 16 < k_left, other=0)
+{x}_q = {x}_q.to(tl.uint8, bitcast=True)
+""", " " * indent) + _decode(f"{x}_q", f"{x}_s", rows, out, indent)
+
+
 # The shared main loop. Inputs: pointers A, A_SCALE, B, B_SCALE; ints M, N, K and strides
 # (stride_bk, and stride_ak when A is NVFP4, are per packed byte); constexprs BLOCK_M/N/K,
 # GROUP_M, EVEN_K, A_NVFP4, BLOCKED_SCALES, SWAP_AB, DOT_DTYPE, USE_PDL.
 # Leaves: acc [BLOCK_M, BLOCK_N] fp32, rn_safe, idx_m, idx_n, mask.
-BODY = """\
-    pid = tl.program_id(0)
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    # Group programs along M so programs running together share tiles of B in L2.
-    width = GROUP_M * grid_n
-    group_id = pid // width
-    group_size = min(grid_m - group_id * GROUP_M, GROUP_M)
-    pid_m = group_id * GROUP_M + (pid % group_size)
-    pid_n = (pid % width) // group_size
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Lanes past M/N reload a valid row (no mask on the hot loads); the store mask drops them.
-    rm_safe = rm % M
-    rn_safe = rn % N
+# The text around the K loop is nvfp4_common's.
+BODY = common.TILE_ROWS + """\
     rk = tl.arange(0, BLOCK_K)
-    # Two e2m1 codes per byte along K (low nibble first), one e4m3 scale per 16 codes.
-    rkp = tl.arange(0, BLOCK_K // 2)
-    rks = tl.arange(0, BLOCK_K // 16)
+""" + common.PACKED_K + """\
     b_ptrs = B + rn_safe[:, None] * stride_bn + rkp[None, :] * stride_bk
     # Scales are read as bytes (a masked load needs an `other` a uint8 can hold).
     b_scale_base = B_SCALE.to(tl.pointer_type(tl.uint8), bitcast=True)
-    if BLOCKED_SCALES:
-        # kernels.nvfp4.to_blocked: 128x4 tiles of 512 bytes, row-major over (row tile, col tile);
-        # entry (r, c) of a tile at (r % 32) * 16 + (r // 32) * 4 + c.
-        tile_stride = tl.cdiv(K // 16, 4) * 512
-        b_s_rows = (rn_safe // 128) * tile_stride + (rn_safe % 32) * 16 + (rn_safe // 32 % 4) * 4
-        b_s_ptrs = b_scale_base + b_s_rows[:, None] + ((rks // 4) * 512 + rks % 4)[None, :]
-        s_step_b = BLOCK_K // 64 * 512
-    else:
-        b_s_ptrs = b_scale_base + rn_safe[:, None] * stride_bsn + rks[None, :] * stride_bsk
-        s_step_b = BLOCK_K // 16 * stride_bsk
+""" + common.scale_pointers("b", step="s_step_{}") + """\
     if A_NVFP4:
         a_ptrs = A + rm_safe[:, None] * stride_am + rkp[None, :] * stride_ak
         a_step = BLOCK_K // 2 * stride_ak
         a_scale_base = A_SCALE.to(tl.pointer_type(tl.uint8), bitcast=True)
-        if BLOCKED_SCALES:
-            a_s_rows = (rm_safe // 128) * tile_stride + (rm_safe % 32) * 16 + (rm_safe // 32 % 4) * 4
-            a_s_ptrs = a_scale_base + a_s_rows[:, None] + ((rks // 4) * 512 + rks % 4)[None, :]
-            s_step_a = BLOCK_K // 64 * 512
-        else:
-            a_s_ptrs = a_scale_base + rm_safe[:, None] * stride_asm + rks[None, :] * stride_ask
-            s_step_a = BLOCK_K // 16 * stride_ask
+""" + common.scale_pointers("a", step="s_step_{}", indent=8, tile_stride=False) + """\
     else:
         a_ptrs = A + rm_safe[:, None] * stride_am + rk[None, :] * stride_ak
         a_step = BLOCK_K * stride_ak
-    if SWAP_AB:
-        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if USE_PDL:
-        # PDL: all above is index math; wait for the previous kernel right before the first load.
-        tl.extra.cuda.gdc_wait()
+""" + common.MAIN_LOOP_ENTRY + """\
     for k_tile in range(0, tl.cdiv(K, BLOCK_K)):
         # The K tail: zero codes, zero scales and zero activations add nothing.
         k_left = K - k_tile * BLOCK_K
-        if EVEN_K:
-            b_q = tl.load(b_ptrs)
-            b_s = tl.load(b_s_ptrs)
-        else:
-            b_q = tl.load(b_ptrs, mask=rkp[None, :] * 2 < k_left, other=0)
-            b_s = tl.load(b_s_ptrs, mask=rks[None, :] * 16 < k_left, other=0)
-        b_q = b_q.to(tl.uint8, bitcast=True)
-""" + _decode("b_q", "b_s", "BLOCK_N", "w", 8) + """\
+""" + _load_decoded("b", "BLOCK_N", "w", 8) + """\
         if A_NVFP4:
-            if EVEN_K:
-                a_q = tl.load(a_ptrs)
-                a_s = tl.load(a_s_ptrs)
-            else:
-                a_q = tl.load(a_ptrs, mask=rkp[None, :] * 2 < k_left, other=0)
-                a_s = tl.load(a_s_ptrs, mask=rks[None, :] * 16 < k_left, other=0)
-            a_q = a_q.to(tl.uint8, bitcast=True)
-""" + _decode("a_q", "a_s", "BLOCK_M", "a", 12) + """\
+""" + _load_decoded("a", "BLOCK_M", "a", 12) + """\
             a_s_ptrs += s_step_a
         else:
             if EVEN_K:
@@ -290,53 +209,12 @@ BODY = """\
         a_ptrs += a_step
         b_ptrs += BLOCK_K // 2 * stride_bk
         b_s_ptrs += s_step_b
-    if USE_PDL:
-        # PDL: the main loop is done; the next kernel may start its prologue during the epilogue.
-        tl.extra.cuda.gdc_launch_dependents()
-    if SWAP_AB:
-        acc = tl.trans(acc_t)
-    idx_m = rm[:, None]
-    idx_n = rn[None, :]
-    mask = (idx_m < M) & (idx_n < N)
-"""
+""" + common.MAIN_LOOP_EXIT
 
-# The shared epilogue: alpha in fp32, then bias, then the activation, all before the one rounding.
-# Inputs: acc, alpha, rn_safe; BIAS, stride_bias; constexprs HAS_BIAS, ACTIVATION.
-EPILOGUE = """\
-    # alpha (the NVFP4 global scale(s)) in fp32, before bias and activation.
-    acc = acc * alpha
-    if HAS_BIAS:
-        bias = tl.load(BIAS + rn_safe * stride_bias).to(tl.float32)
-        acc = acc + bias[None, :]
-    if ACTIVATION == "relu":
-        acc = tl.maximum(acc, 0.0)
-    elif ACTIVATION == "gelu":  # erf form
-        acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
-    elif ACTIVATION == "gelu_tanh":  # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2 * u)
-        acc = acc * tl.sigmoid(1.5957691216057308 * (acc + 0.044715 * acc * acc * acc))
-    elif ACTIVATION == "silu":
-        acc = acc * tl.sigmoid(acc)
-"""
+# The shared epilogue (nvfp4_common.epilogue): alpha in fp32, then bias, then the activation.
+EPILOGUE = common.epilogue("the NVFP4 global scale(s)")
 
-_STANDALONE = """\
-import triton
-import triton.language as tl
-
-DOT_DTYPE = tl.constexpr({dot_dtype})
-
-
-@triton.jit
-def {name}(
-    A, A_SCALE, B, B_SCALE, C, BIAS, M, N, K,
-    stride_am, stride_ak, stride_bn, stride_bk, stride_asm, stride_ask, stride_bsn, stride_bsk,
-    stride_cm, stride_cn, stride_bias, alpha,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, A_NVFP4: tl.constexpr, BLOCKED_SCALES: tl.constexpr, SWAP_AB: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, USE_PDL: tl.constexpr,
-):
-{body}{epilogue}\
-    tl.store(C + idx_m * stride_cm + idx_n * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
-"""
+_STANDALONE = common.standalone(flags="A_NVFP4: tl.constexpr, ", preamble="\nDOT_DTYPE = tl.constexpr({dot_dtype})\n")
 
 # Inputs, in order, as ``torch._scaled_mm`` takes them (every choice benchmarks on the same
 # inputs as the ATen one): A ([M, K] bf16/fp16, or [M, K // 2] packed when A_NVFP4), B [K // 2, N]
@@ -344,21 +222,15 @@ def {name}(
 # B_SCALE (float8_e4m3fn [rows, K // 16], or flat when BLOCKED_SCALES), ALPHA (fp32, one
 # element) and, when HAS_BIAS, BIAS [N]. The template kwargs are the constexprs of
 # ``constexprs()`` plus DOT_DTYPE.
-_INDUCTOR = """\
+_INDUCTOR = common.inductor_frame(
+    FAMILY,
+    def_kernel="""\
 {{% if A_NVFP4 and HAS_BIAS %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA", "BIAS")}}}}\
 {{% elif A_NVFP4 %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA")}}}}\
 {{% elif HAS_BIAS %}}{{{{def_kernel("A", "B", "B_SCALE", "ALPHA", "BIAS")}}}}\
-{{% else %}}{{{{def_kernel("A", "B", "B_SCALE", "ALPHA")}}}}{{% endif %}}
-    # inductor_ext template: triton.nvfp4_dequant_gemm
-    M = {{{{size("A", 0)}}}}
-    N = {{{{size("B", 1)}}}}
-    K = 2 * {{{{size("B", 0)}}}}
-    if M * N == 0:
-        return
-    stride_am = {{{{stride("A", 0)}}}}
-    stride_ak = {{{{stride("A", 1)}}}}
-    stride_bn = {{{{stride("B", 1)}}}}
-    stride_bk = {{{{stride("B", 0)}}}}
+{{% else %}}{{{{def_kernel("A", "B", "B_SCALE", "ALPHA")}}}}{{% endif %}}""",
+    packed_k='"B", 0',
+    scale_strides="""\
 {{% if BLOCKED_SCALES %}}\
     stride_bsn = 0
     stride_bsk = 0
@@ -376,89 +248,30 @@ _INDUCTOR = """\
     A_SCALE = B_SCALE
     stride_asm = 0
     stride_ask = 0
-{{% endif %}}\
-{{% if HAS_BIAS %}}\
-    stride_bias = {{{{stride("BIAS", -1)}}}}
-{{% else %}}\
-    BIAS = B_SCALE
-    stride_bias = 0
-{{% endif %}}\
-{body}\
-    # after the main loop, so that with USE_PDL the first global load comes after gdc_wait()
-    alpha = tl.load(ALPHA).to(tl.float32)
-{epilogue}\
-    {{{{store_output(("idx_m", "idx_n"), "acc", "mask", val_shape=("BLOCK_M", "BLOCK_N"))}}}}
-"""
+{{% endif %}}""",
+    bias_stand_in="B_SCALE",
+)
 
 
 def kernel_name(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig) -> str:
     a = {"bfloat16": "bf16", "float16": "fp16", "nvfp4": "nvfp4"}[problem.a_dtype]
-    parts = ["ext_nvfp4_dequant_gemm", f"a{a}", problem.out_dtype]
-    if problem.bias:
-        parts.append(f"bias_{_FP[problem.result_bias_dtype]}")
-    if problem.activation:
-        parts.append(problem.activation)
-    if problem.scale_layout != "plain":
-        parts.append(problem.scale_layout)
-    if problem.use_pdl:
-        parts.append("pdl")
-    return "_".join(parts + [config.name()])
+    return "_".join(["ext_nvfp4_dequant_gemm", f"a{a}", problem.out_dtype, *common.name_parts(problem), config.name()])
 
 
 def constexprs(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig) -> dict[str, object]:
     """The tl.constexpr values a launch (or an Inductor template choice, with DOT_DTYPE) needs."""
-    return {
-        "BLOCK_M": config.block_m,
-        "BLOCK_N": config.block_n,
-        "BLOCK_K": config.block_k,
-        "GROUP_M": config.group_m,
-        "EVEN_K": problem.k % config.block_k == 0,
-        "A_NVFP4": problem.a_dtype == "nvfp4",
-        "BLOCKED_SCALES": problem.scale_layout == "blocked",
-        "SWAP_AB": config.swap_ab,
-        "HAS_BIAS": problem.bias,
-        "ACTIVATION": problem.activation,
-        "USE_PDL": problem.use_pdl,
-    }
+    return common.kernel_constexprs(problem, config, A_NVFP4=problem.a_dtype == "nvfp4")
 
 
 def render(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig, target: str = "cpu") -> KernelSource:
     """A standalone Triton module computing ``problem`` with ``config``."""
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r} is not one of {TARGETS}")
-    reason = supports(problem) or check_config(config, problem, target)
-    if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem} with {config}: {reason}")
+    common.check_render(FAMILY, TARGETS, problem, config, target,
+                        supports(problem) or check_config(config, problem, target))
     name = kernel_name(problem, config)
-    consts = constexprs(problem, config)
-    a_nvfp4 = problem.a_dtype == "nvfp4"
-    signature = {
-        "A": "*u8" if a_nvfp4 else f"*{_FP[problem.a_dtype]}",
-        # without NVFP4 activations A_SCALE is unused: run() passes B_SCALE there
-        "A_SCALE": "*fp8e4nv", "B": "*u8", "B_SCALE": "*fp8e4nv",
-        "C": f"*{_FP[problem.out_dtype]}", "BIAS": f"*{_FP[problem.result_bias_dtype]}",
-        **{s: "i32" for s in ("M", "N", "K", "stride_am", "stride_ak", "stride_bn", "stride_bk",
-                              "stride_asm", "stride_ask", "stride_bsn", "stride_bsk",
-                              "stride_cm", "stride_cn", "stride_bias")},
-        "alpha": "fp32",
-        **{c: "constexpr" for c in consts},
-    }
-    return KernelSource(
-        name=name,
-        source=_STANDALONE.format(name=name, body=BODY, epilogue=EPILOGUE, dot_dtype=dot_dtype(problem)),
-        template=FAMILY,
-        config=asdict(config),
-        constexprs=consts,
-        signature=signature,
-        launch=_launch(problem, config),
-    )
-
-
-def _launch(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig) -> dict[str, object]:
-    launch: dict[str, object] = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-    if problem.use_pdl:
-        launch["launch_pdl"] = True  # Triton compile option: launch with the PDL attribute
-    return launch
+    source = _STANDALONE.format(name=name, body=BODY, epilogue=EPILOGUE, dot_dtype=dot_dtype(problem))
+    # without NVFP4 activations A_SCALE is unused: run() passes B_SCALE there
+    a_type = "*u8" if problem.a_dtype == "nvfp4" else f"*{FP[problem.a_dtype]}"
+    return common.kernel_source(FAMILY, name, source, problem, config, constexprs(problem, config), a_type)
 
 
 def inductor_source() -> str:
@@ -483,48 +296,23 @@ def run(a: "torch.Tensor | NVFP4Tensor", b: "NVFP4Tensor", config: Nvfp4DequantG
     (bfloat16 for NVFP4 activations).
     """
     import torch
-    import triton
 
-    from inductor_ext.kernels.nvfp4 import NVFP4Tensor, to_blocked
-    from inductor_ext.templates.loader import load_kernel
+    from inductor_ext.kernels.nvfp4 import NVFP4Tensor
 
     qb = b.qdata.view(torch.uint8)
-    n, kp = qb.shape
+    _, kp = qb.shape
     k = 2 * kp
     a_nvfp4 = isinstance(a, NVFP4Tensor)
     if a_nvfp4:
-        a_arg = a.qdata.view(torch.uint8)
-        m, k_a = a_arg.shape[0], 2 * a_arg.shape[1]
-        a_dtype, default_out = "nvfp4", torch.bfloat16
+        a_arg, a_scales = a.qdata.view(torch.uint8), a.scales
+        k_a, a_dtype, default_out = 2 * a_arg.shape[1], "nvfp4", torch.bfloat16
     else:
-        a_arg = a
-        (m, k_a), a_dtype, default_out = a.shape, str(a.dtype).removeprefix("torch."), a.dtype
+        a_arg, a_scales = a, None
+        (_, k_a), a_dtype, default_out = a.shape, dtype_name(a.dtype), a.dtype
     if k_a != k:
         raise ValueError(f"inner dimensions differ: a has K={k_a}, b has K={k} ({tuple(qb.shape)} packed)")
     if alpha is None:
         alpha = float(b.global_scale) * (float(a.global_scale) if a_nvfp4 else 1.0)
-    torch_out = out_dtype or default_out
-    problem = Nvfp4DequantGemmProblem(m, n, k, a_dtype, str(torch_out).removeprefix("torch."),
-                                      bias=bias is not None,
-                                      bias_dtype=str(bias.dtype).removeprefix("torch.") if bias is not None else None,
-                                      activation=activation, scale_layout=scale_layout, use_pdl=use_pdl)
-    ks = render(problem, config, target)
-    sb = b.scales.view(torch.float8_e4m3fn)
-    sa = a.scales.view(torch.float8_e4m3fn) if a_nvfp4 else sb
-    if scale_layout == "blocked":
-        sb_arg = to_blocked(sb)
-        sa_arg = to_blocked(sa) if a_nvfp4 else sb_arg
-        scale_strides = (0, 0, 0, 0)
-    else:
-        sa_arg, sb_arg = sa, sb
-        scale_strides = ((sa.stride(0), sa.stride(1)) if a_nvfp4 else (0, 0)) + (sb.stride(0), sb.stride(1))
-    c = torch.empty((m, n), dtype=torch_out, device=qb.device)
-    bias_arg = bias if bias is not None else c
-    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
-    load_kernel(ks)[grid](
-        a_arg, sa_arg, qb, sb_arg, c, bias_arg, m, n, k,
-        a_arg.stride(0), a_arg.stride(1), qb.stride(0), qb.stride(1), *scale_strides,
-        c.stride(0), c.stride(1), bias.stride(-1) if bias is not None else 0,
-        float(alpha), **ks.constexprs, **ks.launch,
-    )
-    return c
+    return common.run_gemm(render, functools.partial(Nvfp4DequantGemmProblem, a_dtype=a_dtype), a_arg, a_scales, b,
+                           config, alpha=alpha, bias=bias, activation=activation, out_dtype=out_dtype or default_out,
+                           scale_layout=scale_layout, target=target, use_pdl=use_pdl)
