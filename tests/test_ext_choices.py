@@ -56,3 +56,19 @@ def test_force_template_picks_fastest_template_that_ran():
 def test_force_template_falls_back_when_every_template_failed():
     chosen, _ = _decide({"aten": 1.0, "t0": float("inf")}, force_template="triton.gemm")
     assert chosen == "aten"
+
+
+@pytest.mark.parametrize("preset, pdl, m, expected", [
+    ("hopper", "auto", 16, True), ("hopper", "auto", 64, False), ("hopper", "force", 64, True),
+    ("hopper", "off", 1, False), ("blackwell", "auto", 32, True), ("cpu", "off", 1, False)])
+def test_pdl_option_sets_the_template_problem(preset, pdl, m, expected):
+    import dataclasses
+
+    from inductor_ext.lowering import triton_gemm
+    from inductor_ext.templates.triton import gemm
+
+    ready = triton_gemm.Prepared(gemm.GemmProblem(m, 4096, 4096, "bfloat16"), (), None, {})
+    chosen = ext_choices.ExtChoices(presets.resolve({"preset": preset, "pdl": pdl}))._with_pdl(ready)
+    assert chosen.problem.use_pdl is expected
+    assert dataclasses.replace(chosen.problem, use_pdl=False) == ready.problem
+    assert gemm.constexprs(chosen.problem, gemm.configs(chosen.problem, "sm_90a")[0], "sm_90a")["USE_PDL"] is expected

@@ -7,6 +7,7 @@ also set as ``inductor_choices_class`` so its uuid() enters the FX graph cache k
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -20,7 +21,7 @@ from torch._inductor.choices import InductorChoices
 from torch._inductor.select_algorithm import ExternKernelCaller, ExternKernelChoice
 from torch._inductor.virtualized import V
 
-from inductor_ext.autotune import policy
+from inductor_ext.autotune import pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering import triton_gemm, triton_nvfp4
@@ -100,7 +101,7 @@ class ExtChoices(InductorChoices):
                          family, node, op_name, decision.problem, ready)
                 decision.reason = f"fallback: {ready}"
             else:
-                prepared[family] = ready
+                prepared[family] = self._with_pdl(ready)
         if not prepared:
             return self._only(choices, decision, choices[0], decision.reason)
         decision.key = self._key(op_name, kernel_inputs)
@@ -127,6 +128,18 @@ class ExtChoices(InductorChoices):
         decision.choice_ids = {id(c): i for i, c in enumerate(choices)}
         decision.reason = "benchmark"
         return choices
+
+    def _with_pdl(self, ready: Any) -> Any:
+        """Set the problem's use_pdl by the pdl option and pdl_policy's rule (NVIDIA only).
+
+        A producer that releases its dependents early costs nothing when no dependent was
+        launched with PDL; which consumer waits is Inductor's choice (triton.enable_pdl), so
+        the consumer is taken to read the output directly."""
+        problem = ready.problem
+        if not self.config.target.startswith("sm_") or not hasattr(problem, "use_pdl"):
+            return ready
+        use = pdl_policy.use_pdl(self.config.pdl, problem.m, problem.n, problem.k, True)
+        return dataclasses.replace(ready, problem=dataclasses.replace(problem, use_pdl=use))
 
     def _unusable_reason(self, kernel_inputs: Any) -> str | None:
         device = kernel_inputs.device_type
