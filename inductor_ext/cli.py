@@ -66,6 +66,12 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _comms(args: argparse.Namespace) -> int:
+    from inductor_ext.comms_passes import report
+
+    return report.main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inductor-ext", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -93,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--train", action="store_true", help="build: tune the backward GEMMs too")
     t.add_argument("--out", "-o", dest="output", help="build/merge/export/import: the file to write")
     t.set_defaults(func=_tune)
+
+    c = sub.add_parser("comms", help="compile-time communication reports (cost-model figures)")
+    c.add_argument("action", choices=("report",))
+    c.add_argument("rest", nargs=argparse.REMAINDER, help="options of the report (see: comms report --help)")
+    c.set_defaults(func=_comms)
 
     m = sub.add_parser("demo", help="compile a small decoder block with backend='ext', check it and time it")
     m.add_argument("--device", help="cpu or cuda (default: cuda when available)")

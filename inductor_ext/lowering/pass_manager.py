@@ -13,7 +13,7 @@ from inductor_ext.config import ExtConfig
 from inductor_ext.lowering.pass_base import STAGES, ExtGraphPass
 
 # Modules holding one pass each, imported on first use; each registers its pass class.
-PASS_MODULES: tuple[str, ...] = ("inductor_ext.lowering.nvfp4_alpha_fold",)
+PASS_MODULES: tuple[str, ...] = ("inductor_ext.lowering.nvfp4_alpha_fold", "inductor_ext.comms_passes.fsdp_overlap")
 
 _registry: dict[str, type[ExtGraphPass]] = {}
 

@@ -1,0 +1,158 @@
+"""SimpleFSDP-style data parallelism whose collectives reach the compiled graph.
+
+FSDP2's hooks are ``torch._dynamo.disable``d, so its all-gathers never show up in a compiled graph
+and no graph pass can schedule them. ``data_parallel`` instead expresses sharding in the model
+itself, the way SimpleFSDP does:
+
+* every parameter becomes a ``DTensor`` sharded on dim 0 (``Shard(0)``) over a 1-D mesh;
+* a parametrization turns it back into a full, plain tensor on every access: it casts the local
+  shard to the compute dtype and redistributes it to ``Replicate`` (an all-gather of the shard);
+* autograd's transpose of that all-gather is a reduce-scatter of the gradient, done in the reduce
+  dtype with an ``avg`` over the ranks (the data-parallel mean);
+* with ``reshard_after_forward`` the gather runs inside a selective-checkpoint region whose policy
+  is "must recompute": the joint graph tags the all-gather chain so the partitioner gathers again
+  in the backward instead of keeping full parameters alive between forward and backward.
+
+The result works eagerly and under ``torch.compile(backend="ext")`` (or ``"inductor"``): the
+forward graph holds ``_c10d_functional.all_gather_into_tensor`` + ``wait_tensor`` per parameter,
+the backward the re-gathers and ``reduce_scatter_tensor`` + ``wait_tensor`` per parameter. The
+``fsdp_overlap`` pass buckets and schedules them; with ``fp32_params`` a bucket mixes bf16 and fp32
+shards and the pass still gathers it in ONE all-gather (as bytes).
+
+Parameters keep their fully-qualified names in ``named_parameters()`` only through
+parametrizations (``layer.weight`` becomes ``layer.parametrizations.weight.original``); use
+``sharded_parameter_names(model)`` for the original names.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Callable, Sequence, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.utils.parametrize as parametrize
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.placement_types import Partial
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+__all__ = ["data_parallel", "ParamGather", "sharded_parameter_names", "FP32Predicate"]
+
+# A predicate on (fully-qualified parameter name, parameter), or fnmatch patterns on the name.
+FP32Predicate = Union[Callable[[str, nn.Parameter], bool], str, Sequence[str], None]
+
+
+def _must_recompute(ctx, op, *args, **kwargs) -> CheckpointPolicy:  # noqa: ANN001
+    # Everything in the gather region (cast, all_gather, wait, unpad views) is recomputed in the
+    # backward: the full parameter is not saved between forward and backward.
+    return CheckpointPolicy.MUST_RECOMPUTE
+
+
+def _recompute_context():
+    return create_selective_checkpoint_contexts(_must_recompute)
+
+
+class ParamGather(nn.Module):
+    """The parametrization of one sharded parameter: DTensor shard in, full plain tensor out."""
+
+    def __init__(self, param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None,
+                 reshard_after_forward: bool) -> None:
+        super().__init__()
+        self.param_dtype = param_dtype
+        self.reduce_dtype = reduce_dtype
+        self.reshard_after_forward = reshard_after_forward
+
+    def extra_repr(self) -> str:
+        return (f"param_dtype={self.param_dtype}, reduce_dtype={self.reduce_dtype}, "
+                f"reshard_after_forward={self.reshard_after_forward}")
+
+    def _gather(self, shard: DTensor) -> torch.Tensor:
+        full = shard.redistribute(shard.device_mesh, [Replicate()] * shard.device_mesh.ndim,
+                                  forward_dtype=self.param_dtype, backward_dtype=self.reduce_dtype)
+        # The gradient of the replicated value is a per-rank partial gradient of the global mean
+        # loss: averaging over the ranks is the data-parallel mean, done by the reduce-scatter.
+        return full.to_local(grad_placements=[Partial("avg")] * shard.device_mesh.ndim)
+
+    def forward(self, shard: torch.Tensor) -> torch.Tensor:
+        if not isinstance(shard, DTensor):  # e.g. already gathered by a caller: nothing to do
+            return shard
+        if self.reshard_after_forward and torch.is_grad_enabled() and shard.requires_grad:
+            return checkpoint(self._gather, shard, use_reentrant=False, context_fn=_recompute_context)
+        return self._gather(shard)
+
+
+def _fp32_matcher(fp32_params: FP32Predicate) -> Callable[[str, nn.Parameter], bool]:
+    if fp32_params is None:
+        return lambda name, p: False
+    if callable(fp32_params):
+        return fp32_params
+    patterns = (fp32_params,) if isinstance(fp32_params, str) else tuple(fp32_params)
+    if not all(isinstance(p, str) for p in patterns):
+        raise TypeError(f"fp32_params: expected a predicate(name, param) or name patterns, got {fp32_params!r}")
+    return lambda name, p: any(fnmatch.fnmatchcase(name, pat) for pat in patterns)
+
+
+def _shard(param: nn.Parameter, mesh: DeviceMesh) -> nn.Parameter:
+    placements = [Shard(0)] + [Replicate()] * (mesh.ndim - 1)
+    # src_data_rank=None: every rank already holds the same initial values (same seed or a
+    # reference state dict), so each takes its own chunk without a scatter.
+    dt = distribute_tensor(param.detach(), mesh, placements, src_data_rank=None)
+    return nn.Parameter(dt, requires_grad=param.requires_grad)
+
+
+def data_parallel(model: nn.Module, mesh: DeviceMesh, *, param_dtype: torch.dtype | None = torch.bfloat16,
+                  reduce_dtype: torch.dtype | None = torch.float32, fp32_params: FP32Predicate = None,
+                  reshard_after_forward: bool = True) -> nn.Module:
+    """Shard ``model``'s parameters over ``mesh`` (SimpleFSDP style), in place; returns ``model``.
+
+    Args:
+        model: any module; its parameters must have at least one dimension.
+        mesh: a 1-D DeviceMesh (the data-parallel group).
+        param_dtype: compute dtype of gathered parameters (None keeps each parameter's dtype).
+        reduce_dtype: dtype of the gradient reduce-scatter (None: the parameter's dtype).
+        fp32_params: parameters kept in float32 for compute: a predicate ``(name, param) -> bool``
+            or fnmatch patterns on the fully-qualified name, e.g. ``["*.router.*", "*norm*"]``.
+        reshard_after_forward: free full parameters after forward and gather again in backward.
+    """
+    if mesh.ndim != 1:
+        raise ValueError(f"data_parallel needs a 1-D DeviceMesh, got a {mesh.ndim}-D mesh")
+    is_fp32 = _fp32_matcher(fp32_params)
+    # Tied parameters (one Parameter under two names) are sharded once and parametrized in each
+    # owner with the same DTensor, so they stay tied.
+    sharded: dict[int, nn.Parameter] = {}
+    owners: list[tuple[nn.Module, str, str, nn.Parameter]] = []
+    for mod_name, module in model.named_modules():  # a module shared under two names: once
+        for pname, param in list(module.named_parameters(recurse=False)):
+            if param is None:
+                continue
+            fqn = f"{mod_name}.{pname}" if mod_name else pname
+            owners.append((module, pname, fqn, param))
+    for module, pname, fqn, param in owners:
+        if isinstance(param, DTensor) or parametrize.is_parametrized(module, pname):
+            raise ValueError(f"{fqn} is already a DTensor or parametrized; apply data_parallel once")
+        if param.dim() == 0:
+            raise ValueError(f"{fqn} is a 0-d parameter; data_parallel shards dim 0")
+        if id(param) not in sharded:
+            sharded[id(param)] = _shard(param, mesh)
+        dt_param = sharded[id(param)]
+        fp32 = is_fp32(fqn, param)
+        gather = ParamGather(torch.float32 if fp32 else param_dtype,
+                             torch.float32 if fp32 and reduce_dtype is not None else reduce_dtype,
+                             reshard_after_forward)
+        delattr(module, pname)
+        module.register_parameter(pname, dt_param)
+        parametrize.register_parametrization(module, pname, gather, unsafe=True)
+    return model
+
+
+def sharded_parameter_names(model: nn.Module) -> dict[str, nn.Parameter]:
+    """Original fully-qualified names -> sharded DTensor parameters of a ``data_parallel`` model."""
+    out: dict[str, nn.Parameter] = {}
+    for mod_name, module in model.named_modules():
+        if not parametrize.is_parametrized(module):
+            continue
+        for pname, plist in module.parametrizations.items():
+            fqn = f"{mod_name}.{pname}" if mod_name else pname
+            out[fqn] = plist.original
+    return out
