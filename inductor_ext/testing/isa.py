@@ -23,7 +23,6 @@ in a subprocess without that variable; elsewhere they run in-process.
 from __future__ import annotations
 
 import collections
-import gzip
 import hashlib
 import importlib.util
 import json
@@ -42,6 +41,7 @@ from triton.backends.compiler import GPUTarget
 
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.loader import kernel_dir
+from inductor_ext.templates import asm_cache
 
 __all__ = [
     "TARGETS", "MMA_INSTRUCTION", "SASS_MMA_INSTRUCTION", "ASM_KEY", "IsaCompileError",
@@ -219,22 +219,7 @@ _PYTHON_SIDE_ENV = (
 )
 
 
-def _read_cache(path: Path, key: str) -> dict[str, str] | None:
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            entry = json.load(f)
-    except (OSError, EOFError, ValueError):
-        return None  # missing, half-written by a crashed writer, or corrupt: compile again
-    if entry.get("key") != key or not isinstance(entry.get("asm"), dict):
-        return None
-    return entry["asm"]
-
-
-def _write_cache(path: Path, key: str, asm: dict[str, str]) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
-        json.dump({"key": key, "asm": asm}, f)
-    os.replace(tmp, path)  # atomic: concurrent sessions never read half a file
+_read_cache, _write_cache = asm_cache.read, asm_cache.write
 
 
 def _load_jit_function(ks: KernelSource) -> Any:

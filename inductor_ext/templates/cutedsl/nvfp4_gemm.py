@@ -33,7 +33,6 @@ compile or launch (importing them costs seconds), torch only in :func:`run`.
 from __future__ import annotations
 
 import base64
-import gzip
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -49,6 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from inductor_ext.templates import asm_cache
 from inductor_ext.templates.base import KernelSource, Tile
 
 __all__ = [
@@ -352,22 +352,7 @@ def compile_many_for_sm100(jobs: Iterable[tuple[NvFp4GemmProblem, NvFp4GemmConfi
     return [dict(results[key]) for _, _, key in resolved]
 
 
-def _read_cache(path: Path, key: str) -> dict[str, str] | None:
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            entry = json.load(f)
-    except (OSError, EOFError, ValueError):
-        return None  # missing, half-written by a crashed writer, or corrupt: compile again
-    if entry.get("key") != key or not isinstance(entry.get("asm"), dict):
-        return None
-    return entry["asm"]
-
-
-def _write_cache(path: Path, key: str, asm: dict[str, str]) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
-        json.dump({"key": key, "asm": asm}, f)
-    os.replace(tmp, path)  # atomic: concurrent sessions never read half a file
+_read_cache, _write_cache = asm_cache.read, asm_cache.write
 
 
 def _worker_env(dump_dir: str) -> dict[str, str]:

@@ -1,0 +1,31 @@
+"""On-disk cache of compiled kernel text (PTX, SASS, amdgcn...): one gzip JSON file per key.
+
+Shared by the ISA gates (testing/isa.py) and compile-only templates (templates/cutedsl): reads
+treat a missing, half-written or corrupt file as a miss, writes are atomic.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import threading
+from pathlib import Path
+
+
+def read(path: Path, key: str) -> dict[str, str] | None:
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            entry = json.load(f)
+    except (OSError, EOFError, ValueError):
+        return None  # missing, half-written by a crashed writer, or corrupt: compile again
+    if entry.get("key") != key or not isinstance(entry.get("asm"), dict):
+        return None
+    return entry["asm"]
+
+
+def write(path: Path, key: str, asm: dict[str, str]) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
+        json.dump({"key": key, "asm": asm}, f)
+    os.replace(tmp, path)  # atomic: concurrent sessions never read half a file
