@@ -93,15 +93,7 @@ def gpu_target(target: str) -> GPUTarget:
     return GPUTarget(*TARGETS[target])
 
 
-def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """Where compiled asm is cached: ``override``, ``$INDUCTOR_EXT_ISA_CACHE`` or the user cache."""
-    root = override or os.environ.get("INDUCTOR_EXT_ISA_CACHE")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "inductor_ext", "isa")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+cache_dir = asm_cache.cache_dir
 
 
 # ----------------------------------------------------------------------------------- compile

@@ -274,15 +274,7 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """``override``, ``$INDUCTOR_EXT_ISA_CACHE``, or ``$XDG_CACHE_HOME/inductor_ext/isa``."""
-    root = override or os.environ.get("INDUCTOR_EXT_ISA_CACHE")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "inductor_ext", "isa")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+cache_dir = asm_cache.cache_dir
 
 
 def _cache_key(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> str:
