@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import math
 import sys
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -24,14 +25,14 @@ from torch._inductor.virtualized import V
 from inductor_ext.autotune import pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import triton_gemm, triton_nvfp4
+from inductor_ext.lowering import cutedsl_nvfp4, pdl_consumers, triton_gemm, triton_nvfp4
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates.base import module_source_hash
 
 log = logging.getLogger("inductor_ext.autotune")
 
 # Template family -> the lowering adapter that offers it (adapters list the ops they serve).
-ADAPTERS: dict[str, Any] = {triton_gemm.FAMILY: triton_gemm, **triton_nvfp4.ADAPTERS}
+ADAPTERS: dict[str, Any] = {triton_gemm.FAMILY: triton_gemm, **triton_nvfp4.ADAPTERS, **cutedsl_nvfp4.ADAPTERS}
 
 
 def available_templates() -> dict[str, Any]:
@@ -71,6 +72,7 @@ class ExtChoices(InductorChoices):
     def __init__(self, config: ExtConfig) -> None:
         super().__init__()
         self.config = config
+        pdl_consumers.install()
 
     def uuid(self) -> str:
         return hashlib.sha256("|".join([self.config.to_json(), templates_hash(self.config)]).encode()).hexdigest()
@@ -94,7 +96,7 @@ class ExtChoices(InductorChoices):
         decision.candidates = [_candidate(c, "aten", "aten", None, None) for c in choices]
         prepared = {}
         for family in families:
-            reason = self._unusable_reason(kernel_inputs)
+            reason = self._unusable_reason(kernel_inputs, ADAPTERS[family].TEMPLATE_MODULE)
             ready = ADAPTERS[family].prepare(kernel_inputs, op_name) if reason is None else reason
             if isinstance(ready, str):
                 log.info("ext: %s not offered for %s (%s %s): %s; ATen serves it",
@@ -115,7 +117,7 @@ class ExtChoices(InductorChoices):
             for cand in policy.candidates(adapter.TEMPLATE_MODULE, ready.problem, self.config.target,
                                           self.config.autotune):
                 try:
-                    choice = adapter.append(choices, ready, cand.config, self.config.target)
+                    choice = self._append(adapter, choices, ready, cand.config)
                 except Exception as e:  # a broken candidate is dropped, never fatal
                     choice, why = None, f"{type(e).__name__}: {e}"
                 else:
@@ -129,20 +131,29 @@ class ExtChoices(InductorChoices):
         decision.reason = "benchmark"
         return choices
 
+    def _append(self, adapter: Any, choices: list[Any], ready: Any, config: Any) -> Any | None:
+        choice = adapter.append(choices, ready, config, self.config.target)
+        if choice is not None and getattr(ready.problem, "use_pdl", False):
+            pdl_consumers.mark(choice)  # so the kernel after it waits (gdc_wait) and launches with PDL
+        return choice
+
     def _with_pdl(self, ready: Any) -> Any:
         """Set the problem's use_pdl by the pdl option and pdl_policy's rule (NVIDIA only).
 
-        A producer that releases its dependents early costs nothing when no dependent was
-        launched with PDL; which consumer waits is Inductor's choice (triton.enable_pdl), so
-        the consumer is taken to read the output directly."""
+        The consumer is taken to read the output directly: Inductor makes only a kernel that
+        reads the template's output wait on it (pdl_consumers), and a producer that releases
+        its dependents early costs nothing when no dependent was launched with PDL."""
         problem = ready.problem
         if not self.config.target.startswith("sm_") or not hasattr(problem, "use_pdl"):
             return ready
         use = pdl_policy.use_pdl(self.config.pdl, problem.m, problem.n, problem.k, True)
         return dataclasses.replace(ready, problem=dataclasses.replace(problem, use_pdl=use))
 
-    def _unusable_reason(self, kernel_inputs: Any) -> str | None:
+    def _unusable_reason(self, kernel_inputs: Any, module: ModuleType) -> str | None:
         device = kernel_inputs.device_type
+        targets = getattr(module, "TARGETS", ())
+        if self.config.target not in targets:
+            return f"verified for {', '.join(targets)}, not target {self.config.target}"
         if device == "cpu" and not self.config.interpret:
             return "Triton templates run on CPU only with options={'interpret': True} (the Triton interpreter)"
         if device != "cpu" and device != self.config.device_type:
@@ -166,7 +177,7 @@ class ExtChoices(InductorChoices):
         adapter = ADAPTERS.get(entry.winner)
         if adapter is None or entry.winner not in prepared:
             return self._only(choices, decision, choices[0], f"fallback: cached winner {entry.winner} is not enabled")
-        chosen = adapter.append([], prepared[entry.winner], adapter.config_from_dict(entry.config), self.config.target)
+        chosen = self._append(adapter, [], prepared[entry.winner], adapter.config_from_dict(entry.config))
         if chosen is None:
             return self._only(choices, decision, choices[0], "fallback: cached config could not be generated")
         decision.candidates.append(_candidate(chosen, "template", entry.winner, "cache", entry.config))
@@ -184,14 +195,14 @@ class ExtChoices(InductorChoices):
 
     def override_best_choice(self, best_choice: Any, timings: dict[Any, float]) -> Any:
         decision = _find_decision(timings)
-        aten = [c for c in timings if isinstance(c, ExternKernelCaller)]
+        aten = [c for c in timings if _is_aten(c, decision)]
         aten_time = min((timings[c] for c in aten), default=float("inf"))
         chosen, reason = best_choice, "benchmark"
         forced = [c for c in timings if _family_of(c, decision) == self.config.force_template
                   and timings[c] != float("inf")]
         if self.config.force_template and forced:
             chosen, reason = min(forced, key=timings.__getitem__), f"force_template={self.config.force_template}"
-        elif not isinstance(best_choice, ExternKernelCaller) and aten:
+        elif not _is_aten(best_choice, decision) and aten:
             # A template must beat ATen by the margin; otherwise ATen is the safer choice.
             if timings[best_choice] * (1 + self.config.template_margin) >= aten_time:
                 chosen = min(aten, key=timings.__getitem__)
@@ -218,9 +229,9 @@ class ExtChoices(InductorChoices):
             config={"name": winner["name"]} if is_aten else winner["config_dict"],
             winner_time_us=winner["time_us"] or 0.0,
             aten_time_us=None if aten_time_ms == float("inf") else round(aten_time_ms * 1000, 3),
-            candidates=[{"name": c["name"], "time_us": c["time_us"], "policy": c["policy"], "error": None}
-                        for c in decision.candidates],
-            reason=decision.reason, device_name=decision.key.device_name))
+            candidates=[_cache_candidate(c) for c in decision.candidates],
+            # margin or not, a benchmark decided it (the dumps keep the detailed reason)
+            reason="benchmark", device_name=decision.key.device_name))
 
 
 def templates_hash(config: ExtConfig) -> str:
@@ -270,6 +281,15 @@ def _candidate(choice: Any, kind: str, family: str, proposer: str | None, config
             "config": getattr(choice, "description", ""), "config_dict": config, "time_us": None}
 
 
+def _cache_candidate(candidate: dict[str, Any]) -> dict[str, Any]:
+    """A candidate as the cache stores it: Inductor times a choice that failed to compile or
+    run as inf, which is stored as no time with an error."""
+    time_us = candidate["time_us"]
+    failed = time_us is not None and not math.isfinite(time_us)
+    return {"name": candidate["name"], "time_us": None if failed else time_us, "policy": candidate["policy"],
+            "error": "failed to compile or run while autotuning" if failed else None}
+
+
 def _announce(decision: Decision) -> None:
     for listener in listeners:
         listener(decision)
@@ -280,6 +300,14 @@ def _find_decision(timings: dict[Any, float]) -> Decision | None:
         if any(id(c) in decision.choice_ids for c in timings):
             return decision
     return None
+
+
+def _is_aten(choice: Any, decision: Decision | None) -> bool:
+    """Whether ``choice`` is ATen's: by the decision's record (ext's CuTeDSL choices are extern
+    kernels too), else by type."""
+    if decision is not None and id(choice) in decision.choice_ids:
+        return decision.candidates[decision.choice_ids[id(choice)]]["kind"] == "aten"
+    return isinstance(choice, ExternKernelCaller)
 
 
 def _family_of(choice: Any, decision: Decision | None) -> str | None:
