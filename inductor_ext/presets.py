@@ -32,9 +32,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "template_margin": 0.02,
     },
     "blackwell": {
-        "description": "NVIDIA Blackwell (sm_100/sm_103): Triton GEMM templates (tcgen05) against cuBLAS",
+        "description": "NVIDIA Blackwell (sm_100/sm_103): Triton and CuTeDSL GEMM templates (tcgen05) against cuBLAS",
         "device_type": "cuda", "target": "sm_100a",
-        "passes": ["nvfp4_alpha_fold"], "templates": ["triton.gemm", "triton.nvfp4_gemm"], "autotune": "quick", "pdl": "auto",
+        "passes": ["nvfp4_alpha_fold"], "templates": ["triton.gemm", "triton.nvfp4_gemm", "cutedsl.nvfp4_gemm"], "autotune": "quick", "pdl": "auto",
         "template_margin": 0.02,
     },
     "gfx950": {

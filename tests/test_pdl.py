@@ -476,3 +476,53 @@ def test_consumer_file_is_self_contained() -> None:
     # compiled and loaded from its text alone: one kernel, no imports of this package
     source = _CONSUMER_FILE.read_text()
     assert source.count("@triton.jit") == 1 and "import inductor_ext" not in source
+
+
+# ------------------------------------------------------------------ consumer side, real compile
+
+
+@pytest.fixture(scope="module")
+def consumer_compile(tmp_path_factory) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here, tmp = Path(__file__).parent, tmp_path_factory.mktemp("pdl_consumer")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+           "INDUCTOR_EXT_CACHE_DIR": str(tmp / "ext"),
+           "PYTHONPATH": os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(here / "_pdl_consumer_script.py")], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _template_and_consumer(kernels: dict) -> tuple[str, str]:
+    (template,) = [src for name, src in kernels.items() if name.startswith("triton_tem_")]
+    (consumer,) = [src for name, src in kernels.items() if "softmax" in name]
+    return template, consumer
+
+
+def test_auto_makes_the_kernel_reading_the_template_output_wait(consumer_compile) -> None:
+    """pdl="auto" at M=16: the template releases its dependents (USE_PDL=True) and the softmax
+    kernel that reads its output is launched with PDL and waits before that load."""
+    run = consumer_compile["auto"]
+    assert run["winner"].startswith("triton_ext_gemm")
+    template, consumer = _template_and_consumer(run["kernels"])
+    assert "USE_PDL : tl.constexpr = True" in template
+    assert "'launch_pdl': True" in consumer
+    body = consumer.split("@triton.jit", 1)[1]
+    wait, first_load = body.index("gdc_wait()"), body.index("tl.load(")
+    assert wait < first_load, "the consumer must wait before it reads the GEMM's output"
+    assert "tl.load(" not in body[:wait]
+    assert run["max_err"] < 1e-5
+
+
+def test_off_leaves_every_kernel_without_pdl(consumer_compile) -> None:
+    run = consumer_compile["off"]
+    template, consumer = _template_and_consumer(run["kernels"])
+    assert "USE_PDL : tl.constexpr = False" in template
+    assert "'launch_pdl': False" in consumer and "gdc_wait" not in consumer.split("@triton.jit", 1)[1]
+    assert run["max_err"] < 1e-5

@@ -1,0 +1,59 @@
+"""Makes Inductor's Triton kernels wait on ext's PDL producers (``options={"pdl": "auto"}``).
+
+A producer template compiled with ``USE_PDL`` calls ``gdc_launch_dependents`` once its last MMA
+is issued, so the next kernel on the stream may start early; that kernel must then be launched
+with PDL and ``gdc_wait`` before it reads the producer's output. Inductor 2.15 already does
+this selectively (``config.nvgemm_pdl``, on by default): ``TritonKernel._enable_pdl_codegen``
+turns on ``launch_pdl`` and the waits for a kernel that reads what the previous scheduler node
+wrote, when ``NVUniversalGemmScheduling.is_pdl_enabled_template(previous_node)`` says that node
+is a PDL-enabled template. It knows only its NVGEMM templates; this module teaches it ext's.
+
+ExtChoices marks a choice whose problem has ``use_pdl`` (:func:`mark`); the mark rides on the
+choice's ``make_kernel_render``, which Inductor hands to the ``TritonTemplateBuffer`` it builds
+for the winner. :func:`install` wraps the predicate once per process; it still answers
+Inductor's own templates as before and answers True only for buffers ext marked.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from torch._inductor import ir
+from torch._inductor.codegen.nv_universal_gemm.nv_universal_gemm_scheduling import NVUniversalGemmScheduling
+from torch._inductor.scheduler import BaseSchedulerNode, FusedSchedulerNode, SchedulerNode
+
+_MARK = "_inductor_ext_use_pdl"
+
+
+def mark(choice: Any) -> None:
+    """Record that ``choice`` (a TritonTemplateCaller) releases its dependents early."""
+    try:
+        setattr(choice.make_kernel_render, _MARK, True)
+    except AttributeError:  # not a Triton template choice (e.g. ext's CuTeDSL extern choices)
+        pass
+
+
+def is_ext_pdl_producer(node: BaseSchedulerNode) -> bool:
+    """Whether ``node`` is (or fuses an epilogue into) an ext template marked by :func:`mark`."""
+    if isinstance(node, FusedSchedulerNode):
+        ir_node = node.get_template_node()
+    elif isinstance(node, SchedulerNode):
+        ir_node = node.node
+    else:
+        return False
+    return isinstance(ir_node, ir.TritonTemplateBuffer) and getattr(ir_node.make_kernel_render, _MARK, False)
+
+
+def install() -> None:
+    """Wrap Inductor's predicate so ext's producers count too (idempotent)."""
+    current = NVUniversalGemmScheduling.is_pdl_enabled_template
+    if getattr(current, _MARK, False):
+        return
+
+    @functools.wraps(current)
+    def is_pdl_enabled_template(node: BaseSchedulerNode) -> bool:
+        return current(node) or is_ext_pdl_producer(node)
+
+    setattr(is_pdl_enabled_template, _MARK, True)
+    NVUniversalGemmScheduling.is_pdl_enabled_template = staticmethod(is_pdl_enabled_template)

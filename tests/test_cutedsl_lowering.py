@@ -1,0 +1,223 @@
+"""The CuTeDSL NVFP4 GEMM as an autotune choice of ``inductor_ext::nvfp4_gemm`` (sm_100a).
+
+No GPU here: the choices are built on Inductor IR for a CUDA device (nothing runs), and the
+launch path is checked up to quack's entry point, whose arguments must describe the same GEMM
+as the op's (the kernel itself is proven at tier I in test_cutedsl_nvfp4.py).
+"""
+
+import pytest
+import torch
+from torch._inductor import ir
+from torch._inductor.graph import GraphLowering
+from torch._inductor.virtualized import V
+
+from inductor_ext import presets
+from inductor_ext.kernels import nvfp4_ops
+from inductor_ext.kernels.nvfp4 import e2m1_to_float, from_blocked, quantize_nvfp4, to_blocked, unpack_e2m1
+from inductor_ext.lowering import cutedsl_nvfp4, ext_choices, triton_nvfp4
+from inductor_ext.templates.cutedsl import nvfp4_gemm as template
+
+CUDA = torch.device("cuda", 0)
+FAMILY = "cutedsl.nvfp4_gemm"
+
+
+def _buffer(name, size, dtype, stride=None, device=CUDA):
+    return ir.InputBuffer(name=name, layout=ir.FixedLayout(device, dtype, list(size), stride))
+
+
+@pytest.fixture
+def graph():
+    with V.set_graph_handler(GraphLowering(torch.fx.symbolic_trace(lambda x: x))):
+        yield
+
+
+def _inputs(m=16, n=256, k=512, *, bias=None, activation="none", b_stride=None, device=CUDA):
+    fp4, e4m3 = torch.float4_e2m1fn_x2, torch.float8_e4m3fn
+    nodes = [_buffer("a", (m, k // 2), fp4, device=device),
+             _buffer("b", (k // 2, n), fp4, b_stride or [1, k // 2], device=device),
+             _buffer("sa", (512,), e4m3, device=device), _buffer("sb", (512,), e4m3, device=device),
+             _buffer("alpha", (), torch.float32, [], device=device)]
+    if bias is not None:
+        nodes.append(_buffer("bias", (n,), bias, device=device))
+    layout = ir.FixedLayout(device, torch.bfloat16, [m, n])
+    kernel_inputs = triton_nvfp4.NvFp4KernelInputs(nodes, layout, {"activation": activation,
+                                                                   "out_dtype": torch.bfloat16})
+    return kernel_inputs, nodes, layout
+
+
+def _aten(nodes, layout):
+    kwargs = {"activation": "none", "out_dtype": torch.bfloat16, "alpha_dtype": torch.float32}
+    if len(nodes) == 5:
+        kwargs["bias"] = None
+    return triton_nvfp4.ATEN_CHOICE.bind(tuple(nodes), layout, **kwargs)
+
+
+def _offer(monkeypatch, tmp_path, kernel_inputs, nodes, layout, **options):
+    monkeypatch.setattr(ext_choices, "_device_name", lambda device: "NVIDIA B200")  # no GPU to ask
+    config = presets.resolve({"preset": "blackwell", "templates": [FAMILY],
+                              "autotune_cache": str(tmp_path / "cache.db"), **options})
+    choices = ext_choices.ExtChoices(config)
+    return choices, choices.offer("nvfp4_gemm", kernel_inputs, [_aten(nodes, layout)])
+
+
+def test_blackwell_preset_offers_it():
+    assert FAMILY in presets.resolve({"preset": "blackwell"}).templates
+
+
+@pytest.mark.parametrize("bias", [None, torch.bfloat16])
+def test_offered_beside_aten_on_sm100(graph, monkeypatch, tmp_path, bias):
+    kernel_inputs, nodes, layout = _inputs(bias=bias)
+    _, offered = _offer(monkeypatch, tmp_path, kernel_inputs, nodes, layout)
+    decision = ext_choices.decisions[-1]
+    assert offered[0].name == "nvfp4_gemm_aten"
+    ours = offered[1:]
+    assert ours and all(c.name.startswith("ext_cutedsl_nvfp4_gemm_") for c in ours)
+    assert [c["family"] for c in decision.candidates] == ["aten"] + [FAMILY] * len(ours)
+    expected = template.configs(template.NvFp4GemmProblem(16, 256, 512, bias=bias is not None), "sm_100a")
+    assert [c["config_dict"] for c in decision.candidates[1:]] == [vars(c) for c in expected[:len(ours)]]
+    first = ours[0]
+    assert first.kwargs == {**({"bias": None} if bias is None else {}), **vars(expected[0])}
+    assert list(first.input_nodes) == nodes
+    assert first.to_callable().func is cutedsl_nvfp4.OP
+    assert decision.reason == "benchmark"
+
+
+@pytest.mark.parametrize("case, why", [
+    ("cpu", "runs only on an sm_100 GPU"),
+    ("activation", "activation 'gelu'"),
+    ("b_not_k_major", "not K-major"),
+    ("k_not_32", "K=48 is not a multiple of 32"),
+    ("bias_fp16", "bias dtype torch.float16"),
+])
+def test_prepare_refuses_what_it_cannot_serve(graph, case, why):
+    kwargs = {"cpu": dict(device=torch.device("cpu")), "activation": dict(activation="gelu"),
+              "b_not_k_major": dict(b_stride=[256, 1], n=256, k=512), "k_not_32": dict(k=48),
+              "bias_fp16": dict(bias=torch.float16)}[case]
+    kernel_inputs, _, _ = _inputs(**kwargs)
+    reason = cutedsl_nvfp4.ADAPTERS[FAMILY].prepare(kernel_inputs, "nvfp4_gemm")
+    assert isinstance(reason, str) and why in reason, reason
+
+
+def test_not_offered_off_sm100(graph, monkeypatch, tmp_path):
+    kernel_inputs, nodes, layout = _inputs()
+    monkeypatch.setattr(ext_choices, "_device_name", lambda device: "NVIDIA H200")
+    config = presets.resolve({"preset": "hopper", "templates": [FAMILY], "autotune_cache": str(tmp_path / "c.db")})
+    offered = ext_choices.ExtChoices(config).offer("nvfp4_gemm", kernel_inputs, [_aten(nodes, layout)])
+    assert [c.name for c in offered] == ["nvfp4_gemm_aten"]
+    assert ext_choices.decisions[-1].reason == "fallback: verified for sm_100a, not target sm_90a"
+
+
+@pytest.mark.parametrize("cutedsl_ms, winner", [(0.5, "cutedsl"), (0.99, "aten")])
+def test_margin_counts_it_as_a_template_not_as_aten(graph, monkeypatch, tmp_path, cutedsl_ms, winner):
+    """Both are extern kernels to Inductor; the margin rule must still see ours as a template."""
+    kernel_inputs, nodes, layout = _inputs()
+    choices, offered = _offer(monkeypatch, tmp_path, kernel_inputs, nodes, layout, template_margin=0.05)
+    aten, ours = offered[0], offered[1]
+    timings = {aten: 1.0, ours: cutedsl_ms, **{c: float("inf") for c in offered[2:]}}
+    chosen = choices.override_best_choice(min(timings, key=timings.get), timings)
+    assert chosen is (ours if winner == "cutedsl" else aten)
+    entry = ext_choices.cache_for(choices.config).get(ext_choices.decisions[-1].key)
+    assert entry.winner == (FAMILY if winner == "cutedsl" else "aten")
+
+
+def test_cached_winner_comes_back_as_the_one_choice(graph, monkeypatch, tmp_path):
+    kernel_inputs, nodes, layout = _inputs()
+    choices, offered = _offer(monkeypatch, tmp_path, kernel_inputs, nodes, layout)
+    timings = {c: 1.0 for c in offered} | {offered[2]: 0.25}
+    choices.override_best_choice(offered[2], timings)
+    _, again = _offer(monkeypatch, tmp_path, kernel_inputs, nodes, layout)
+    assert [c.name for c in again] == [offered[2].name]
+    assert again[0].kwargs == offered[2].kwargs
+    assert ext_choices.decisions[-1].reason == "cache"
+
+
+def test_op_says_it_needs_a_gpu():
+    a = torch.zeros(1, 16, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    with pytest.raises(RuntimeError, match="runs only on an sm_100 GPU; got tensors on cpu"):
+        cutedsl_nvfp4.nvfp4_gemm_cutedsl(a, a.t(), torch.zeros(512, dtype=torch.float8_e4m3fn),
+                                         torch.zeros(512, dtype=torch.float8_e4m3fn),
+                                         torch.ones((), dtype=torch.float32), None, 128, 64, 1, 1, False)
+
+
+def _fake_quack_gemm(A, B, D, C, semaphore, tile_M, tile_N, cluster_M, cluster_N, *, rowvec_bias=None,
+                     alpha=1.0, SFA=None, SFB=None, bs_format_a=None, bs_format_b=None, **kwargs):
+    """quack.gemm.gemm's contract for NVFP4, in plain torch: D = alpha * (A @ B^T) + rowvec_bias,
+    A (M, K/2) and B (N, K/2) K-major fp4, SFA/SFB 5-D blocked e4m3 scales."""
+    assert (bs_format_a, bs_format_b) == ("nvfp4", "nvfp4") and C is None
+    assert A.stride(-1) == 1 and B.stride(-1) == 1, "quack reads both operands K-major"
+    assert SFA.dim() == 5 and SFB.dim() == 5 and SFA.shape[2:] == (32, 4, 4)
+
+    def dequant(q, sf):
+        rows, k = q.shape[0], 2 * q.shape[1]
+        values = e2m1_to_float(unpack_e2m1(q.contiguous().view(torch.uint8)))
+        scales = from_blocked(sf.reshape(-1), rows, k // 16).float()
+        return (values.view(rows, -1, 16) * scales.unsqueeze(-1)).view(rows, k)
+
+    acc = dequant(A, SFA) @ dequant(B, SFB).t()
+    out = acc * (alpha.float() if isinstance(alpha, torch.Tensor) else alpha)
+    if rowvec_bias is not None:
+        out = out + rowvec_bias.float()
+    D.copy_(out.to(D.dtype))
+    _fake_quack_gemm.calls.append(dict(tile=(tile_M, tile_N, cluster_M, cluster_N), **kwargs))
+
+
+@pytest.mark.parametrize("m, n, k, has_bias", [(1, 64, 64, False), (16, 136, 96, True), (130, 256, 512, True)])
+def test_launch_hands_quack_the_ops_gemm(monkeypatch, m, n, k, has_bias):
+    """The op's _scaled_mm-order arguments reach quack as the same GEMM: the result through
+    quack's contract equals the op's reference (B transposed back, scales, alpha, bias)."""
+    import quack.gemm
+
+    _fake_quack_gemm.calls = []
+    monkeypatch.setattr(quack.gemm, "gemm", _fake_quack_gemm)
+    gen = torch.Generator().manual_seed(m * n + k)
+    a_q, b_q = quantize_nvfp4(torch.randn(m, k, generator=gen)), quantize_nvfp4(torch.randn(n, k, generator=gen))
+    fp4 = torch.float4_e2m1fn_x2
+    a, b = a_q.qdata.view(fp4), b_q.qdata.view(fp4).t()  # _scaled_mm's B: the weight's [K/2, N] view
+    sa, sb = to_blocked(a_q.scales), to_blocked(b_q.scales)
+    alpha = (a_q.global_scale * b_q.global_scale * 1.25).reshape(()).float()
+    bias = torch.randn(n, generator=gen).to(torch.bfloat16) if has_bias else None
+    config = template.NvFp4GemmConfig(128, 64, 1, 2)
+    out = cutedsl_nvfp4.launch(a, b, sa, sb, alpha, bias, config)
+    expected = nvfp4_ops.reference(a, b, sa, sb, alpha, bias, "none", torch.bfloat16, torch.float32)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert _fake_quack_gemm.calls[0]["tile"] == (128, 64, 1, 2)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here, tmp = Path(__file__).parent, tmp_path_factory.mktemp("cutedsl_codegen")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+           "INDUCTOR_EXT_CACHE_DIR": str(tmp / "ext"),
+           "PYTHONPATH": os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(here / "_cutedsl_codegen_script.py")], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_compiled_graph_calls_the_winning_config(compiled):
+    """The generated wrapper calls the op with the config autotuning picked (kwargs and all)."""
+    (decision,) = compiled["decisions"]
+    assert decision["winner"].startswith("ext_cutedsl_nvfp4_gemm_"), decision
+    assert decision["reason"] == "force_template=cutedsl.nvfp4_gemm"
+    assert decision["candidates"][0] == "nvfp4_gemm_aten" and len(decision["candidates"]) > 2
+    config = decision["winner"].removeprefix("ext_cutedsl_nvfp4_gemm_")
+    tile, cluster = config.split("_c")
+    tile_m, tile_n = tile.split("x")
+    cluster_m, cluster_n = cluster.split("x")
+    assert f"extern_kernels.{decision['winner']}(" in compiled["code"]
+    for kwarg in (f"tile_m={tile_m}", f"tile_n={tile_n}", f"cluster_m={cluster_m}", f"cluster_n={cluster_n}"):
+        assert kwarg in compiled["code"], kwarg
+    assert compiled["quack_calls"] > len(decision["candidates"]) - 1  # benchmarked, then run
+
+
+def test_compiled_graph_gives_the_reference_numbers(compiled):
+    # alpha is rounded to bf16 by the model (torchao's form) and applied once in fp32: one bf16 ulp
+    assert compiled["max_err"] <= compiled["max_ref"] * 2**-7, compiled
