@@ -456,7 +456,20 @@ def test_report_runs_every_arm_with_one_cost_model():
     assert 0 <= rep["unhideable_comm_ms"] <= untouched["fx_level"]["exposed_comm_ms"]
     table = format_table(rep)
     assert "cost-model figures" in table and "ext / best valid 2.15 arm" in table
+    best = rep["arms"][rep["best_2_15_arm"]]
+    assert rep["target_exposed_ms"] == pytest.approx(0.9 * best["exposed_comm_ms"])
+    assert rep["target_reachable"] == (rep["unhideable_comm_ms"] <= rep["target_exposed_ms"])
     json.dumps(rep, default=str)
+
+
+def test_report_says_when_the_target_is_below_the_floor():
+    rep = {"note": "n", "graphs": ["forward"], "trace_s": 0.0, "arms": {}, "unhideable_comm_ms": 3.2,
+           "model": {"params": 1e9, "layers": 4, "vocab": 128256, "tokens_per_rank": 1, "fp32_params": []},
+           "best_2_15_arm": "2.15 reorder", "target": "t", "target_met": False, "target_reachable": False,
+           "target_exposed_ms": 2.96, "ratios_ext_over_best": dict.fromkeys(
+               ("exposed_comm", "makespan", "collectives", "peak_in_flight", "peak_memory"), 1.0)}
+    assert "unreachable on these graphs: 0.9x is 2.960 ms, below the 3.200 ms" in format_table(rep)
+    assert "unreachable" not in format_table({**rep, "target_reachable": True})
 
 
 # ----------------------------------------------------------------------------------------------
