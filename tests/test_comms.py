@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import socket
@@ -100,6 +101,32 @@ def test_no_reshard_keeps_gathered_parameters_for_backward(world):
     graphs = _trace(world, LlamaConfig.tiny(1), reshard_after_forward=False)
     assert _colls(graphs["forward"], "all_gather")
     assert not _colls(graphs["backward"], "all_gather")
+
+
+@pytest.mark.parametrize("reshard_after_forward", [True, False])
+def test_uneven_shards_leave_every_graph_alone(world, reshard_after_forward, caplog):
+    """vocab 4099 over 8 ranks: shorter shards are padded only on some ranks, so their graphs
+    differ and plans could too. Every graph has the unpad (gather) or the gradient pad
+    (reduce-scatter), so every rank falls back the same way."""
+    uneven = _trace(world, dataclasses.replace(SMALL, vocab=4099), fp32_params=["*norm*"],
+                    reshard_after_forward=reshard_after_forward)
+    log = logging.getLogger("inductor_ext.passes.fsdp_overlap")
+    log.addHandler(caplog.handler)  # torch's logging stops propagation of inductor_ext loggers
+    try:
+        for kind, gm in uneven.items():
+            before = [n.name for n in gm.graph.nodes]
+            out, plan = _run_pass(gm)
+            assert plan.uneven_shards and "over 8 ranks" in plan.uneven_shards, kind
+            assert [n.name for n in out.graph.nodes] == before
+    finally:
+        log.removeHandler(caplog.handler)
+    assert "sharded unevenly across ranks; graph left unchanged" in caplog.text
+
+
+def test_even_shards_are_not_taken_for_uneven(graphs):
+    for gm in graphs.values():
+        assert fsdp_overlap._uneven_shard(fsdp_overlap._find_collectives(
+            list(gm.graph.nodes), _settings())) is None
 
 
 def _check_order(gm: fx.GraphModule) -> None:
@@ -477,6 +504,8 @@ def test_report_says_when_the_target_is_below_the_floor():
 # ----------------------------------------------------------------------------------------------
 
 DIST_CFG = LlamaConfig(vocab=64, dim=32, layers=2, heads=4, kv_heads=2, ffn=64, seq=16)
+# vocab 65 and ffn 63: the embedding, output and w1/w3 shards are uneven on 2 ranks (DTensor pads them)
+UNEVEN_CFG = dataclasses.replace(DIST_CFG, vocab=65, ffn=63)
 STEPS, LR, BATCH = 2, 0.5, 4  # global batch of 4 sequences, 2 per rank
 
 
@@ -489,11 +518,11 @@ class _Cast(torch.nn.Module):
         return x.to(self.dtype)
 
 
-def _reference(state, batches, dtype_of):
+def _reference(state, batches, dtype_of, cfg=DIST_CFG):
     """Single-process eager: the whole global batch, parameters cast to their compute dtype on use."""
     import torch.nn.utils.parametrize as P
 
-    model = Llama(DIST_CFG)
+    model = Llama(cfg)
     model.load_state_dict(state)
     for mod_name, mod in list(model.named_modules()):
         for pname, p in list(mod.named_parameters(recurse=False)):
@@ -602,6 +631,23 @@ def _dist_worker(rank, world, port, out_dir):
         summary["compiled_losses"] = got[0]
         summary["reference_losses"] = ref_mixed[0]
         summary["applied"] = ran
+
+        # 3. uneven shards: the pass leaves every rank's graph alone (their graphs differ), so the
+        #    ranks still issue matching collectives and the numbers are the reference's
+        torch.manual_seed(0)
+        state = Llama(UNEVEN_CFG).state_dict()
+        ref_uneven = _reference(state, batches, dtype_of, UNEVEN_CFG)
+        model = Llama(UNEVEN_CFG)
+        model.load_state_dict(state)
+        data_parallel(model, mesh, fp32_params=["*norm*"])
+        compiled = torch.compile(model, backend="ext", options={"preset": "cpu", "passes": ["fsdp_overlap"]})
+        pass_base.applied.clear()
+        plans.clear()
+        with configure(bucket_cap_bytes=6 << 10, memory_budget_ratio=1.0):
+            got = _dp_run(model, batches, rank, compiled)
+        assert len(plans) == 2 and all(p.uneven_shards for p in plans), plans
+        _compare(got, ref_uneven, 1e-3, 0.0, "compiled fsdp_overlap, uneven shards", norm_rtol=3e-2)
+        summary["uneven_losses"] = got[0]
         (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(summary))
     finally:
         dist.destroy_process_group()

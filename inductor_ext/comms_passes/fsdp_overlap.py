@@ -169,6 +169,7 @@ class PlanSummary:
     exposed_before: float = 0.0
     exposed_after: float = 0.0
     rewrites: int = 0
+    uneven_shards: str | None = None  # set when the pass left the graph alone for uneven shards
 
 
 def auto_bucket_cap(model: AnalyticalCostModel, group_size: int = 8) -> int:
@@ -220,6 +221,16 @@ def optimize(graph: fx.Graph, settings: OverlapSettings, model: CostModel | None
         return summary
     if not _has_vals(nodes):
         log.warning("fsdp_overlap: graph has no fake tensor metadata; left unchanged")
+        return summary
+    uneven = _uneven_shard(colls)
+    if uneven:
+        # Ranks holding a shorter shard pad it before the gather, so their graphs (and the
+        # plan's cost estimates) differ from the others': the plans could disagree and the
+        # collectives would mismatch. Every rank sees the unpad/pad below, so all fall back.
+        log.warning("fsdp_overlap: %s is sharded unevenly across ranks; graph left unchanged so every "
+                    "rank issues the same collectives (make dim 0 of every parameter divisible by the "
+                    "world size to get the overlap)", uneven)
+        summary.uneven_shards = uneven
         return summary
     world = settings.default_world_size
     input_tl = simulate(nodes, model, world)
@@ -308,6 +319,28 @@ def _find_collectives(nodes: Sequence[fx.Node], settings: OverlapSettings) -> di
             continue
         classes.setdefault(key, []).append(_Coll(n, users[0], info.kind, info.group, info.group_size, pos[n]))
     return {k: v for k, v in classes.items() if k not in fixed and k[0] in ("all_gather", "reduce_scatter")}
+
+
+def _uneven_shard(colls: dict[tuple[str, str], list[_Coll]]) -> str | None:
+    """A collective of a parameter whose dim 0 does not divide by the group, found by what every
+    rank's graph has: the gathered tensor sliced back to fewer rows, or a gradient padded with
+    zero rows before its reduce-scatter. None when all shards are even."""
+    for members in colls.values():
+        for c in members:
+            if c.kind == "all_gather":
+                rows = _val(c.wait).shape[0] if _val(c.wait).dim() else 0
+                for u in c.wait.users:
+                    if (u.op == "call_function" and u.target is torch.ops.aten.slice.Tensor
+                            and (u.args[1] if len(u.args) > 1 else 0) == 0
+                            and _val(u).shape[0] < rows):
+                        return f"{c.node.name} ({_val(u).shape[0]} rows over {c.group_size} ranks)"
+            else:
+                src = _arg(c.node, "input")
+                parts = src.args[0] if src.target is torch.ops.aten.cat.default else [src]
+                if any(isinstance(p, fx.Node) and p.target is torch.ops.aten.constant_pad_nd.default
+                       for p in parts):
+                    return f"{c.node.name} (gradient padded to {_val(src).shape[0]} rows over {c.group_size} ranks)"
+    return None
 
 
 def _val(n: fx.Node) -> torch.Tensor:
