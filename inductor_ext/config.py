@@ -84,6 +84,15 @@ def _inductor_patches(key: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def _fsdp_overlap_settings(key: str, value: Any) -> dict[str, Any]:
+    from inductor_ext.comms_passes.fsdp_overlap import OverlapSettings
+
+    try:
+        return OverlapSettings.check(value)
+    except ValueError as e:
+        raise ExtOptionError(f"options[{key!r}]: {e}") from None
+
+
 def _preset_name(key: str, value: Any) -> str:
     from inductor_ext.presets import PRESETS
 
@@ -102,6 +111,8 @@ OPTIONS: dict[str, OptionSpec] = {
     "interpret": OptionSpec("test mode: run Triton templates on CPU tensors in the Triton interpreter", _bool),
     "force_template": OptionSpec("debugging: pick this template family whenever it compiles, whatever the timings", _optional_name),
     "inductor": OptionSpec("extra torch._inductor.config patches (win over the preset's)", _inductor_patches),
+    "fsdp_overlap": OptionSpec("settings of the fsdp_overlap pass, e.g. {'bucket_cap_bytes': 64 << 20, "
+                               "'max_prefetch': 2, 'memory_budget_ratio': 0.1}", _fsdp_overlap_settings),
 }
 
 
@@ -139,6 +150,7 @@ class ExtConfig:
     interpret: bool = False
     force_template: str | None = None
     inductor: dict[str, Any] = field(default_factory=dict)
+    fsdp_overlap: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """Stable text of the whole config: part of pass uuids and cache keys."""

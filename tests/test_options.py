@@ -126,6 +126,36 @@ def test_bad_inductor_key_suggests_closest():
     assert "did you mean 'max_autotune'?" in message
 
 
+@pytest.mark.parametrize("settings, expected", [
+    ({"max_prefech": 1}, ["unknown fsdp_overlap setting 'max_prefech'", "did you mean 'max_prefetch'?",
+                          "bucket_cap_bytes", "memory_budget_ratio", "reorder"]),
+    ({"reorder": 1}, ["reorder=1", "True or False"]),
+    ({"gpu": "A100"}, ["gpu='A100'", "H100", "H200", "B200", "MI355X"]),
+    ({"bucket_cap_bytes": -1}, ["bucket_cap_bytes=-1", "an int >= 0 or None"]),
+    ({"max_prefetch": None}, ["max_prefetch=None", "an int >= 0"]),
+    ({"memory_budget_ratio": "0.1"}, ["memory_budget_ratio='0.1'", "a number >= 0"]),
+    ({"default_world_size": 0}, ["default_world_size=0"]),
+    (["reorder"], ["expected a dict of fsdp_overlap settings"]),
+])
+def test_bad_fsdp_overlap_settings_name_the_setting_and_what_is_allowed(settings, expected):
+    message = error_of({"fsdp_overlap": settings})
+    assert "options['fsdp_overlap']" in message
+    assert_lists_all(message, expected)
+
+
+def test_fsdp_overlap_settings_reach_the_pass_and_its_uuid():
+    from inductor_ext.comms_passes import fsdp_overlap
+
+    config = presets.resolve({"preset": "cpu", "passes": ["fsdp_overlap"],
+                              "fsdp_overlap": {"max_prefetch": 1, "bucket_cap_bytes": 1 << 20, "gpu": "H200"}})
+    settings = fsdp_overlap.current_settings(config)
+    assert (settings.max_prefetch, settings.bucket_cap_bytes, settings.gpu) == (1, 1 << 20, "H200")
+    with fsdp_overlap.configure(max_prefetch=3):  # the context manager wins over the option
+        assert fsdp_overlap.current_settings(config).max_prefetch == 3
+    other = presets.resolve({"preset": "cpu", "passes": ["fsdp_overlap"], "fsdp_overlap": {"max_prefetch": 2}})
+    assert (fsdp_overlap.FsdpOverlapPass(config).uuid() != fsdp_overlap.FsdpOverlapPass(other).uuid())
+
+
 def test_good_values_are_normalised(tmp_path):
     checked = validate_options({
         "template_margin": 1, "dump_dir": tmp_path, "autotune_cache": None,

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import inspect
 import json
@@ -86,6 +87,36 @@ class OverlapSettings:
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
+    @classmethod
+    def check(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` checked field by field (``options={"fsdp_overlap": {...}}``); raises
+        ValueError naming the bad key or value and what is allowed."""
+        from inductor_ext.comms_passes.cost_model import GPUS
+
+        if not isinstance(values, dict):
+            raise ValueError(f"expected a dict of fsdp_overlap settings, got {values!r}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key, value in values.items():
+            if key not in fields:
+                close = difflib.get_close_matches(str(key), fields, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"unknown fsdp_overlap setting {key!r}{hint}; valid: {', '.join(sorted(fields))}")
+            kind = fields[key].type
+            if key == "gpu":
+                ok = value is None or (isinstance(value, str) and value.upper() in GPUS)
+                allowed = f"None or one of {', '.join(GPUS)}"
+            elif kind == "bool":
+                ok, allowed = isinstance(value, bool), "True or False"
+            elif kind == "float":
+                ok, allowed = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0, "a number >= 0"
+            else:  # int or int | None: sizes in bytes and counts
+                ok = (value is None and "None" in kind) or (isinstance(value, int) and not isinstance(value, bool)
+                                                            and value >= (1 if key == "default_world_size" else 0))
+                allowed = "an int >= 0" + (" or None" if "None" in kind else "")
+            if not ok:
+                raise ValueError(f"fsdp_overlap setting {key}={value!r}: expected {allowed}")
+        return dict(values)
+
 
 _overrides: list[dict[str, Any]] = []
 
@@ -106,10 +137,8 @@ def configure(**overrides: Any) -> Iterator[None]:
 
 def current_settings(config: ExtConfig | None = None) -> OverlapSettings:
     values: dict[str, Any] = {}
-    # A future ExtConfig option (e.g. options={"fsdp_overlap": {...}}) is honoured when present.
-    opt = getattr(config, "fsdp_overlap", None) if config is not None else None
-    if isinstance(opt, dict):
-        values.update(opt)
+    if config is not None:
+        values.update(config.fsdp_overlap)  # options={"fsdp_overlap": {...}}; configure() wins
     for o in _overrides:
         values.update(o)
     s = OverlapSettings(**values)
