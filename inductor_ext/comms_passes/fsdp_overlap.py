@@ -53,7 +53,7 @@ import torch
 import torch.fx as fx
 
 from inductor_ext.comms_passes.cost_model import (
-    AnalyticalCostModel, CostModel, collective_info, is_wait, memory_profile, simulate,
+    AnalyticalCostModel, CostModel, Timeline, collective_info, is_wait, memory_profile, simulate,
     wait_collective,
 )
 from inductor_ext.config import ExtConfig
@@ -66,6 +66,9 @@ aten = torch.ops.aten
 c10d = torch.ops._c10d_functional
 
 _TARGET_GPU = {"sm_90a": "H100", "sm_100a": "B200", "gfx950": "MI355X"}
+# A plan whose exposed communication is within this fraction of the least found competes on
+# makespan (see optimize).
+EXPOSED_TOLERANCE = 0.02
 _ALIGN = 16  # bytes: every segment of a packed all-gather buffer starts 16-byte aligned
 
 
@@ -266,34 +269,51 @@ def optimize(graph: fx.Graph, settings: OverlapSettings, model: CostModel | None
     budget = max(settings.memory_budget_bytes, int(settings.memory_budget_ratio * input_tl.peak_memory))
     limit = input_tl.peak_memory + budget
 
-    def trial(cap: int, prefetch: int) -> tuple[float, int, PlanSummary]:
+    def trial(cap: int, prefetch: int) -> Timeline:
         copy = fx.Graph()
         copy.output(copy.graph_copy(graph, {}))
-        order, plan = _plan_and_order(copy, settings, model, cap, prefetch, limit)
-        tl = simulate(order, model, world)
-        return tl.exposed, tl.peak_memory, plan
+        order, _ = _plan_and_order(copy, settings, model, cap, prefetch, limit)
+        return simulate(order, model, world)
 
     cap = settings.bucket_cap_bytes
+    explore = cap is None  # an explicit cap is the user's choice; the derived one is a guess
     if cap is None:
         cap = auto_bucket_cap(model, world) if isinstance(model, AnalyticalCostModel) else 64 << 20
     prefetch = settings.max_prefetch if settings.reorder else 0
-    # The configured plan first, then less prefetch, then smaller buckets: the first plan whose
-    # estimated peak fits the budget wins (the last, no buckets and no prefetch, places every
-    # collective where the input had it, so it keeps the input's memory behaviour).
-    trials: list[tuple[int, int]] = [(cap, p) for p in range(prefetch, -1, -1)]
+    # Plans are compared by the cost model: among those whose estimated peak fits the budget and
+    # whose exposed communication is within EXPOSED_TOLERANCE of the least, the shortest
+    # makespan wins (buckets save collective latency but cost copies in and out). Without a
+    # fitting plan: less prefetch and smaller buckets, down to none, which places every
+    # collective where the input had it and so keeps the input's memory behaviour.
+    smaller = []  # cap / 2, cap / 4, ... down to 1 MB
     c = cap // 2
     while c >= (1 << 20):
-        trials.append((c, 0))
+        smaller.append(c)
         c //= 2
-    trials.append((0, 0))
-    for cap_i, pre_i in trials:
-        if trial(cap_i, pre_i)[1] <= limit:
-            break
+    if explore:
+        tried = [(c, p) for c in dict.fromkeys([cap, cap // 4, 0]) for p in range(prefetch, -1, -1)]
+        tried += [(c, 0) for c in smaller if c != cap // 4]
     else:
+        tried = [(cap, p) for p in range(prefetch, -1, -1)]
+    fitting: list[tuple[float, float, int, int]] = []
+    for cap_i, pre_i in tried:
+        tl = trial(cap_i, pre_i)
+        if tl.peak_memory <= limit:
+            fitting.append((tl.exposed, tl.makespan, cap_i, pre_i))
+    for cap_i in ([*smaller, 0] if not fitting and not explore else []):
+        tl = trial(cap_i, 0)
+        if tl.peak_memory <= limit:
+            fitting.append((tl.exposed, tl.makespan, cap_i, 0))
+            break
+    if not fitting:
         log.warning("fsdp_overlap: no plan fits the memory budget (%d bytes); graph left unchanged", limit)
         summary.input_peak = summary.peak = summary.memory_limit = input_tl.peak_memory
         summary.exposed_before = summary.exposed_after = input_tl.exposed
         return summary
+    least = min(f[0] for f in fitting)
+    near = [f for f in fitting if f[0] <= least * (1 + EXPOSED_TOLERANCE) + 1e-9]
+    # ties: the earlier trial (bigger buckets, more prefetch) wins
+    _, _, cap_i, pre_i = min(near, key=lambda f: f[1])
     order, final = _plan_and_order(graph, settings, model, cap_i, pre_i, limit)
     _apply_order(graph, order)
     graph.lint()
