@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.distributed.pipelining.schedules import _Action, _ComputationType
 
+from inductor_ext.comms_passes import pipeline_ir, pipeline_runtime
 from inductor_ext.comms_passes import pipeline_plan as pp
 
 C = _ComputationType
@@ -181,12 +182,12 @@ def _check_plan(plan: pp.PipelineBufferPlan, torch_lists: dict) -> None:
     for r, rp in plan.ranks.items():
         acts = rp.actions
         # same computation, same order as 2.15 runs it
-        assert pp._compute_sequence(acts) == pp._compute_sequence(torch_lists[r])
+        assert pipeline_runtime._compute_sequence(acts) == pipeline_runtime._compute_sequence(torch_lists[r])
         torch.distributed.pipelining.schedules._validate_send_waits({r: acts})
         pos = {}
         for p, a in enumerate(acts):
-            for part in pp._parts(a):
-                pos.setdefault(pp._key(part), p)
+            for part in pipeline_ir._parts(a):
+                pos.setdefault(pipeline_ir._key(part), p)
         by_key = {iv.key: iv for iv in rp.intervals}
         # no two live buffers share a slot; each fits
         for slot in rp.slots:
@@ -216,7 +217,7 @@ def _check_plan(plan: pp.PipelineBufferPlan, torch_lists: dict) -> None:
         # a send's wait finishes after the receive was posted
         for p, a in enumerate(acts):
             if a.computation_type in (C.WAIT_SEND_F, C.WAIT_SEND_B):
-                t = pp._transfer(a)
+                t = pipeline_ir._transfer(a)
                 assert trace.end[r][p] >= trace.recv_at[t][2]
 
 
@@ -249,10 +250,10 @@ def test_send_budget_is_honoured(name, k):
         pending = set()
         for a in rp.actions:
             if a.computation_type in (C.SEND_F, C.SEND_B):
-                pending.add(pp._transfer(a))
+                pending.add(pipeline_ir._transfer(a))
                 assert len(pending) <= k
             elif a.computation_type in (C.WAIT_SEND_F, C.WAIT_SEND_B):
-                pending.remove(pp._transfer(a))
+                pending.remove(pipeline_ir._transfer(a))
 
 
 def test_interleaved_target_static():
@@ -319,7 +320,7 @@ def test_slot_pool_reuses_only_released_slots():
     meta = SimpleNamespace(shape=(4, 8), stride=(8, 1), dtype=torch.float32)
     plan = pp.plan_for_schedule(sch, 4 * 8 * 4, search=False)
     for rank, rp in plan.ranks.items():
-        pool = pp._SlotPool(rp, "cpu")
+        pool = pipeline_runtime._SlotPool(rp, "cpu")
         pool.new_step()
         live: dict[pp.BufferKey, torch.Tensor] = {}
         recv = sorted((iv for iv in rp.intervals if iv.pool == "recv"), key=lambda iv: iv.start)
@@ -342,7 +343,7 @@ def test_slot_pool_reuses_only_released_slots():
         assert pool.reuses > 0
     # a slot whose occupant was not released is not reused
     rp = plan.ranks[1]
-    pool = pp._SlotPool(rp, "cpu")
+    pool = pipeline_runtime._SlotPool(rp, "cpu")
     slot = next(s for s in rp.recv_slots if len(s.keys) > 1 and s.keys[0] not in s.release_after)
     pool.buffer_for(slot.keys[0], meta)
     pool.buffer_for(slot.keys[1], meta)
