@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.fx as fx
@@ -406,6 +406,11 @@ def node_duration(model: CostModel, node: fx.Node, default_world_size: int = 8) 
 # Memory: storage lifetimes along an order
 # --------------------------------------------------------------------------------------------
 
+def is_view_like(node: fx.Node) -> bool:
+    """Whether ``node`` returns a view of its input (no kernel, no new storage)."""
+    return _is_view_like(node)
+
+
 def _alias_root(node: fx.Node, roots: dict[fx.Node, fx.Node]) -> fx.Node:
     if node.op == "call_function" and (_is_view_like(node) or _returns_alias(node)):
         src = next((a for a in node.all_input_nodes if _tensors(_val(a))), None)
@@ -419,8 +424,11 @@ def _returns_alias(node: fx.Node) -> bool:
     return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None)
 
 
-def memory_profile(nodes: Sequence[fx.Node], default_world_size: int = 8) -> tuple[list[int], int]:
+def memory_profile(nodes: Sequence[fx.Node], default_world_size: int = 8,
+                   size_overrides: Mapping[str, int] | None = None) -> tuple[list[int], int]:
     """Live bytes after each node of ``nodes`` (an execution order) and the baseline.
+
+    ``size_overrides`` (node name -> bytes) replaces the size of those nodes' storages.
 
     A storage is allocated by the node that creates it (views, getitem and wait_tensor alias their
     input) and freed after the last use of any of its aliases. Placeholders and graph outputs live
@@ -442,6 +450,8 @@ def memory_profile(nodes: Sequence[fx.Node], default_world_size: int = 8) -> tup
         roots[n] = r
         if r is n:
             size[n] = sum(_nbytes(t) for t in _tensors(_val(n))) if n.op != "output" else 0
+            if size_overrides is not None and n.name in size_overrides:
+                size[n] = size_overrides[n.name]
             last[n] = order[n]
         if n.op == "placeholder":
             pinned.add(n)
@@ -588,7 +598,8 @@ def simulate(nodes: Iterable[fx.Node] | fx.Graph, model: CostModel, default_worl
     tl.makespan = max([t, *stream_free.values()])
     tl.exposed += max(0.0, tl.makespan - t)  # collectives nobody waited for still end the step
     if with_memory:
-        live, base = memory_profile(nodes, default_world_size)
+        # a model may size some storages itself (fsdp_overlap's rank-invariant planning)
+        live, base = memory_profile(nodes, default_world_size, getattr(model, "size_overrides", None))
         tl.peak_memory = max(live, default=base)
         tl.baseline_memory = base
     return tl

@@ -53,7 +53,7 @@ import torch
 import torch.fx as fx
 
 from inductor_ext.comms_passes.cost_model import (
-    AnalyticalCostModel, CostModel, Timeline, collective_info, is_wait, memory_profile, simulate,
+    AnalyticalCostModel, CostModel, Timeline, collective_info, is_view_like, is_wait, memory_profile, simulate,
     wait_collective,
 )
 from inductor_ext.config import ExtConfig
@@ -201,7 +201,7 @@ class PlanSummary:
     exposed_before: float = 0.0
     exposed_after: float = 0.0
     rewrites: int = 0
-    uneven_shards: str | None = None  # set when the pass left the graph alone for uneven shards
+    uneven_shards: str | None = None  # set when shards are uneven (planned on rank-invariant costs)
 
 
 def auto_bucket_cap(model: AnalyticalCostModel, group_size: int = 8) -> int:
@@ -254,17 +254,15 @@ def optimize(graph: fx.Graph, settings: OverlapSettings, model: CostModel | None
     if not _has_vals(nodes):
         log.warning("fsdp_overlap: graph has no fake tensor metadata; left unchanged")
         return summary
+    world = settings.default_world_size
+    real_model = model
     uneven = _uneven_shard(colls)
     if uneven:
-        # Ranks holding a shorter shard pad it before the gather, so their graphs (and the
-        # plan's cost estimates) differ from the others': the plans could disagree and the
-        # collectives would mismatch. Every rank sees the unpad/pad below, so all fall back.
-        log.warning("fsdp_overlap: %s is sharded unevenly across ranks; graph left unchanged so every "
-                    "rank issues the same collectives (make dim 0 of every parameter divisible by the "
-                    "world size to get the overlap)", uneven)
-        summary.uneven_shards = uneven
-        return summary
-    world = settings.default_world_size
+        # Ranks holding a shorter shard pad it before the gather, so their graphs and cost
+        # estimates differ, and plans made from them could issue different collectives. Plan
+        # on what every rank has alike instead (see _RankInvariantModel).
+        log.info("fsdp_overlap: %s is sharded unevenly across ranks; planning on rank-invariant costs", uneven)
+        model = _RankInvariantModel(model, colls, [n for n in nodes if n.op == "placeholder"])
     input_tl = simulate(nodes, model, world)
     budget = max(settings.memory_budget_bytes, int(settings.memory_budget_ratio * input_tl.peak_memory))
     limit = input_tl.peak_memory + budget
@@ -278,7 +276,7 @@ def optimize(graph: fx.Graph, settings: OverlapSettings, model: CostModel | None
     cap = settings.bucket_cap_bytes
     explore = cap is None  # an explicit cap is the user's choice; the derived one is a guess
     if cap is None:
-        cap = auto_bucket_cap(model, world) if isinstance(model, AnalyticalCostModel) else 64 << 20
+        cap = auto_bucket_cap(real_model, world) if isinstance(real_model, AnalyticalCostModel) else 64 << 20
     prefetch = settings.max_prefetch if settings.reorder else 0
     # Plans are compared by the cost model: among those whose estimated peak fits the budget and
     # whose exposed communication is within EXPOSED_TOLERANCE of the least, the shortest
@@ -317,6 +315,7 @@ def optimize(graph: fx.Graph, settings: OverlapSettings, model: CostModel | None
     order, final = _plan_and_order(graph, settings, model, cap_i, pre_i, limit)
     _apply_order(graph, order)
     graph.lint()
+    final.uneven_shards = uneven
     tl = simulate(list(graph.nodes), model, world)
     final.input_peak, final.exposed_before, final.memory_limit = input_tl.peak_memory, input_tl.exposed, limit
     final.peak, final.exposed_after = tl.peak_memory, tl.exposed
@@ -390,6 +389,68 @@ def _uneven_shard(colls: dict[tuple[str, str], list[_Coll]]) -> str | None:
                        for p in parts):
                     return f"{c.node.name} (gradient padded to {_val(src).shape[0]} rows over {c.group_size} ranks)"
     return None
+
+
+class _RankInvariantModel:
+    """A cost model whose answers are equal on every rank of an unevenly sharded graph.
+
+    What differs between ranks is upstream of each all-gather's input: the shard (a row more
+    or less) and its cast, plus a pad on the ranks with the shorter shard. The gather input
+    itself is padded to one size everywhere; the reduce-scatters' outputs are sliced to the
+    shard on some ranks only, but slices are views. So this model charges nothing for the nodes
+    that compute a gather's input from the shards (a cast of 1/world of a parameter) and gives
+    graph inputs and those intermediates no size; the gather input keeps its (equal) size, and
+    every other node its own time and size. Plans are made with it; nodes are matched by name,
+    which graph copies keep.
+    """
+
+    def __init__(self, model: CostModel, colls: dict[tuple[str, str], list[_Coll]],
+                 placeholders: Sequence[fx.Node] = ()) -> None:
+        self.model = model
+        self.free: set[str] = set()  # computed from the shards only: no time
+        # what feeds a gather input, and every graph input (shards of other parameters come in
+        # too, unused or not): no size. Inputs live throughout, so this only moves the baseline.
+        self.size_overrides: dict[str, int] = {n.name: 0 for n in placeholders}
+        self.gather_inputs: set[str] = set()
+        # A bucket's packing copy is modelled as fused with the cast that made a gather input on
+        # some ranks and not behind the pad on others: cost it unfused everywhere.
+        self.unfused = (dataclasses.replace(model, model_fusion=False)
+                        if isinstance(model, AnalyticalCostModel) and model.model_fusion else model)
+        for members in colls.values():
+            for c in members:
+                if c.kind != "all_gather":
+                    continue
+                gather_input = _arg(c.node, "input")
+                self.gather_inputs.add(gather_input.name)
+                stack = [gather_input]
+                while stack:
+                    n = stack.pop()
+                    if n.name in self.free or n.name in self.size_overrides:
+                        continue
+                    if n.op == "placeholder":
+                        self.size_overrides[n.name] = 0
+                        continue
+                    self.free.add(n.name)
+                    if n is not gather_input:
+                        self.size_overrides[n.name] = 0
+                    stack.extend(n.all_input_nodes)
+
+    def collective_time(self, kind: str, nbytes: int, group_size: int) -> float:
+        return self.model.collective_time(kind, nbytes, group_size)
+
+    def node_time(self, node: fx.Node) -> float:
+        if node.name in self.free:
+            return 0.0
+        if node.target is aten.cat.default and any(self._reads_gather_input(a) for a in node.all_input_nodes):
+            return self.unfused.node_time(node)
+        return self.model.node_time(node)
+
+    def _reads_gather_input(self, node: fx.Node) -> bool:
+        while node.name not in self.gather_inputs:
+            if node.op != "call_function" or not is_view_like(node) or not node.all_input_nodes:
+                return False
+            node = node.all_input_nodes[0]
+        return True
 
 
 def _val(n: fx.Node) -> torch.Tensor:
@@ -685,6 +746,8 @@ def _plan_and_order(graph: fx.Graph, settings: OverlapSettings, model: CostModel
                 rewrites += len(bk) - 1
             if kind == "all_gather":
                 pre = _exclusive_input_chain(coll, pre, pure) + pre
+            else:
+                post = post + _views_for_output(wait, post, output)
             units.append(_Unit(kind, group, coll, wait, bk, pre, post))
     # Nodes created by merging sit before the output for now; order them among themselves.
     created = set(builder.created)
@@ -729,10 +792,25 @@ def _plan_and_order(graph: fx.Graph, settings: OverlapSettings, model: CostModel
         if u.ready > u.first_use:
             raise AssertionError(f"fsdp_overlap: {u.coll} is needed before its inputs exist")
     summary.rewrites = rewrites
-    base_curve = _baseline_curve(backbone, units, world)
+    base_curve = _baseline_curve(backbone, units, world, getattr(model, "size_overrides", None))
     anchors = _schedule(backbone, units, model, settings, prefetch, limit, base_curve, world, summary)
     order = _emit(backbone, anchors)
     return order, summary
+
+
+def _views_for_output(wait: fx.Node, post: list[fx.Node], output: fx.Node) -> list[fx.Node]:
+    """Views of a reduce-scatter's result that only the graph output uses (ranks with a shorter
+    shard slice the padded one): they go with the wait, so they do not make it due earlier."""
+    found: list[fx.Node] = []
+    frontier = [wait, *post]
+    while frontier:
+        n = frontier.pop()
+        for u in n.users:
+            if (u is not output and u not in found and u not in post and u.op == "call_function"
+                    and is_view_like(u) and all(x is output or is_view_like(x) for x in u.users)):
+                found.append(u)
+                frontier.append(u)
+    return found
 
 
 def _unit_ready(u: _Unit, bpos: dict[fx.Node, int], n_lead: int) -> int:
@@ -761,11 +839,12 @@ def _jit_anchors(units: list[_Unit]) -> dict[int, list[fx.Node]]:
     return anchors
 
 
-def _baseline_curve(backbone: list[fx.Node], units: list[_Unit], world: int) -> list[int]:
+def _baseline_curve(backbone: list[fx.Node], units: list[_Unit], world: int,
+                    size_overrides: dict[str, int] | None = None) -> list[int]:
     """Live bytes at each backbone anchor for the no-overlap placement of the units."""
     anchors = _jit_anchors(units)
     order = _emit(backbone, anchors)
-    live, _ = memory_profile(order, world)
+    live, _ = memory_profile(order, world, size_overrides)
     curve = [0] * (len(backbone) + 1)
     i = 0
     cur_max = 0
@@ -813,9 +892,11 @@ def _schedule(backbone: list[fx.Node], units: list[_Unit], model: CostModel, set
                 t += model.node_time(m)
         anchors.setdefault(at, []).extend(nodes)
 
+    overrides = getattr(model, "size_overrides", None) or {}
+
     def pre_bytes(u: _Unit) -> int:
-        return sum(_nbytes(v) for m in u.pre if m not in emitted and not _aliases(m)
-                   for v in _tensors_of(m))
+        return sum(overrides[m.name] if m.name in overrides else sum(_nbytes(v) for v in _tensors_of(m))
+                   for m in u.pre if m not in emitted and not _aliases(m))
 
     def issue(u: _Unit, at: int) -> None:
         nonlocal in_flight

@@ -180,15 +180,16 @@ class CapturedGraph:
 
 
 @contextlib.contextmanager
-def fake_world(world_size: int = 8):
-    """The fake process group (FakeStore) as the default group, with a 1-D DeviceMesh over it."""
+def fake_world(world_size: int = 8, rank: int = 0):
+    """The fake process group (FakeStore) as the default group, with a 1-D DeviceMesh over it,
+    seen from ``rank`` (its shards are the ones traced)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     created = not dist.is_initialized()
     if created:
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     elif dist.get_world_size() != world_size:
         raise RuntimeError(f"a process group of size {dist.get_world_size()} already exists; need {world_size}")
     try:
