@@ -268,6 +268,23 @@ def lower_compute_schedule(
     return {r: list(v) for r, v in lowered.items()}
 
 
+def _gpipe_phase(stage: int, n: int, kinds: tuple[_ComputationType, ...], *, receives: bool,
+                 sends: bool) -> list[_Action]:
+    """One GPipe phase (all forwards, or all backwards): receive, compute, send per microbatch,
+    then wait for every send."""
+    recv, compute, send, wait = kinds
+    acts: list[_Action] = []
+    for k in range(n):
+        if receives:
+            acts.append(_Action(stage, recv, k))
+        acts.append(_Action(stage, compute, k))
+        if sends:
+            acts.append(_Action(stage, send, k))
+    if sends:
+        acts += [_Action(stage, wait, k) for k in range(n)]
+    return acts
+
+
 def torch_single_stage_actions(
     kind: str, pp_size: int, n_microbatches: int
 ) -> dict[int, list[_Action]]:
@@ -286,22 +303,8 @@ def torch_single_stage_actions(
         acts: list[_Action] = []
         first, last = s == 0, s == N - 1
         if kind.lower() == "gpipe":
-            for k in range(n):
-                if not first:
-                    acts.append(_Action(s, RECV_F, k))
-                acts.append(_Action(s, F, k))
-                if not last:
-                    acts.append(_Action(s, SEND_F, k))
-            if not last:
-                acts += [_Action(s, WAIT_SEND_F, k) for k in range(n)]
-            for k in range(n):
-                if not last:
-                    acts.append(_Action(s, RECV_B, k))
-                acts.append(_Action(s, B, k))
-                if not first:
-                    acts.append(_Action(s, SEND_B, k))
-            if not first:
-                acts += [_Action(s, WAIT_SEND_B, k) for k in range(n)]
+            acts += _gpipe_phase(s, n, (RECV_F, F, SEND_F, WAIT_SEND_F), receives=not first, sends=not last)
+            acts += _gpipe_phase(s, n, (RECV_B, B, SEND_B, WAIT_SEND_B), receives=not last, sends=not first)
         elif kind.lower() == "1f1b":
             warmup = min(n, N - s)
             for k in range(warmup):
