@@ -916,6 +916,19 @@ def _schedule(backbone: list[fx.Node], units: list[_Unit], model: CostModel, set
         in_flight -= u.bytes_in_flight
         (waiting_ag if u.kind == "all_gather" else waiting_rs).remove(u)
 
+    def fits(u: _Unit, at: int) -> bool:
+        """Whether issuing all-gather ``u`` at ``at`` keeps within the in-flight and memory limits."""
+        if max_in_flight is not None and in_flight + u.bytes_in_flight > max_in_flight:
+            return False
+        window = int((base_arr[at:u.first_use + 1] + extra[at:u.first_use + 1]).max())
+        return window + rs_held() + u.hold_bytes <= limit
+
+    def issue_ahead(key: tuple[str, str], u: _Unit, at: int) -> None:
+        """Issue all-gather ``u`` (the head of its queue) at ``at``; it holds memory until used."""
+        extra[at:u.first_use] += u.hold_bytes
+        heads[key] += 1
+        issue(u, at)
+
     def rs_held() -> int:
         return sum(u.hold_bytes for u in waiting_rs)
 
@@ -952,16 +965,9 @@ def _schedule(backbone: list[fx.Node], units: list[_Unit], model: CostModel, set
                 if u.issued_at >= 0 or u.ready > i:
                     break
                 ahead = sum(1 for w in waiting_ag if w.group == u.group and w.first_use > i)
-                if ahead >= prefetch:
+                if ahead >= prefetch or not fits(u, i):
                     break
-                if max_in_flight is not None and in_flight + u.bytes_in_flight > max_in_flight:
-                    break
-                window = int((base_arr[i:u.first_use + 1] + extra[i:u.first_use + 1]).max())
-                if window + rs_held() + u.hold_bytes > limit:
-                    break
-                extra[i:u.first_use] += u.hold_bytes
-                heads[key] += 1
-                issue(u, i)
+                issue_ahead(key, u, i)
                 if u.first_use > i:
                     summary.prefetched += 1
         # 5. reduce-scatters whose gradients exist
@@ -983,16 +989,9 @@ def _schedule(backbone: list[fx.Node], units: list[_Unit], model: CostModel, set
                     continue
                 while heads[key] < len(q) and t < stall_until:
                     u = q[heads[key]]
-                    if u.issued_at >= 0 or u.ready > i:
+                    if u.issued_at >= 0 or u.ready > i or not fits(u, i):
                         break
-                    if max_in_flight is not None and in_flight + u.bytes_in_flight > max_in_flight:
-                        break
-                    window = int((base_arr[i:u.first_use + 1] + extra[i:u.first_use + 1]).max())
-                    if window + rs_held() + u.hold_bytes > limit:
-                        break
-                    extra[i:u.first_use] += u.hold_bytes
-                    heads[key] += 1
-                    issue(u, i)
+                    issue_ahead(key, u, i)
                     summary.prefetched += 1
                 for u in q[heads[key]:]:
                     if t >= stall_until:
