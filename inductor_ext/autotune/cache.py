@@ -139,6 +139,14 @@ _SHORT_DTYPES = {
 }
 
 
+def _require_fields(cls: type, d: Any, what: str) -> None:
+    """ValueError unless ``d`` is a dict with exactly the dataclass ``cls``'s fields."""
+    names = {f.name for f in fields(cls)}
+    if not isinstance(d, dict) or set(d) != names:
+        got = sorted(d) if isinstance(d, dict) else type(d).__name__
+        raise ValueError(f"{what} must have exactly the fields {sorted(names)}, got {got}")
+
+
 @dataclass(frozen=True)
 class ProblemKey:
     """Everything that decides which kernel wins; equal keys may share a cached winner.
@@ -185,10 +193,7 @@ class ProblemKey:
     @classmethod
     def from_dict(cls, d: Any) -> ProblemKey:
         """Strict inverse of ``to_dict``; ValueError on anything else."""
-        names = {f.name for f in fields(cls)}
-        if not isinstance(d, dict) or set(d) != names:
-            got = sorted(d) if isinstance(d, dict) else type(d).__name__
-            raise ValueError(f"key must have exactly the fields {sorted(names)}, got {got}")
+        _require_fields(cls, d, "key")
         try:
             # JSON gives str already; refuse anything the constructor would silently str().
             if not all(isinstance(x, str) for x in d["dtypes"]) or not all(
@@ -316,10 +321,7 @@ class Entry:
     @classmethod
     def from_dict(cls, d: Any) -> Entry:
         """Strict inverse of ``to_dict``; ValueError on anything else."""
-        names = {f.name for f in fields(cls)}
-        if not isinstance(d, dict) or set(d) != names:
-            got = sorted(d) if isinstance(d, dict) else type(d).__name__
-            raise ValueError(f"entry must have exactly the fields {sorted(names)}, got {got}")
+        _require_fields(cls, d, "entry")
         entry = cls(**{**d, "key": ProblemKey.from_dict(d["key"])})
         entry.validate()
         return entry
