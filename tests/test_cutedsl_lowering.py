@@ -221,3 +221,19 @@ def test_compiled_graph_calls_the_winning_config(compiled):
 def test_compiled_graph_gives_the_reference_numbers(compiled):
     # alpha is rounded to bf16 by the model (torchao's form) and applied once in fp32: one bf16 ulp
     assert compiled["max_err"] <= compiled["max_ref"] * 2**-7, compiled
+
+
+def test_every_config_is_callable_from_cached_code_in_a_new_process():
+    """A compiled graph loaded from the FX graph cache calls extern_kernels.<choice> without any
+    lowering having run: importing ext's choices must register every config."""
+    import subprocess
+    import sys
+
+    names = [f"ext_cutedsl_nvfp4_gemm_{c.name()}" for c in template.ALL_CONFIGS]
+    code = ("import inductor_ext.lowering.ext_choices\n"
+            "from torch._inductor.select_algorithm import extern_kernels\n"
+            f"missing = [n for n in {names!r} if getattr(extern_kernels, n, None) is None]\n"
+            "print(missing)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

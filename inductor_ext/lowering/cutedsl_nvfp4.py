@@ -123,3 +123,9 @@ class CuteDslNvFp4Adapter:
 
 
 ADAPTERS = {FAMILY: CuteDslNvFp4Adapter()}
+
+# Compiled graphs call the winning config as ``extern_kernels.<name>``; a graph loaded from
+# Inductor's FX graph cache in a new process runs no lowering, so every config is registered
+# when this module is imported (the backend imports it before any compile or cache lookup).
+for _config in cutedsl_nvfp4.ALL_CONFIGS:
+    CuteDslNvFp4Adapter._choice(_config)
