@@ -72,7 +72,6 @@ class ExtChoices(InductorChoices):
     def __init__(self, config: ExtConfig) -> None:
         super().__init__()
         self.config = config
-        pdl_consumers.install()
 
     def uuid(self) -> str:
         return hashlib.sha256("|".join([self.config.to_json(), templates_hash(self.config)]).encode()).hexdigest()

@@ -10,18 +10,16 @@ is a PDL-enabled template. It knows only its NVGEMM templates; this module teach
 
 ExtChoices marks a choice whose problem has ``use_pdl`` (:func:`mark`); the mark rides on the
 choice's ``make_kernel_render``, which Inductor hands to the ``TritonTemplateBuffer`` it builds
-for the winner. :func:`install` wraps the predicate once per process; it still answers
-Inductor's own templates as before and answers True only for buffers ext marked.
+for the winner. The first mark wraps the predicate (:func:`install`, once per process; before
+codegen, which is where it is asked). It still answers Inductor's own templates as before and
+answers True only for buffers ext marked. Imports are lazy: Inductor's NVGEMM scheduling module
+imports cutlass (half a second), which a compile that marks nothing should not pay.
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any
-
-from torch._inductor import ir
-from torch._inductor.codegen.nv_universal_gemm.nv_universal_gemm_scheduling import NVUniversalGemmScheduling
-from torch._inductor.scheduler import BaseSchedulerNode, FusedSchedulerNode, SchedulerNode
 
 _MARK = "_inductor_ext_use_pdl"
 
@@ -31,11 +29,16 @@ def mark(choice: Any) -> None:
     try:
         setattr(choice.make_kernel_render, _MARK, True)
     except AttributeError:  # not a Triton template choice (e.g. ext's CuTeDSL extern choices)
-        pass
+        return
+    install()
 
 
-def is_ext_pdl_producer(node: BaseSchedulerNode) -> bool:
-    """Whether ``node`` is (or fuses an epilogue into) an ext template marked by :func:`mark`."""
+def is_ext_pdl_producer(node: Any) -> bool:
+    """Whether scheduler node ``node`` is (or fuses an epilogue into) an ext template marked by
+    :func:`mark`."""
+    from torch._inductor import ir
+    from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
+
     if isinstance(node, FusedSchedulerNode):
         ir_node = node.get_template_node()
     elif isinstance(node, SchedulerNode):
@@ -47,12 +50,16 @@ def is_ext_pdl_producer(node: BaseSchedulerNode) -> bool:
 
 def install() -> None:
     """Wrap Inductor's predicate so ext's producers count too (idempotent)."""
+    from torch._inductor.codegen.nv_universal_gemm.nv_universal_gemm_scheduling import (
+        NVUniversalGemmScheduling,
+    )
+
     current = NVUniversalGemmScheduling.is_pdl_enabled_template
     if getattr(current, _MARK, False):
         return
 
     @functools.wraps(current)
-    def is_pdl_enabled_template(node: BaseSchedulerNode) -> bool:
+    def is_pdl_enabled_template(node: Any) -> bool:
         return current(node) or is_ext_pdl_producer(node)
 
     setattr(is_pdl_enabled_template, _MARK, True)
