@@ -512,6 +512,8 @@ def test_auto_makes_the_kernel_reading_the_template_output_wait(consumer_compile
     assert run["winner"].startswith("triton_ext_gemm")
     template, consumer = _template_and_consumer(run["kernels"])
     assert "USE_PDL : tl.constexpr = True" in template
+    # the template waits on the kernel before it too, so it is launched with PDL
+    assert "'launch_pdl': True" in template
     assert "'launch_pdl': True" in consumer
     body = consumer.split("@triton.jit", 1)[1]
     wait, first_load = body.index("gdc_wait()"), body.index("tl.load(")
@@ -523,6 +525,6 @@ def test_auto_makes_the_kernel_reading_the_template_output_wait(consumer_compile
 def test_off_leaves_every_kernel_without_pdl(consumer_compile) -> None:
     run = consumer_compile["off"]
     template, consumer = _template_and_consumer(run["kernels"])
-    assert "USE_PDL : tl.constexpr = False" in template
+    assert "USE_PDL : tl.constexpr = False" in template and "'launch_pdl': True" not in template
     assert "'launch_pdl': False" in consumer and "gdc_wait" not in consumer.split("@triton.jit", 1)[1]
     assert run["max_err"] < 1e-5

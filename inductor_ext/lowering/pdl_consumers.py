@@ -1,4 +1,4 @@
-"""Makes Inductor's Triton kernels wait on ext's PDL producers (``options={"pdl": "auto"}``).
+"""Makes the kernels around ext's PDL templates wait on them (``options={"pdl": "auto"}``).
 
 A producer template compiled with ``USE_PDL`` calls ``gdc_launch_dependents`` once its last MMA
 is issued, so the next kernel on the stream may start early; that kernel must then be launched
@@ -22,6 +22,14 @@ import functools
 from typing import Any
 
 _MARK = "_inductor_ext_use_pdl"
+
+
+def template_launch_kwargs(problem: Any) -> dict[str, Any]:
+    """Extra ``maybe_append_choice`` kwargs for an ext template: one with ``use_pdl`` is itself
+    a consumer of the kernel before it, so it is launched with PDL (Inductor never launches a
+    template so on its own). That is safe because the template reads and writes nothing before
+    its ``gdc_wait`` (tier I asserts the order)."""
+    return {"triton_meta": {"launch_pdl": True}} if getattr(problem, "use_pdl", False) else {}
 
 
 def mark(choice: Any) -> None:

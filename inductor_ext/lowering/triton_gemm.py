@@ -10,6 +10,7 @@ from torch._inductor import ir
 from torch._inductor.kernel.mm_common import addmm_epilogue, mm_args, mm_grid
 from torch._inductor.select_algorithm import TritonTemplate
 
+from inductor_ext.lowering import pdl_consumers
 from inductor_ext.templates.triton import gemm
 
 FAMILY = gemm.FAMILY
@@ -60,6 +61,7 @@ def append(choices: list[Any], prepared: Prepared, config: gemm.GemmConfig, targ
     before = len(choices)
     TEMPLATE.maybe_append_choice(choices, input_nodes=prepared.inputs, layout=prepared.layout,
                                  num_stages=config.num_stages, num_warps=config.num_warps,
+                                 **pdl_consumers.template_launch_kwargs(prepared.problem),
                                  **prepared.extra, **kwargs)
     return choices[-1] if len(choices) > before else None
 

@@ -20,6 +20,7 @@ from torch._inductor.lowering import lowerings, register_lowering
 from torch._inductor.select_algorithm import ExternKernelChoice, TritonTemplate, autotune_select_algorithm
 from torch._inductor.virtualized import V
 
+from inductor_ext.lowering import pdl_consumers
 from inductor_ext.kernels import nvfp4_ops  # noqa: F401  (defines the op lowered here)
 from inductor_ext.templates.triton import nvfp4_dequant_gemm, nvfp4_gemm
 
@@ -96,7 +97,8 @@ class NvFp4Adapter:
             kwargs["DOT_DTYPE"] = nvfp4_dequant_gemm.dot_dtype(prepared.problem)
         before = len(choices)
         self.template.maybe_append_choice(choices, input_nodes=prepared.inputs, layout=prepared.layout,
-                                          num_stages=config.num_stages, num_warps=config.num_warps, **kwargs)
+                                          num_stages=config.num_stages, num_warps=config.num_warps,
+                                          **pdl_consumers.template_launch_kwargs(prepared.problem), **kwargs)
         return choices[-1] if len(choices) > before else None
 
     def config_to_dict(self, config: Any) -> dict[str, Any]:
