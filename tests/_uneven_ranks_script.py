@@ -18,20 +18,31 @@ from inductor_ext.comms_passes.report import fake_world  # noqa: E402
 
 import test_comms  # noqa: E402
 
-# Small buckets and a budget relative to the peak: the settings under which two gloo ranks
-# once issued different collectives.
-SETTINGS = dict(bucket_cap_bytes=6 << 10, memory_budget_ratio=1.0, default_world_size=2)
+# (data_parallel arguments, pass settings) per case:
+# - "mixed": bf16 compute with fp32 norms, small buckets and a budget relative to the peak, the
+#   settings under which two gloo ranks once issued different collectives;
+# - "no casts": parameters gathered as they are (the shard itself is the gather input on ranks
+#   with the longer shard, a pad on the others) at budgets where such plans once diverged.
+CASES = {
+    "mixed": (dict(fp32_params=["*norm*"]),
+              [dict(bucket_cap_bytes=6 << 10, memory_budget_ratio=1.0, default_world_size=2)]),
+    "no casts": (dict(param_dtype=None, reduce_dtype=None),
+                 [dict(memory_budget_ratio=r, default_world_size=2) for r in (0.25, 0.45, 0.7)]),
+}
 
 
 def collectives(rank: int) -> dict:
     out = {}
     with fake_world(2, rank) as mesh:
-        graphs = test_comms._trace(mesh, test_comms.UNEVEN_CFG, fp32_params=["*norm*"])
-        for kind, gm in graphs.items():
-            after, plan = test_comms._run_pass(gm, **SETTINGS)
-            out[kind] = {"collectives": [[i.kind, i.nbytes] for n in after.graph.nodes
-                                         if (i := collective_info(n)) is not None],
-                         "rewrites": plan.rewrites, "uneven_shards": plan.uneven_shards}
+        for case, (dp_kwargs, settings) in CASES.items():
+            graphs = test_comms._trace(mesh, test_comms.UNEVEN_CFG, **dp_kwargs)
+            for kind, gm in graphs.items():
+                for k, setting in enumerate(settings):
+                    after, plan = test_comms._run_pass(gm, **setting)
+                    out[f"{case} {kind} {k}"] = {
+                        "collectives": [[i.kind, i.nbytes] for n in after.graph.nodes
+                                        if (i := collective_info(n)) is not None],
+                        "rewrites": plan.rewrites, "uneven_shards": plan.uneven_shards}
     return out
 
 

@@ -133,7 +133,8 @@ def test_bad_inductor_key_suggests_closest():
     ({"gpu": "A100"}, ["gpu='A100'", "H100", "H200", "B200", "MI355X"]),
     ({"bucket_cap_bytes": -1}, ["bucket_cap_bytes=-1", "an int >= 0 or None"]),
     ({"max_prefetch": None}, ["max_prefetch=None", "an int >= 0"]),
-    ({"memory_budget_ratio": "0.1"}, ["memory_budget_ratio='0.1'", "a number >= 0"]),
+    ({"memory_budget_ratio": "0.1"}, ["memory_budget_ratio='0.1'", "a finite number >= 0"]),
+    ({"memory_budget_ratio": float("inf")}, ["memory_budget_ratio=inf", "a finite number >= 0"]),
     ({"default_world_size": 0}, ["default_world_size=0"]),
     (["reorder"], ["expected a dict of fsdp_overlap settings"]),
 ])

@@ -45,6 +45,7 @@ import hashlib
 import inspect
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -111,7 +112,9 @@ class OverlapSettings:
             elif kind == "bool":
                 ok, allowed = isinstance(value, bool), "True or False"
             elif kind == "float":
-                ok, allowed = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0, "a number >= 0"
+                ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+                      and math.isfinite(value) and value >= 0)
+                allowed = "a finite number >= 0"
             else:  # int or int | None: sizes in bytes and counts
                 ok = (value is None and "None" in kind) or (isinstance(value, int) and not isinstance(value, bool)
                                                             and value >= (1 if key == "default_world_size" else 0))
@@ -399,8 +402,9 @@ class _RankInvariantModel:
     itself is padded to one size everywhere; the reduce-scatters' outputs are sliced to the
     shard on some ranks only, but slices are views. So this model charges nothing for the nodes
     that compute a gather's input from the shards (a cast of 1/world of a parameter) and gives
-    graph inputs and those intermediates no size; the gather input keeps its (equal) size, and
-    every other node its own time and size. Plans are made with it; nodes are matched by name,
+    graph inputs, those intermediates and the gather input itself no size (the gather input is
+    a graph input on some ranks and a pad on others; the collective's own in-flight bytes still
+    count it); every other node keeps its own time and size. Plans are made with it; nodes are matched by name,
     which graph copies keep.
     """
 
@@ -431,8 +435,7 @@ class _RankInvariantModel:
                         self.size_overrides[n.name] = 0
                         continue
                     self.free.add(n.name)
-                    if n is not gather_input:
-                        self.size_overrides[n.name] = 0
+                    self.size_overrides[n.name] = 0
                     stack.extend(n.all_input_nodes)
 
     def collective_time(self, kind: str, nbytes: int, group_size: int) -> float:

@@ -72,6 +72,13 @@ from inductor_ext.comms_passes.pipeline_runtime import (  # noqa: F401 (public A
     apply_plan,
 )
 
+# Kept importable from here as before the split (not in __all__): action kinds, the default
+# relative costs and the handle apply_plan returns.
+from inductor_ext.comms_passes.pipeline_ir import (  # noqa: F401,E402
+    B, DEFAULT_COSTS, F, I, OVERLAP_F_B, RECV_F, REDUCE_GRAD, SLOT_BACKED, W, WAIT_REDUCE_GRAD,
+)
+from inductor_ext.comms_passes.pipeline_runtime import PlanHandle  # noqa: F401,E402
+
 __all__ = [
     "BufferKey",
     "BufferInterval",

@@ -234,9 +234,9 @@ class ExtChoices(InductorChoices):
 
 
 def templates_hash(config: ExtConfig) -> str:
-    """Source hash of this module and of every enabled family's adapter and template, the
+    """Source hash of this module, pdl_consumers, and every enabled family's adapter and template, the
     template with every ``inductor_ext.templates`` module it imports (``_template_modules``)."""
-    modules = [sys.modules[__name__]]
+    modules = [sys.modules[__name__], pdl_consumers]  # pdl_consumers shapes the generated launches
     for family in config.templates:
         adapter = ADAPTERS[family]
         modules += [sys.modules[type(adapter).__module__] if not isinstance(adapter, ModuleType) else adapter,

@@ -19,9 +19,13 @@ imports cutlass (half a second), which a compile that marks nothing should not p
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
+log = logging.getLogger("inductor_ext.autotune")
+
 _MARK = "_inductor_ext_use_pdl"
+_unavailable = False  # set once the predicate's module failed to import (warned once)
 
 
 def template_launch_kwargs(problem: Any) -> dict[str, Any]:
@@ -58,9 +62,18 @@ def is_ext_pdl_producer(node: Any) -> bool:
 
 def install() -> None:
     """Wrap Inductor's predicate so ext's producers count too (idempotent)."""
-    from torch._inductor.codegen.nv_universal_gemm.nv_universal_gemm_scheduling import (
-        NVUniversalGemmScheduling,
-    )
+    global _unavailable
+    if _unavailable:
+        return
+    try:
+        from torch._inductor.codegen.nv_universal_gemm.nv_universal_gemm_scheduling import (
+            NVUniversalGemmScheduling,
+        )
+    except ImportError as e:  # then no Inductor kernel waits on ext's templates: still correct
+        _unavailable = True
+        log.warning("ext: Inductor's NVGEMM scheduling cannot be imported (%s); kernels after ext's PDL "
+                    "templates are launched without PDL", e)
+        return
 
     current = NVUniversalGemmScheduling.is_pdl_enabled_template
     if getattr(current, _MARK, False):
