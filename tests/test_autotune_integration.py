@@ -3,16 +3,13 @@
 Runs once in a subprocess with TRITON_INTERPRET=1 (Triton picks the interpreter at import).
 """
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from inductor_ext import cli, dumps
 from inductor_ext.autotune.cache import AutotuneCache
+from _script_runner import run_json_script
 
 HERE = Path(__file__).parent
 
@@ -22,12 +19,7 @@ pytestmark = pytest.mark.interp
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("tune")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": f"{HERE}{os.pathsep}{HERE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, str(HERE / "_tune_script.py"), str(out)], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=HERE)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return out, json.loads(done.stdout.strip().splitlines()[-1])
+    return out, run_json_script("_tune_script.py", str(out), env={"TRITON_INTERPRET": "1"}, timeout=600, cwd=HERE)
 
 
 def test_build_stores_every_problem_with_timings(run):

@@ -33,6 +33,7 @@ from inductor_ext.comms_passes.report import (
     Llama, LlamaConfig, capture_graphs, copy_graph_module, fake_world, format_table, post_grad, run_report,
 )
 from inductor_ext.lowering import pass_manager
+from _script_runner import run_json_script
 
 aten = torch.ops.aten
 c10d = torch.ops._c10d_functional
@@ -104,15 +105,7 @@ def test_no_reshard_keeps_gathered_parameters_for_backward(world):
 
 @pytest.fixture(scope="module")
 def uneven_ranks():
-    import subprocess
-    import sys
-
-    here = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(here / "_uneven_ranks_script.py")], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json_script("_uneven_ranks_script.py", timeout=600)
 
 
 def test_uneven_shards_give_every_rank_the_same_collectives(uneven_ranks):

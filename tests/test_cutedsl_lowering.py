@@ -16,6 +16,7 @@ from inductor_ext.kernels import nvfp4_ops
 from inductor_ext.kernels.nvfp4 import e2m1_to_float, from_blocked, quantize_nvfp4, to_blocked, unpack_e2m1
 from inductor_ext.lowering import cutedsl_nvfp4, ext_choices, triton_nvfp4
 from inductor_ext.templates.cutedsl import nvfp4_gemm as template
+from _script_runner import interpret_env, run_json_script
 
 CUDA = torch.device("cuda", 0)
 FAMILY = "cutedsl.nvfp4_gemm"
@@ -186,20 +187,7 @@ def test_launch_hands_quack_the_ops_gemm(monkeypatch, m, n, k, has_bias):
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    here, tmp = Path(__file__).parent, tmp_path_factory.mktemp("cutedsl_codegen")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-           "INDUCTOR_EXT_CACHE_DIR": str(tmp / "ext"),
-           "PYTHONPATH": os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(here / "_cutedsl_codegen_script.py")], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json_script("_cutedsl_codegen_script.py", env=interpret_env(tmp_path_factory.mktemp("cutedsl_codegen")))
 
 
 def test_compiled_graph_calls_the_winning_config(compiled):

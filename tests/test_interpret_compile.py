@@ -4,15 +4,9 @@ The compile runs once, in a subprocess started with TRITON_INTERPRET=1 (Triton d
 kernel definition whether to interpret, so it must be set before Python starts).
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = Path(__file__).parent
+from _script_runner import run_json_script
 
 pytestmark = pytest.mark.interp
 
@@ -20,12 +14,8 @@ pytestmark = pytest.mark.interp
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("interp")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor"),
-           "PYTHONPATH": f"{HERE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, str(HERE / "_interpret_script.py"), str(out)],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    data = json.loads(done.stdout.strip().splitlines()[-1])
+    data = run_json_script("_interpret_script.py", str(out), timeout=600,
+                           env={"TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor")})
     data["dir"] = out
     return data
 

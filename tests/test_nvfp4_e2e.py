@@ -4,16 +4,10 @@ graph, _scaled_mm, * alpha, + bias, act) compiled with backend="ext" in interpre
 Runs once in a subprocess with TRITON_INTERPRET=1 (Triton picks the interpreter at import).
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-HERE = Path(__file__).parent
+from _script_runner import interpret_env, run_json_script
 
 pytestmark = pytest.mark.interp
 
@@ -21,13 +15,7 @@ pytestmark = pytest.mark.interp
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("nvfp4_e2e")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-           "INDUCTOR_EXT_CACHE_DIR": str(tmp / "ext"),
-           "PYTHONPATH": f"{HERE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, str(HERE / "_nvfp4_e2e_script.py")], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json_script("_nvfp4_e2e_script.py", env=interpret_env(tmp))
 
 
 FAMILIES = ("triton.nvfp4_gemm", "triton.nvfp4_dequant_gemm")

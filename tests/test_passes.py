@@ -1,9 +1,6 @@
 """Pass manager: stage placement, uuids, and Inductor's FX graph cache across processes."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +9,7 @@ import torch
 from inductor_ext import presets
 from inductor_ext.lowering import pass_manager
 from inductor_ext.lowering.pass_base import STAGES, ExtGraphPass
-
-HERE = Path(__file__).parent
+from _script_runner import run_json_script
 
 
 class _Probe(ExtGraphPass):
@@ -54,14 +50,10 @@ def test_unknown_stage_is_rejected():
 
 
 def _run(tmp_path: Path, options: dict) -> dict:
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
            # Exercise Inductor's FX graph cache itself: AOTAutograd's cache would answer first.
-           "TORCHINDUCTOR_AUTOGRAD_CACHE": "0", "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-           "PYTHONPATH": f"{HERE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, str(HERE / "_cache_script.py"), json.dumps(options)],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+           "TORCHINDUCTOR_AUTOGRAD_CACHE": "0", "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
+    return run_json_script("_cache_script.py", json.dumps(options), env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ from inductor_ext.templates.triton import gemm  # noqa: E402
 from inductor_ext.templates.triton import nvfp4_dequant_gemm as dq  # noqa: E402
 from inductor_ext.templates.triton import nvfp4_gemm as fp4  # noqa: E402
 from inductor_ext.testing import isa  # noqa: E402
+from _script_runner import interpret_env, run_json_script  # noqa: E402
 
 MODULES = {"gemm": gemm, "fp4": fp4, "dq": dq}
 
@@ -483,20 +484,7 @@ def test_consumer_file_is_self_contained() -> None:
 
 @pytest.fixture(scope="module")
 def consumer_compile(tmp_path_factory) -> dict:
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    here, tmp = Path(__file__).parent, tmp_path_factory.mktemp("pdl_consumer")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-           "INDUCTOR_EXT_CACHE_DIR": str(tmp / "ext"),
-           "PYTHONPATH": os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(here / "_pdl_consumer_script.py")], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json_script("_pdl_consumer_script.py", env=interpret_env(tmp_path_factory.mktemp("pdl_consumer")))
 
 
 def _template_and_consumer(kernels: dict) -> tuple[str, str]:
