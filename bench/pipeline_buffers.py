@@ -43,18 +43,25 @@ TORCH_POLICIES = (
 )
 
 
-def _lowered_for(name: str, pp_size: int, n_mb: int, policy: str):
-    """Action lists 2.15 runs for ``name`` under a policy (None when 2.15 has no such knob)."""
-    if name in SINGLE:
-        if policy != "torch-default":
-            return None
-        return pp.torch_single_stage_actions(SINGLE[name], pp_size, n_mb)
+def _schedule_kwargs(policy: str) -> dict[str, Any]:
+    """The 2.15 schedule arguments a policy names (``defer_pp_recv``, ``max_outstanding_sends=k``);
+    none for ext's."""
     kwargs: dict[str, Any] = {}
     for part in policy.split("+"):
         if part == "defer_pp_recv":
             kwargs["defer_pp_recv"] = True
         elif part.startswith("max_outstanding_sends="):
             kwargs["max_outstanding_sends"] = int(part.split("=")[1])
+    return kwargs
+
+
+def _lowered_for(name: str, pp_size: int, n_mb: int, policy: str):
+    """Action lists 2.15 runs for ``name`` under a policy (None when 2.15 has no such knob)."""
+    if name in SINGLE:
+        if policy != "torch-default":
+            return None
+        return pp.torch_single_stage_actions(SINGLE[name], pp_size, n_mb)
+    kwargs = _schedule_kwargs(policy)
     try:
         sch = pp.static_schedule(name, pp_size, n_mb, 2, **kwargs)
     except ValueError as e:  # 2.15 refuses (e.g. budget not satisfiable)
@@ -245,12 +252,7 @@ def _run_config(name: str, policy: str, rank: int, world: int, tr: _Tracker) -> 
     def loss_fn(out, tgt):
         return ((out - tgt) ** 2).mean()
 
-    kwargs: dict[str, Any] = {}
-    for part in policy.split("+"):
-        if part == "defer_pp_recv":
-            kwargs["defer_pp_recv"] = True
-        elif part.startswith("max_outstanding_sends="):
-            kwargs["max_outstanding_sends"] = int(part.split("=")[1])
+    kwargs = _schedule_kwargs(policy)
     cls = S.get_schedule_class(name)
     try:
         if name in SINGLE:
