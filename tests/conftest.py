@@ -28,3 +28,15 @@ def isa_cache(request: pytest.FixtureRequest) -> str | None:
     if os.environ.get("INDUCTOR_EXT_ISA_CACHE") or getattr(request.config, "cache", None) is None:
         return None
     return str(request.config.cache.mkdir("inductor_ext_isa"))
+
+
+@pytest.fixture
+def interpreter() -> None:
+    """Tier C tests run kernels in Triton's interpreter in this process: fail (not skip) when
+    Triton was imported before interpret mode could be switched on."""
+    from inductor_ext.testing import isa
+
+    if os.environ.get("TRITON_INTERPRET") != "1" or not isa.triton_interpreter_active():
+        pytest.fail("Triton was imported before this module could set TRITON_INTERPRET=1 (another test "
+                    "module imported it first), so its kernels cannot run on the CPU here; run with "
+                    "TRITON_INTERPRET=1 in the environment or run this file on its own")

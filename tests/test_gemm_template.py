@@ -217,14 +217,6 @@ def test_isa_compile_error_raises(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- tier C interpreter
 
 
-@pytest.fixture
-def interpreter() -> None:
-    if os.environ.get("TRITON_INTERPRET") != "1" or not isa.triton_interpreter_active():
-        pytest.fail("Triton was imported before this module could set TRITON_INTERPRET=1 (another test "
-                    "module imported it first), so its kernels cannot run on the CPU here; run with "
-                    "TRITON_INTERPRET=1 in the environment or run this file on its own")
-
-
 _TOL = {torch.float32: dict(rtol=1e-5, atol=1e-4),
         # half an ulp of the fp16 / bf16 result, plus fp32 accumulation-order noise
         torch.float16: dict(rtol=2e-3, atol=2e-3),

@@ -277,14 +277,6 @@ def test_isa_small_tiles_fall_back(isa_asm, target: str, case: str, mma: str) ->
 # ---------------------------------------------------------------------- tier C interpreter
 
 
-@pytest.fixture
-def interpreter() -> None:
-    if os.environ.get("TRITON_INTERPRET") != "1" or not isa.triton_interpreter_active():
-        pytest.fail("Triton was imported before this module could set TRITON_INTERPRET=1 (another test "
-                    "module imported it first), so its kernels cannot run on the CPU here; run with "
-                    "TRITON_INTERPRET=1 in the environment or run this file on its own")
-
-
 def _gen(*key: int) -> torch.Generator:
     seed = 0
     for k in key:

@@ -332,14 +332,6 @@ def test_isa_consumer_waits_before_loading_producer_output(pdl_asm, target: str)
 
 
 @pytest.fixture
-def interpreter() -> None:
-    if os.environ.get("TRITON_INTERPRET") != "1" or not isa.triton_interpreter_active():
-        pytest.fail("Triton was imported before this module could set TRITON_INTERPRET=1 (another test "
-                    "module imported it first), so its kernels cannot run on the CPU here; run with "
-                    "TRITON_INTERPRET=1 in the environment or run this file on its own")
-
-
-@pytest.fixture
 def gdc_calls():
     """The interpreter fixes, with the gdc no-ops counted (so a test sees the USE_PDL branch run)."""
     import triton.runtime.interpreter as interp
