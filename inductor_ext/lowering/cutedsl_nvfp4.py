@@ -20,6 +20,7 @@ from torch._inductor import ir
 from torch._inductor.kernel_inputs import KernelInputs
 from torch._inductor.select_algorithm import ExternKernelChoice
 
+from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates.cutedsl import nvfp4_gemm as cutedsl_nvfp4
 
 FAMILY = cutedsl_nvfp4.FAMILY
@@ -52,13 +53,6 @@ def _(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, alpha: Tensor, bia
 
 
 OP = torch.ops.inductor_ext.nvfp4_gemm_cutedsl.default
-
-
-@dataclasses.dataclass
-class Prepared:
-    problem: cutedsl_nvfp4.NvFp4GemmProblem
-    inputs: tuple[Any, ...]
-    layout: Any
 
 
 class CuteDslNvFp4Adapter:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from torch._inductor import ir
@@ -11,22 +10,13 @@ from torch._inductor.kernel.mm_common import addmm_epilogue, mm_args, mm_grid
 from torch._inductor.select_algorithm import TritonTemplate
 
 from inductor_ext.lowering import pdl_consumers
+from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates.triton import gemm
 
 FAMILY = gemm.FAMILY
 TEMPLATE_MODULE = gemm
 OPS = ("mm", "addmm")
 TEMPLATE = TritonTemplate(name="ext_gemm", grid=mm_grid, source=gemm.inductor_source())
-
-
-@dataclass
-class Prepared:
-    """One mm/addmm problem, ready for choices to be appended."""
-
-    problem: gemm.GemmProblem
-    inputs: tuple[Any, ...]
-    layout: Any
-    extra: dict[str, Any]
 
 
 def _box(node: Any) -> ir.TensorBox:

@@ -8,7 +8,6 @@ cuBLAS's blocked layout, read in place (no un-swizzle kernel).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -21,6 +20,7 @@ from torch._inductor.select_algorithm import ExternKernelChoice, TritonTemplate,
 from torch._inductor.virtualized import V
 
 from inductor_ext.lowering import pdl_consumers
+from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.kernels import nvfp4_ops  # noqa: F401  (defines the op lowered here)
 from inductor_ext.templates.triton import nvfp4_dequant_gemm, nvfp4_gemm
 
@@ -42,14 +42,6 @@ class NvFp4KernelInputs(KernelInputs):
 
     def output_layout(self, flexible: bool = True) -> ir.Layout:
         return self._layout
-
-
-@dataclass
-class Prepared:
-    problem: Any
-    inputs: tuple[Any, ...]
-    layout: Any
-    extra: dict[str, Any]
 
 
 class NvFp4Adapter:
