@@ -38,7 +38,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
@@ -477,6 +477,17 @@ def unhideable_ms(graphs: Sequence[torch.fx.GraphModule], model: AnalyticalCostM
     return total * 1e3
 
 
+@contextlib.contextmanager
+def _logger_level(name: str, level: int) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 def run_report(*, layers: int = 16, dim: int = 2048, ffn: int = 8192, heads: int = 32, kv_heads: int = 8,
                vocab: int = 128256, seq: int = 2048, batch: int = 2, world: int = 8, gpu: str = "H100",
                fp32_norms: bool = True, only: Sequence[str] | None = None,
@@ -487,7 +498,10 @@ def run_report(*, layers: int = 16, dim: int = 2048, ffn: int = 8192, heads: int
     those of the kernel order Inductor's scheduler produces from each arm's post-grad graph (its
     default ``simple_overlap`` included); each arm's ``fx_level`` holds the post-grad order's.
     """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     from inductor_ext import presets
+    from inductor_ext.comms_passes.data_parallel import data_parallel
     from inductor_ext.comms_passes.fsdp_overlap import FsdpOverlapPass, auto_bucket_cap, current_settings
     from inductor_ext.lowering.pass_manager import StagePasses
 
@@ -502,23 +516,7 @@ def run_report(*, layers: int = 16, dim: int = 2048, ffn: int = 8192, heads: int
 
     t0 = time.perf_counter()
     # Inductor's roofline warns per node that no GPU is present; the report has its own datasheet.
-    quiet = logging.getLogger("torch._inductor.utils")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        return _run(cfg, cm, world, batch, seq, gpu, fp32_norms, only, scheduler, settings, cap, ext_factory, t0)
-    finally:
-        quiet.setLevel(level)
-
-
-def _run(cfg: Any, cm: Any, world: int, batch: int, seq: int, gpu: str, fp32_norms: bool,
-         only: Sequence[str] | None, scheduler: bool, settings: Any, cap: int, ext_factory: Any,
-         t0: float) -> dict[str, Any]:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from inductor_ext.comms_passes.data_parallel import data_parallel
-
-    with fake_world(world) as mesh:
+    with _logger_level("torch._inductor.utils", logging.ERROR), fake_world(world) as mesh:
         with FakeTensorMode():
             model = Llama(cfg)
             n_params = sum(p.numel() for p in model.parameters())
