@@ -301,11 +301,12 @@ def optimize(graph: fx.Graph, settings: OverlapSettings, model: CostModel | None
         tl = trial(cap_i, pre_i)
         if tl.peak_memory <= limit:
             fitting.append((tl.exposed, tl.makespan, cap_i, pre_i))
-    for cap_i in ([*smaller, 0] if not fitting and not explore else []):
-        tl = trial(cap_i, 0)
-        if tl.peak_memory <= limit:
-            fitting.append((tl.exposed, tl.makespan, cap_i, 0))
-            break
+    if not fitting and not explore:  # the explicit cap does not fit: smaller ones, first that fits
+        for cap_i in [*smaller, 0]:
+            tl = trial(cap_i, 0)
+            if tl.peak_memory <= limit:
+                fitting.append((tl.exposed, tl.makespan, cap_i, 0))
+                break
     if not fitting:
         log.warning("fsdp_overlap: no plan fits the memory budget (%d bytes); graph left unchanged", limit)
         summary.input_peak = summary.peak = summary.memory_limit = input_tl.peak_memory
