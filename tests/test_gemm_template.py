@@ -247,7 +247,7 @@ def _check_run(m: int, n: int, k: int, dtype: torch.dtype, *, a_t: bool = False,
     # The kernel run() will launch is the interpreter's, not a compiled one.
     from triton.runtime.interpreter import InterpretedFunction
 
-    from inductor_ext.templates.loader import load_kernel
+    from inductor_ext.runtime.triton_loader import load_kernel
 
     kernel = load_kernel(gemm.render(problem, config, "cpu"))
     assert isinstance(kernel, InterpretedFunction), type(kernel)

@@ -514,7 +514,7 @@ def _template_kwargs(module: ModuleType, problem: object, config: object) -> dic
 @pytest.mark.parametrize("case", ["fp4_bias_gelu", "fp4_blocked_swap", "dq_abf16_bias_silu", "dq_anvfp4_blocked",
                                   "dq_afp16_plain", "fp4_bias_gelu_pdl", "dq_anvfp4_blocked_pdl"])
 def test_interp_inductor_template_text(case: str) -> None:
-    from inductor_ext.templates.loader import load_kernel
+    from inductor_ext.runtime.triton_loader import load_kernel
     from inductor_ext.testing.triton_interp import interpreter_fixes
 
     m, n, k = 17, 40, 160

@@ -424,7 +424,7 @@ def test_interp_nvfp4_dequant_gemm_same_numbers_with_pdl(gdc_calls, a_dtype: str
 
 
 def _run_consumer(x: torch.Tensor, use_pdl: bool) -> torch.Tensor:
-    from inductor_ext.templates.loader import load_kernel
+    from inductor_ext.runtime.triton_loader import load_kernel
 
     ks = _consumer(use_pdl)
     out = torch.empty_like(x)

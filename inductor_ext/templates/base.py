@@ -27,7 +27,8 @@ class KernelSource:
     config: dict[str, Any]  # the tunable parameters this source was rendered with
     constexprs: dict[str, Any] = field(default_factory=dict)  # values for tl.constexpr params
     signature: dict[str, str] = field(default_factory=dict)  # Triton signature for AOT compiles
-    launch: dict[str, Any] = field(default_factory=dict)  # num_warps, num_stages, ...
+    launch: dict[str, Any] = field(default_factory=dict)  # num_warps, num_stages, grid, threadgroup, ...
+    language: str = "triton"  # what ``source`` is written in: triton, msl, sycl, flydsl, cutedsl
 
     @property
     def source_hash(self) -> str:

@@ -32,23 +32,20 @@ compile or launch (importing them costs seconds), torch only in :func:`run`.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from inductor_ext.templates import asm_cache
+from inductor_ext.runtime import asm_cache
+from inductor_ext.runtime import cutedsl as cutedsl_runtime
+from inductor_ext.runtime.cutedsl import CuteDslCompileError
 from inductor_ext.templates.base import KernelSource, Tile
 
 __all__ = [
@@ -73,10 +70,6 @@ ALPHA_MODES = {"none": 0, "scalar": 1, "tensor": 2}  # quack's scalar modes (gem
 _VERSIONED = ("quack-kernels", "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base",
               "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu12", "apache-tvm-ffi")
 _CACHE_FORMAT = 1  # bump when what is stored changes
-
-
-class CuteDslCompileError(RuntimeError):
-    """The kernel could not be compiled for sm_100a on this machine (missing package, DSL error)."""
 
 
 # ------------------------------------------------------------------------------ problem, config
@@ -348,136 +341,35 @@ _read_cache, _write_cache = asm_cache.read, asm_cache.write
 
 
 def _worker_env(dump_dir: str) -> dict[str, str]:
-    """The subprocess environment: the caller's, less anything that steers Triton's interpreter,
-    CuTeDSL or quack, plus the settings this compile needs."""
-    env = {k: v for k, v in os.environ.items()
-           if k != "TRITON_INTERPRET" and not k.startswith(("CUTE_DSL_", "QUACK_"))}
-    env.update({
-        "CUTE_DSL_ARCH": "sm_100a",  # the compile target (cutlass / quack read it at import)
-        "QUACK_ARCH": "100",  # quack's dispatch arch on a machine without a GPU
-        "CUTE_DSL_KEEP": "ptx,cubin",  # keep the artifacts so the compiled function carries them
-        "CUTE_DSL_DUMP_DIR": dump_dir,
-        "CUTE_DSL_DISABLE_FILE_CACHING": "1",  # a cache hit would carry no PTX
-        "QUACK_CACHE_ENABLED": "0",  # likewise quack's .o cache
-    })
-    return env
+    """The compile subprocess's environment (``runtime.cutedsl.worker_env`` for sm_100a)."""
+    return cutedsl_runtime.worker_env(dump_dir, "sm_100a")
 
 
 def _compile_in_subprocess(jobs: list[tuple[NvFp4GemmProblem, NvFp4GemmConfig]],
                            timeout: float) -> list[dict[str, str]]:
-    with tempfile.TemporaryDirectory(prefix="inductor_ext_cutedsl_") as d:
-        request, response, dump = (os.path.join(d, n) for n in ("request.json", "response.json", "dump"))
-        os.mkdir(dump)  # the DSL writes artifacts only into an existing directory
-        with open(request, "w", encoding="utf-8") as f:
-            json.dump({"jobs": [{"problem": asdict(p), "config": asdict(c)} for p, c in jobs]}, f)
-        cmd = [sys.executable, "-c",
-               "from inductor_ext.templates.cutedsl.nvfp4_gemm import _worker_main; _worker_main()",
-               request, response]
-        try:
-            proc = subprocess.run(cmd, env=_worker_env(dump), capture_output=True, text=True,
-                                  timeout=timeout, cwd=d)
-        except subprocess.TimeoutExpired as e:
-            raise CuteDslCompileError(f"compiling {len(jobs)} {FAMILY} kernel(s) took over {timeout:.0f} s") from e
-        if proc.returncode != 0 or not os.path.exists(response):
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-30:])
-            raise CuteDslCompileError(
-                f"the {FAMILY} compile subprocess failed with exit code {proc.returncode}:\n{tail}")
-        with open(response, encoding="utf-8") as f:
-            result = json.load(f)
-    out = []
-    for (problem, config), item in zip(jobs, result["results"]):
-        if "error" in item:
-            raise CuteDslCompileError(f"{FAMILY} {config.name()} for {problem}: {item['error']}")
-        meta = json.loads(item["asm"]["metadata"])
-        meta["worker_import_s"] = result["import_s"]
-        item["asm"]["metadata"] = json.dumps(meta, sort_keys=True, indent=1)
-        out.append(item["asm"])
-    return out
+    return cutedsl_runtime.compile_jobs(
+        "inductor_ext.templates.cutedsl.nvfp4_gemm:_build",
+        [{"problem": asdict(p), "config": asdict(c)} for p, c in jobs],
+        arch="sm_100a", what=f"{FAMILY} kernel(s)", timeout=timeout)
 
 
-def _worker_main() -> None:
-    """Subprocess entry: compile the jobs of argv[1] (JSON), write the results to argv[2]."""
-    request_path, response_path = sys.argv[1], sys.argv[2]
-    with open(request_path, encoding="utf-8") as f:
-        jobs = json.load(f)["jobs"]
-    t0 = time.perf_counter()
-    import quack.gemm  # noqa: F401 - the import is what is timed
-
-    import_s = time.perf_counter() - t0
-    results = []
-    for job in jobs:
-        problem, config = NvFp4GemmProblem(**job["problem"]), NvFp4GemmConfig(**job["config"])
-        try:
-            results.append({"asm": _compile_one(problem, config)})
-        except Exception as e:  # noqa: BLE001 - reported to the parent with what was compiled
-            results.append({"error": f"{type(e).__name__}: {e}"})
-    with open(response_path, "w", encoding="utf-8") as f:
-        json.dump({"results": results, "import_s": round(import_s, 3)}, f)
-
-
-def _compile_one(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[str, str]:
+def _build(job: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Builder for ``runtime.cutedsl`` (runs in its subprocess): quack's compile of one job."""
     import quack.gemm
 
+    problem, config = NvFp4GemmProblem(**job["problem"]), NvFp4GemmConfig(**job["config"])
     reason = config_supports(problem, config)
     if reason:
-        raise ValueError(reason)
+        raise ValueError(f"{FAMILY} {config.name()} for {problem}: {reason}")
     kwargs = _quack_compile_kwargs(problem, config)
     # quack's jit_cache wrapper may hand back a function loaded from a cached .o, which carries
     # no PTX: call the compile itself.
     compile_gemm = getattr(quack.gemm._compile_gemm, "__wrapped__", quack.gemm._compile_gemm)
     t0 = time.perf_counter()
     fn = compile_gemm(**kwargs)
-    compile_s = time.perf_counter() - t0
-    ptx, cubin = fn.__ptx__, fn.__cubin__
-    dump = os.environ["CUTE_DSL_DUMP_DIR"]
-    for name in os.listdir(dump):  # read by now; the next job writes files of the same names
-        os.unlink(os.path.join(dump, name))
-    if not isinstance(ptx, str) or ".target" not in ptx:
-        raise CuteDslCompileError(f"CuTeDSL returned no PTX (got {str(ptx)[:200]!r})")
-    if not isinstance(cubin, (bytes, bytearray)) or not cubin.startswith(b"\x7fELF"):
-        raise CuteDslCompileError(f"CuTeDSL returned no cubin (got {str(cubin)[:200]!r})")
-    asm = {"ptx": ptx}
-    meta: dict[str, Any] = {
-        "family": FAMILY, "target": "sm_100a", "problem": asdict(problem), "config": asdict(config),
-        "entries": [line.split()[2].split("(")[0] for line in ptx.splitlines()
-                    if line.startswith(".visible .entry") or line.startswith(".entry")],
-        "quack_compile_args": {k: repr(v) for k, v in kwargs.items()},
-        "versions": package_versions(),
-        "compile_s": round(compile_s, 3),
-        "cubin_bytes": len(cubin),
-        "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
-    }
-    tool = _cuobjdump()
-    if tool:
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "kernel.cubin")
-            with open(path, "wb") as f:
-                f.write(cubin)
-            proc = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CuteDslCompileError(f"{tool} -sass failed: {proc.stderr.strip()[-500:]}")
-        asm["sass"] = proc.stdout
-        meta["sass_tool"] = tool
-    else:
-        meta["sass_tool"] = None
-        meta["sass_missing"] = ("no cuobjdump found (PATH, $CUDA_HOME/bin, $TRITON_CUOBJDUMP_PATH, "
-                                "Triton's bundled tools); the cubin is base64 in metadata['cubin_b64']")
-        meta["cubin_b64"] = base64.b64encode(cubin).decode()
-    asm["metadata"] = json.dumps(meta, sort_keys=True, indent=1)
-    return asm
-
-
-def _cuobjdump() -> str | None:
-    """A cuobjdump that knows sm_100a: PATH, $CUDA_HOME, or the one Triton bundles (located
-    without importing Triton)."""
-    candidates = [os.environ.get("TRITON_CUOBJDUMP_PATH"), shutil.which("cuobjdump")]
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            candidates.append(os.path.join(os.environ[var], "bin", "cuobjdump"))
-    spec = importlib.util.find_spec("triton")
-    for loc in (spec.submodule_search_locations or []) if spec else []:
-        candidates.append(os.path.join(loc, "backends", "nvidia", "bin", "cuobjdump"))
-    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+    return fn, {"family": FAMILY, "problem": asdict(problem), "config": asdict(config),
+                "quack_compile_args": {k: repr(v) for k, v in kwargs.items()},
+                "versions": package_versions(), "compile_s": round(time.perf_counter() - t0, 3)}
 
 
 # ---------------------------------------------------------------------------------------- run

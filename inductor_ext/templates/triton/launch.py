@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from inductor_ext.templates.loader import load_kernel
+from inductor_ext.runtime.triton_loader import load_kernel
 
 if TYPE_CHECKING:  # annotations only
     import torch

@@ -1,0 +1,107 @@
+"""Finding the tools that turn kernel source into binaries and listings, without a GPU or its SDK.
+
+Each finder returns a path (or None) and never imports the DSL it serves: Triton's bundled
+``ptxas``/``cuobjdump`` are found by package location, so a process running Triton's interpreter
+can still hand them to a compile subprocess. :class:`ToolchainMissing` says what to install.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+
+class ToolchainMissing(RuntimeError):
+    """A tool a compile needs is not on this machine; the message says what to install."""
+
+
+def package_dirs(name: str) -> list[Path]:
+    """Where an installed package lives, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+
+
+def _first_executable(candidates: list[str | os.PathLike[str] | None]) -> str | None:
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return str(c)
+    return None
+
+
+def _nvidia_tool(name: str, env_var: str) -> str | None:
+    candidates: list[str | os.PathLike[str] | None] = [os.environ.get(env_var), shutil.which(name)]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(os.path.join(os.environ[var], "bin", name))
+    candidates += [d / "backends" / "nvidia" / "bin" / name for d in package_dirs("triton")]
+    return _first_executable(candidates)
+
+
+def cuobjdump() -> str | None:
+    """A cuobjdump that knows sm_90a/sm_100a: $TRITON_CUOBJDUMP_PATH, PATH, $CUDA_HOME/bin, or
+    the one Triton bundles."""
+    return _nvidia_tool("cuobjdump", "TRITON_CUOBJDUMP_PATH")
+
+
+def ptxas() -> str | None:
+    """ptxas, found like :func:`cuobjdump`."""
+    return _nvidia_tool("ptxas", "TRITON_PTXAS_PATH")
+
+
+def require(path: str | None, what: str, install: str) -> str:
+    """``path``, or :class:`ToolchainMissing` naming ``what`` and how to ``install`` it."""
+    if path is None:
+        raise ToolchainMissing(f"{what} was not found on this machine; {install}")
+    return path
+
+
+# ------------------------------------------------------------------------------ AMD (ROCm-less)
+
+
+def amd_bitcode_dir() -> Path | None:
+    """A folder holding ``ocml.bc`` and ``ockl.bc``: $ROCM_PATH/amdgcn/bitcode, or the copies
+    Triton's AMD backend ships (``triton/backends/amd/lib``)."""
+    candidates = []
+    if os.environ.get("ROCM_PATH"):
+        candidates.append(Path(os.environ["ROCM_PATH"]) / "amdgcn" / "bitcode")
+    candidates += [d / "backends" / "amd" / "lib" for d in package_dirs("triton")]
+    for c in candidates:
+        if (c / "ocml.bc").is_file() and (c / "ockl.bc").is_file():
+            return c
+    return None
+
+
+def ld_lld() -> str | None:
+    """An AMDGPU-capable ``ld.lld``: $INDUCTOR_EXT_LD_LLD, $ROCM_PATH/llvm/bin, PATH (``ld.lld``,
+    ``ld.lld-NN``), Debian's /usr/lib/llvm-NN/bin, or the copy ``inductor-ext`` unpacked into
+    its cache (``tool_cache_dir() / "lld"``)."""
+    candidates: list[str | os.PathLike[str] | None] = [os.environ.get("INDUCTOR_EXT_LD_LLD")]
+    if os.environ.get("ROCM_PATH"):
+        candidates.append(os.path.join(os.environ["ROCM_PATH"], "llvm", "bin", "ld.lld"))
+    candidates.append(shutil.which("ld.lld"))
+    candidates += sorted((shutil.which(f"ld.lld-{v}") for v in range(22, 16, -1)), key=lambda p: p is None)
+    candidates += sorted(glob.glob("/usr/lib/llvm-*/bin/ld.lld"), reverse=True)
+    candidates += sorted(glob.glob(str(tool_cache_dir() / "lld" / "usr" / "lib" / "llvm-*" / "bin" / "ld.lld")),
+                         reverse=True)
+    return _first_executable(candidates)
+
+
+def tool_cache_dir() -> Path:
+    """Where inductor-ext keeps toolchains it fetched or built once (shims, unpacked packages):
+    $INDUCTOR_EXT_TOOL_DIR, else ``<user cache>/inductor_ext/tools``."""
+    root = os.environ.get("INDUCTOR_EXT_TOOL_DIR")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "inductor_ext", "tools")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def gxx() -> str | None:
+    """The system C++ compiler (MSL-as-C++ executor, SYCL host shim): $CXX, g++, c++."""
+    return _first_executable([os.environ.get("CXX") and shutil.which(os.environ["CXX"]),
+                              shutil.which("g++"), shutil.which("c++")])

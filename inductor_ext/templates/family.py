@@ -1,0 +1,94 @@
+"""The template-family protocol: what every family module (one DSL x one op family) exposes,
+and ``OpSpec``, the plain-data description of one op instance that lowering hands a family.
+
+A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/scaled_mm.py``::
+
+    FAMILY = "metal.scaled_mm"           # "<dsl>.<op family>"; the name users write in options
+    TARGETS = ("mps",)                   # targets claimed: each passed tier I there (tier C for
+                                         # Metal and SYCL, which have no ISA to inspect here)
+    OPS = ("_scaled_mm",)                # the Inductor lowerings it serves (OpSpec.op values)
+    CHOICE_KIND = "extern"               # how lowering offers it: "triton_template" (Inductor
+                                         # renders inductor_source() and can fuse epilogues) or
+                                         # "extern" (a compiled kernel called through run())
+    Problem, Config                      # frozen dataclasses; Config(**asdict(config)) round-trips
+
+    def problem_for(spec: OpSpec) -> Problem | str          # the problem, or why not served
+    def supports(problem: Problem) -> str | None            # None, or the reason it cannot serve
+    def configs(problem: Problem, target: str) -> list[Config]   # default candidates, best first
+    def render(problem: Problem, config: Config, target: str) -> KernelSource
+
+and, by choice kind:
+
+    "triton_template":  inductor_source() -> str and constexprs(problem, config, target) -> dict
+    "extern":           run(problem, config, target, *tensors) -> Tensor   (via runtime/ launchers)
+
+Optional: ``config_from_tile(tile) -> Config | None`` lets the generic candidate policies
+(nvMatmulHeuristics, the decode policy) propose tiles to the family.
+
+Rules every family keeps: no ``torch._inductor`` import (templates run on the lent GPU machine's
+older torch), torch imported lazily (Triton picks its interpreter at first import), ``render``
+returns plain text plus the data needed to launch it, and a refusal is a reason string, never an
+exception. ``templates/registry.py`` finds families; adding one is one new file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from inductor_ext.templates.base import KernelSource
+
+CHOICE_KINDS = ("triton_template", "extern")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor argument of an op: what a family may specialise on (never its values)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str  # torch dtype name without "torch.", e.g. "bfloat16", "float8_e4m3fn"
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected, step = [], 1
+        for size in reversed(self.shape):
+            expected.append(step)
+            step *= max(size, 1)
+        return all(s == e or size == 1 for s, e, size in zip(self.stride, reversed(expected), self.shape))
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op instance as lowering sees it, in the op's own argument order.
+
+    ``op`` is the lowering's name ("mm", "addmm", "bmm", "_scaled_mm", "_grouped_mm",
+    "nvfp4_gemm", "softmax"); ``inputs`` its tensor arguments (None where an optional one is
+    absent); ``scalars`` its non-tensor arguments by name (alpha, beta, out_dtype, activation,
+    dim...); ``device_type`` where the tensors live ("cuda", "mps", "xpu", "cpu").
+    """
+
+    op: str
+    inputs: tuple[TensorSpec | None, ...]
+    out: TensorSpec
+    scalars: dict[str, Any] = field(default_factory=dict)
+    device_type: str = "cpu"
+
+
+@runtime_checkable
+class TemplateFamily(Protocol):
+    """The module-level names a family exposes (checked by ``templates/registry.py``)."""
+
+    FAMILY: str
+    TARGETS: tuple[str, ...]
+    OPS: tuple[str, ...]
+    CHOICE_KIND: str
+
+    def problem_for(self, spec: OpSpec) -> Any: ...
+
+    def supports(self, problem: Any) -> str | None: ...
+
+    def configs(self, problem: Any, target: str) -> list[Any]: ...
+
+    def render(self, problem: Any, config: Any, target: str) -> "KernelSource": ...
