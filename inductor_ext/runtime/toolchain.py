@@ -11,6 +11,7 @@ import glob
 import importlib.util
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 
@@ -76,8 +77,9 @@ def amd_bitcode_dir() -> Path | None:
 
 def ld_lld() -> str | None:
     """An AMDGPU-capable ``ld.lld``: $INDUCTOR_EXT_LD_LLD, $ROCM_PATH/llvm/bin, PATH (``ld.lld``,
-    ``ld.lld-NN``), Debian's /usr/lib/llvm-NN/bin, or the copy ``inductor-ext`` unpacked into
-    its cache (``tool_cache_dir() / "lld"``)."""
+    ``ld.lld-NN``), Debian's /usr/lib/llvm-NN/bin, the copy ``.ci/install_amd_toolchain.sh``
+    unpacked into the tool cache (``tool_cache_dir() / "lld"``), or the ``ziglang`` wheel's
+    ``zig ld.lld`` (through a small wrapper script in the tool cache)."""
     candidates: list[str | os.PathLike[str] | None] = [os.environ.get("INDUCTOR_EXT_LD_LLD")]
     if os.environ.get("ROCM_PATH"):
         candidates.append(os.path.join(os.environ["ROCM_PATH"], "llvm", "bin", "ld.lld"))
@@ -86,7 +88,38 @@ def ld_lld() -> str | None:
     candidates += sorted(glob.glob("/usr/lib/llvm-*/bin/ld.lld"), reverse=True)
     candidates += sorted(glob.glob(str(tool_cache_dir() / "lld" / "usr" / "lib" / "llvm-*" / "bin" / "ld.lld")),
                          reverse=True)
-    return _first_executable(candidates)
+    return _first_executable(candidates) or _zig_ld_lld()
+
+
+LLD_INSTALL = ("run .ci/install_amd_toolchain.sh (unpacks Debian's lld-19 into the inductor-ext tool cache), "
+               "or apt-get install lld-19, or pip install ziglang")
+
+
+def _zig_ld_lld() -> str | None:
+    """A wrapper running ``zig ld.lld`` when the ``ziglang`` wheel is installed (zig has no
+    ``ld.lld`` executable of its own, and callers such as FlyDSL run ``$ROCM_PATH/llvm/bin/ld.lld``)."""
+    zig = next((str(d / "zig") for d in package_dirs("ziglang") if (d / "zig").is_file()), None)
+    if zig is None:
+        return None
+    wrapper = tool_cache_dir() / "zig-lld" / "ld.lld"
+    text = f'#!/bin/sh\nexec "{zig}" ld.lld "$@"\n'
+    if not wrapper.is_file() or wrapper.read_text() != text:
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        tmp = wrapper.with_name(f"ld.lld.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, wrapper)
+    return str(wrapper)
+
+
+def lld_works(path: str) -> bool:
+    """Whether ``path --version`` runs and says it is LLD (a missing shared library fails here,
+    not in the middle of a compile)."""
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and "LLD" in proc.stdout
 
 
 def tool_cache_dir() -> Path:

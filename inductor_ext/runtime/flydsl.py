@@ -1,0 +1,317 @@
+"""FlyDSL compiles for AMD GPUs (gfx950, gfx1250) on a machine without ROCm or a GPU.
+
+FlyDSL lowers a ``@flyc.jit`` launcher and its ``@flyc.kernel`` through MLIR/LLVM to an hsaco.
+Without ROCm it needs three things, all found here:
+
+- ``ROCM_PATH``: a folder holding ``llvm/bin/ld.lld`` (an AMDGPU linker: Debian's lld-19 that
+  ``.ci/install_amd_toolchain.sh`` unpacks, or ``zig ld.lld``) and ``amdgcn/bitcode/{ocml,ockl}.bc``
+  (Triton's AMD backend ships them). :func:`rocm_root` builds one under the tool cache, made of
+  links to what :mod:`.toolchain` finds.
+- ``COMPILE_ONLY=1`` (a launch would abort the process: there is no libamdhip64), and the target in
+  both ``ARCH`` and ``FLYDSL_GPU_ARCH`` (FlyDSL's arch lookups read the latter).
+- ``FLYDSL_DEBUG_DUMP_ASM=1`` + ``FLYDSL_DUMP_DIR``: FlyDSL writes each kernel's final ISA to
+  ``<dir>/<kernel>_0/22_final_isa.s``. The hsaco itself is read from the compiled module FlyDSL keeps
+  (``JitFunction._last_compiled``: a ``gpu.binary`` whose ``bin`` attribute is the code object).
+
+FlyDSL reads these once per process, so compiles run in a subprocess (``runtime.harness``), one per
+target for a batch of jobs. A job names a *builder*, ``"package.module:function"``, called there with
+the job's data; it returns ``(jit_function, args)`` and :func:`compile_jobs` calls
+``jit_function(*args)`` (CPU tensors stand in for device ones: FlyDSL only reads their dtype and
+layout). LLVM reports some failures only on stderr and still writes an hsaco (``error: no libcall
+available for ftanh``): the worker captures stderr and any ``error:`` line fails the job.
+
+Results are cached on disk (``runtime.asm_cache``) keyed by the job, the target, FlyDSL's version and
+the builder module's source, and memoised in-process. Each result maps ``amdgcn`` (the final ISA of
+every kernel, one after another), ``hsaco_b64`` (the code object, base64) and ``metadata`` (JSON:
+kernels with their register/LDS figures, compile seconds, versions).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from inductor_ext.runtime import asm_cache, toolchain
+from inductor_ext.runtime.harness import run_in_subprocess, worker_env as _harness_env
+
+__all__ = ["ARCHES", "FlyDslCompileError", "FlyJob", "rocm_root", "worker_env", "compile_jobs", "hsaco_bytes"]
+
+# Targets FlyDSL compiles for here (AMD wave64 CDNA4 and wave32 gfx1250).
+ARCHES = ("gfx950", "gfx1250")
+_CACHE_FORMAT = 1
+BITCODE_INSTALL = "pip install triton (its AMD backend ships ocml.bc and ockl.bc) or install ROCm"
+
+
+class FlyDslCompileError(RuntimeError):
+    """A FlyDSL kernel could not be compiled for an AMD target here (DSL error, LLVM error,
+    missing libcall); the message carries what FlyDSL and LLVM said."""
+
+
+@dataclass(frozen=True)
+class FlyJob:
+    """One compile: ``builder(job)`` returns ``(jit_function, args)`` for ``arch``.
+
+    ``name`` labels cache files and messages; ``key`` is what the compile depends on besides the
+    builder module's source (the job data is a fine default: leave it empty)."""
+
+    builder: str
+    job: Any
+    arch: str
+    name: str
+    key: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------- toolchain
+
+
+def rocm_root() -> Path:
+    """A ``ROCM_PATH``-shaped folder for FlyDSL: ``llvm/bin/ld.lld`` and ``amdgcn/bitcode/{ocml,ockl}.bc``.
+
+    ``$ROCM_PATH`` itself when it has both; else links to what :mod:`.toolchain` finds, under
+    ``tool_cache_dir() / "flydsl_rocm" / <hash of their paths>``. Raises
+    :class:`~inductor_ext.runtime.toolchain.ToolchainMissing` saying what to install.
+    """
+    env_root = os.environ.get("ROCM_PATH")
+    if env_root and (Path(env_root) / "llvm" / "bin" / "ld.lld").is_file() \
+            and (Path(env_root) / "amdgcn" / "bitcode" / "ocml.bc").is_file():
+        return Path(env_root)
+    lld = toolchain.require(toolchain.ld_lld(), "an AMDGPU linker (ld.lld)", toolchain.LLD_INSTALL)
+    bitcode = toolchain.require(toolchain.amd_bitcode_dir(), "the AMD device bitcode (ocml.bc, ockl.bc)",
+                                BITCODE_INSTALL)
+    sources = {"ld.lld": os.path.realpath(lld),
+               "ocml.bc": os.path.realpath(Path(bitcode) / "ocml.bc"),
+               "ockl.bc": os.path.realpath(Path(bitcode) / "ockl.bc")}
+    digest = hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16]
+    root = toolchain.tool_cache_dir() / "flydsl_rocm" / digest
+    if not (root / "llvm" / "bin" / "ld.lld").exists():
+        tmp = root.with_name(f"{digest}.{os.getpid()}.{threading.get_ident()}.tmp")
+        (tmp / "llvm" / "bin").mkdir(parents=True, exist_ok=True)
+        (tmp / "amdgcn" / "bitcode").mkdir(parents=True, exist_ok=True)
+        # Link to lld by the name "ld.lld": lld picks its GNU flavour from argv[0].
+        os.symlink(lld, tmp / "llvm" / "bin" / "ld.lld")
+        for name in ("ocml.bc", "ockl.bc"):
+            os.symlink(sources[name], tmp / "amdgcn" / "bitcode" / name)
+        try:
+            os.rename(tmp, root)
+        except OSError:  # another process built it first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def worker_env(arch: str, dump_dir: str) -> dict[str, str]:
+    """The compile subprocess's environment: the caller's, less anything that steers FlyDSL or
+    Triton's interpreter, plus a compile-only build for ``arch`` that dumps its ISA."""
+    if arch not in ARCHES:
+        raise ValueError(f"FlyDSL target {arch!r} is not one of {ARCHES}")
+    return _harness_env(drop=("TRITON_INTERPRET", "ARCH", "COMPILE_ONLY", "ROCM_PATH"), drop_prefixes=("FLYDSL_",),
+                        set={
+                            "ROCM_PATH": str(rocm_root()),
+                            "COMPILE_ONLY": "1",  # no device: compile, never launch
+                            "ARCH": arch,
+                            "FLYDSL_GPU_ARCH": arch,
+                            "FLYDSL_DEBUG_DUMP_ASM": "1",
+                            "FLYDSL_DUMP_DIR": dump_dir,
+                            "FLYDSL_RUNTIME_ENABLE_CACHE": "0",  # our cache keys on more than FlyDSL's
+                        })
+
+
+# ----------------------------------------------------------------------------------- compile
+
+
+def _module_sha(entry: str) -> str:
+    """Hash of the builder's module source, found without importing it (imports cost seconds)."""
+    module = entry.partition(":")[0]
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        raise FlyDslCompileError(f"builder module {module!r} not found")
+    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    try:
+        return {"flydsl": importlib.metadata.version("flydsl")}
+    except importlib.metadata.PackageNotFoundError:
+        return {"flydsl": "missing"}
+
+
+def _cache_key(job: FlyJob) -> str:
+    payload = json.dumps({
+        "format": _CACHE_FORMAT, "builder": job.builder, "job": repr(job.job), "key": job.key, "arch": job.arch,
+        "builder_sha": _module_sha(job.builder), "runtime_sha": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "versions": _versions(), "python": sys.version_info[:2],
+    }, sort_keys=True, default=repr)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+_memo: dict[str, dict[str, str]] = {}
+_lock = threading.Lock()
+
+
+def compile_jobs(jobs: list[FlyJob], *, cache: str | os.PathLike[str] | None = None,
+                 timeout: float = 900) -> list[dict[str, str]]:
+    """Compile every job (cache misses in one subprocess per target); one asm dict per job.
+
+    Raises :class:`FlyDslCompileError` for the first job that fails (with FlyDSL's/LLVM's words),
+    :class:`~inductor_ext.runtime.toolchain.ToolchainMissing` when ld.lld or the bitcode is missing.
+    """
+    keys = [_cache_key(job) for job in jobs]
+    results: dict[str, dict[str, str]] = {}
+    misses: dict[str, tuple[FlyJob, Path]] = {}
+    root = asm_cache.cache_dir(cache)
+    for job, key in zip(jobs, keys):
+        with _lock:
+            if key in _memo:
+                results[key] = _memo[key]
+                continue
+        path = root / f"flydsl-{job.arch}-{job.name[:80]}-{key[:24]}.json.gz"
+        asm = asm_cache.read(path, key)
+        if asm is not None:
+            results[key] = asm
+        elif key not in misses:
+            misses[key] = (job, path)
+    for arch in sorted({job.arch for job, _ in misses.values()}):
+        batch = [(key, job, path) for key, (job, path) in misses.items() if job.arch == arch]
+        for (key, job, path), asm in zip(batch, _compile_in_subprocess([job for _, job, _ in batch], arch, timeout)):
+            asm_cache.write(path, key, asm)
+            results[key] = asm
+    with _lock:
+        _memo.update(results)
+    return [dict(results[key]) for key in keys]
+
+
+def _compile_in_subprocess(jobs: list[FlyJob], arch: str, timeout: float) -> list[dict[str, str]]:
+    with tempfile.TemporaryDirectory(prefix="inductor_ext_flydsl_") as d:
+        dump, log = os.path.join(d, "dump"), os.path.join(d, "llvm.log")
+        env = worker_env(arch, dump)
+        what = f"compiling {len(jobs)} FlyDSL kernel(s) for {arch} ({', '.join(j.name for j in jobs[:4])}" \
+               + (", ..." if len(jobs) > 4 else "") + ")"
+        try:
+            out = run_in_subprocess("inductor_ext.runtime.flydsl:_compile_request",
+                                    {"jobs": [(j.builder, j.job, j.name) for j in jobs], "arch": arch, "log": log},
+                                    env=env, timeout=timeout, cwd=d, what=what, error=FlyDslCompileError)
+        except FlyDslCompileError as e:
+            # A hard LLVM error aborts the process while stderr goes to the log: show its tail.
+            tail = Path(log).read_text(errors="replace").strip().splitlines()[-15:] if os.path.exists(log) else []
+            raise FlyDslCompileError("\n".join([str(e), *tail])) from e
+    compiled = []
+    for job, item in zip(jobs, out["results"]):
+        if "error" in item:
+            raise FlyDslCompileError(f"{job.name} for {arch}: {item['error']}")
+        meta = json.loads(item["asm"]["metadata"])
+        meta["worker_import_s"] = out["import_s"]
+        item["asm"]["metadata"] = json.dumps(meta, sort_keys=True, indent=1)
+        compiled.append(item["asm"])
+    return compiled
+
+
+@contextlib.contextmanager
+def _stderr_to(path: str) -> Iterator[None]:
+    """Send file descriptor 2 (LLVM writes there, not to ``sys.stderr``) to ``path``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "a") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+_LLVM_ERROR = re.compile(r"^(?:error|LLVM ERROR): .*$", re.MULTILINE)
+
+
+def _compile_request(request: dict[str, Any]) -> dict[str, Any]:
+    """Subprocess side: import FlyDSL (timed), then build, compile and read back each job."""
+    t0 = time.perf_counter()
+    import flydsl.compiler  # noqa: F401  - the import cost is reported apart from the compiles
+
+    import_s = time.perf_counter() - t0
+    dump, log = Path(os.environ["FLYDSL_DUMP_DIR"]), request["log"]
+    results = []
+    for builder, data, name in request["jobs"]:
+        try:
+            results.append({"asm": _compile_one(builder, data, name, request["arch"], dump, log)})
+        except Exception as e:  # noqa: BLE001 - reported to the parent with the job's name
+            import traceback
+
+            where = [line for line in traceback.format_exc().splitlines() if line.startswith('  File "')][-4:]
+            results.append({"error": f"{type(e).__name__}: {e}\n" + "\n".join(where)})
+    return {"results": results, "import_s": round(import_s, 3)}
+
+
+def _compile_one(builder: str, data: Any, name: str, arch: str, dump: Path, log: str) -> dict[str, str]:
+    import shutil
+
+    module_name, _, attr = builder.partition(":")
+    jit_fn, args = getattr(importlib.import_module(module_name), attr)(data)
+    shutil.rmtree(dump, ignore_errors=True)
+    dump.mkdir(parents=True)
+    start = os.path.getsize(log) if os.path.exists(log) else 0
+    t0 = time.perf_counter()
+    with _stderr_to(log):
+        jit_fn(*args)
+    compile_s = time.perf_counter() - t0
+    with open(log, errors="replace") as f:
+        f.seek(start)
+        said = f.read()
+    errors = _LLVM_ERROR.findall(said)
+    if errors:
+        # e.g. "no libcall available for ftanh": LLVM still wrote a code object, which would call
+        # a function that does not exist. Never a silent success.
+        raise FlyDslCompileError(f"LLVM reported {len(errors)} error(s) while compiling {name} for {arch} "
+                                 f"(FlyDSL still wrote a code object): " + "; ".join(dict.fromkeys(errors)))
+    isa_files = sorted(dump.glob("*/*_final_isa.s"))
+    if not isa_files:
+        raise FlyDslCompileError(f"FlyDSL wrote no ISA for {name} under {dump} (FLYDSL_DEBUG_DUMP_ASM had no effect)")
+    isa = "".join(f"; ---- kernel {p.parent.name} ----\n{p.read_text()}" for p in isa_files)
+    ir_text = jit_fn._last_compiled[1]._ir_text
+    hsaco = hsaco_bytes(ir_text)
+    if not hsaco.startswith(b"\x7fELF") or f"gfx{arch.removeprefix('gfx')}".encode() not in hsaco:
+        raise FlyDslCompileError(f"the code object FlyDSL built for {name} is not an {arch} ELF")
+    kernels = {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+) = (-?\d+) : i64", m.group(2))}
+               for m in re.finditer(r'#gpu\.kernel_metadata<"([^"]+)".*?metadata = \{([^}]*)\}', ir_text)}
+    meta = {"name": name, "arch": arch, "builder": builder, "kernels": kernels, "compile_s": round(compile_s, 3),
+            "hsaco_bytes": len(hsaco), "hsaco_sha256": hashlib.sha256(hsaco).hexdigest(), "versions": _versions(),
+            "llvm_warnings": [line for line in said.splitlines() if "warning" in line][:20]}
+    return {"amdgcn": isa, "hsaco_b64": base64.b64encode(hsaco).decode(),
+            "metadata": json.dumps(meta, sort_keys=True, indent=1)}
+
+
+def hsaco_bytes(ir_text: str) -> bytes:
+    """The code object inside a compiled module's ``gpu.binary`` (``bin = "..."``, MLIR-escaped:
+    ``\\\\`` for a backslash, ``\\XX`` for any other unprintable byte or a quote)."""
+    text = ir_text.encode("utf-8")
+    start = text.find(b'bin = "')
+    if start < 0:
+        raise FlyDslCompileError("the compiled FlyDSL module holds no gpu.binary")
+    out, i = bytearray(), start + len(b'bin = "')
+    while text[i] != ord('"'):
+        if text[i] == ord("\\"):
+            if text[i + 1] == ord("\\"):
+                out.append(ord("\\"))
+                i += 2
+            else:
+                out.append(int(text[i + 1:i + 3], 16))
+                i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return bytes(out)

@@ -1,0 +1,138 @@
+"""FlyDSL building blocks the GEMM families share, called while a kernel is traced.
+
+Imports FlyDSL at load: only kernel builders import this module (inside the compile subprocess
+or a launch on a ROCm GPU), never the family modules themselves. Every index comes from
+:mod:`.tiling`, so the host-side model checks the same arithmetic. No function here holds
+dynamic control flow (FlyDSL rewrites Python ``for``/``if`` only inside ``@flyc.kernel``
+bodies): the K loop lives in each kernel; these helpers are straight-line per K step.
+
+Memory is reached through AMD buffer resources over flat views of the tensors: an offset of
+:data:`~.tiling.OOB_OFFSET` reads 0 and drops a write, which is how every load and store is
+masked without branches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flydsl.expr as fx
+from flydsl._mlir.dialects import rocdl as _rocdl
+from flydsl.expr import rocdl
+from flydsl.expr.typing import T
+
+from inductor_ext.templates.flydsl.tiling import OOB_OFFSET, GemmTiling
+
+# Element IR types by the dtype names problems use; 8-bit formats travel as raw bytes.
+ELEM = {"bfloat16": lambda: T.bf16, "float16": lambda: T.f16, "float32": lambda: T.f32, "uint8": lambda: T.i8,
+        "int32": lambda: T.i32}
+ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "uint8": 1, "int32": 4}
+NUMERIC = {"bfloat16": fx.BFloat16, "float16": fx.Float16, "float32": fx.Float32}
+
+
+def rsrc(tensor: Any, nbytes: Any) -> Any:
+    """A buffer resource over ``tensor`` (a flat view) holding ``nbytes`` bytes (i32)."""
+    return rocdl.get_buffer_rsrc(rocdl.make_buffer_ptr(fx.get_iter(tensor), fx.Int64(nbytes)))
+
+
+def masked_offset(ok: Any, byte_offset: Any) -> Any:
+    """``byte_offset`` where ``ok``, else an offset past every tensor (reads 0, writes dropped)."""
+    return ok.select(byte_offset, fx.Int32(OOB_OFFSET))
+
+
+def load(ir_type: Any, rs: Any, byte_offset: Any, ok: Any) -> Any:
+    """A buffer load of ``ir_type`` at ``byte_offset``; zeros where ``ok`` is false."""
+    return rocdl.raw_ptr_buffer_load(ir_type, rs, masked_offset(ok, byte_offset), fx.Int32(0), 0)
+
+
+def store(value: Any, rs: Any, byte_offset: Any, ok: Any) -> None:
+    """A buffer store of ``value`` at ``byte_offset``, dropped where ``ok`` is false."""
+    raw = value.ir_value() if hasattr(value, "ir_value") else value
+    _rocdl.raw_ptr_buffer_store(raw, rs, masked_offset(ok, byte_offset).ir_value(), fx.Int32(0).ir_value())
+
+
+def stage_operand(t: GemmTiling, rs: Any, lds: Any, tid: Any, *, rows: int, k_major: bool, row0: Any, k0: Any,
+                  row_ok: Any, k_lim: Any, stride_row: Any, stride_k: Any, elem: str, row_base: Any = 0) -> None:
+    """Copy one ``rows x block_k`` operand tile (global rows ``row0 + r``, K ``k0 + k``) into the
+    LDS tile ``lds`` (``[rows][t.lds_k]``, K contiguous).
+
+    ``row_ok(global_row)`` says which rows exist (zeros are staged for the others), ``k_lim`` is K.
+    Element offsets are ``row_base + row * stride_row + k * stride_k``; a ``vec``-element run goes
+    along K when ``k_major`` (then ``stride_k`` is 1 and K % vec == 0: a run is all in or all out),
+    else along the rows (then ``stride_row`` is 1; rows past the end only feed C rows that are
+    never stored).
+    """
+    esize, ety = ELEM_BYTES[elem], ELEM[elem]()
+    vty = T.vec(t.vec, ety) if t.vec > 1 else ety
+    for it in fx.range_constexpr(t.load_iters(rows)):
+        r, k = t.load_unit(it, tid, rows, k_major)
+        grow, gk = row0 + r, k0 + k
+        ok = row_ok(grow) & (gk < k_lim)
+        v = load(vty, rs, (row_base + grow * stride_row + gk * stride_k) * esize, ok)
+        if t.vec == 1 or k_major:
+            (lds + r * t.lds_k + k).store(v)
+        else:
+            vals = fx.Vector(v)
+            for j in fx.range_constexpr(t.vec):
+                (lds + (r + j) * t.lds_k + k).store(vals[j])
+
+
+def read_operand(t: GemmTiling, lds: Any, base: Any, rep: int, kstep: int, lane: Any, elem: str) -> Any:
+    """The ``a_elems``-element operand one lane feeds an instruction, read from an LDS tile."""
+    r, k = t.operand(base, rep, kstep, lane)
+    return (lds + r * t.lds_k + k).load(T.vec(t.mma.a_elems, ELEM[elem]()))
+
+
+def mma(t: GemmTiling, a: Any, b: Any, acc: Any) -> Any:
+    """``acc + A @ B`` on one instruction of ``t.mma`` (f32 accumulators)."""
+    res = T.vec(t.mma.c_elems, T.f32)
+    name = t.mma.instruction
+    if name == "v_mfma_f32_16x16x32_bf16":
+        return rocdl.mfma_f32_16x16x32_bf16(res, [a, b, acc])
+    if name == "v_mfma_f32_16x16x32_f16":
+        return rocdl.mfma_f32_16x16x32_f16(res, [a, b, acc])
+    if name == "v_wmma_f32_16x16x32_bf16":
+        return _rocdl.wmma_f32_16x16x32_bf16(res, _raw(a), _raw(b), _raw(acc))
+    if name == "v_wmma_f32_16x16x32_f16":
+        return _rocdl.wmma_f32_16x16x32_f16(res, _raw(a), _raw(b), _raw(acc))
+    if name == "v_wmma_f32_16x16x128_fp8_fp8":
+        # operands are 64 bytes per lane: the instruction takes them as 16 x i32
+        return rocdl.wmma_f32_16x16x128_fp8_fp8(res, _bitcast(a, T.vec(16, T.i32)), _bitcast(b, T.vec(16, T.i32)), acc)
+    raise ValueError(f"no FlyDSL call for {name}")
+
+
+def _raw(v: Any) -> Any:
+    return v.ir_value() if hasattr(v, "ir_value") else v
+
+
+def _bitcast(v: Any, ty: Any) -> Any:
+    from flydsl._mlir.dialects import vector
+
+    return vector.bitcast(ty, _raw(v))
+
+
+def zero_acc(t: GemmTiling) -> list[Any]:
+    return [fx.Vector.filled(t.mma.c_elems, 0.0, fx.Float32) for _ in range(t.reps_m * t.reps_n)]
+
+
+def store_tile(t: GemmTiling, acc: list[Any], rs_c: Any, tid: Any, *, m0: Any, n0: Any, row_ok: Any, n_lim: Any,
+               scm: Any, scn: Any, out: str, bias: Any = None, alpha: Any = None, beta: Any = None) -> None:
+    """Store the accumulators of one workgroup tile (rows ``m0 + r``, columns ``n0 + c``) as
+    ``out``, each element once, dropped outside ``row_ok(row) & (col < n_lim)``.
+
+    With ``bias = (rs, stride_row, stride_col, dtype)``: ``alpha * acc + beta * bias[row, col]``
+    (addmm; stride 0 broadcasts), in fp32 before the conversion."""
+    wave_m, wave_n, lane = t.wave_of(tid)
+    esize, numeric = ELEM_BYTES[out], NUMERIC[out]
+    for rm in fx.range_constexpr(t.reps_m):
+        for rn in fx.range_constexpr(t.reps_n):
+            vals = fx.Vector(acc[rm * t.reps_n + rn])
+            for i in fx.range_constexpr(t.mma.c_elems):
+                r, c = t.acc_element(wave_m, wave_n, rm, rn, lane, i)
+                row, col = m0 + r, n0 + c
+                ok = row_ok(row) & (col < n_lim)
+                value = vals[i]
+                if bias is not None:
+                    rs_b, sbm, sbn, bdtype = bias
+                    b = load(ELEM[bdtype](), rs_b, (row * sbm + col * sbn) * ELEM_BYTES[bdtype], ok)
+                    value = value * alpha + fx.Float32(NUMERIC[bdtype](b).to(fx.Float32)) * beta
+                store(fx.Float32(value).to(numeric), rs_c, (row * scm + col * scn) * esize, ok)

@@ -1,0 +1,284 @@
+"""FlyDSL dense GEMM for gfx950 (MI350/MI355): C = A @ B (mm) or beta * bias + alpha * A @ B (addmm),
+bf16/fp16 in, same dtype out, fp32 accumulation on ``v_mfma_f32_16x16x32_{bf16,f16}``.
+
+All four layouts: A (M, K) contiguous along K or along M, B (K, N) along K (``x @ W.T`` with an
+``nn.Linear`` weight) or along N. A layout only decides the direction of the 16-byte global loads
+(``GemmTiling.vec`` elements along the contiguous dimension); both operands are staged in LDS
+K-contiguous, so the MFMA operand reads are the same for every layout. Operands with any other
+strides, or 16-byte loads that would not be aligned, use the ``vec=1`` configs (one element per
+load). Tiles, waves, loads and stores follow :mod:`.tiling`, which the host-side model in
+``testing/flydsl_model.py`` checks (every C element written once, K covered once, numerics
+against ``kernels.gemm``).
+
+Tier I (``isa``): FlyDSL compiles the kernel for gfx950 without a GPU (``runtime.flydsl``) and the
+tests assert ``v_mfma_f32_16x16x32_bf16`` / ``_f16``, ``buffer_load_dwordx4`` (or the scalar loads
+of ``vec=1``) and ``ds_read_b128``. Tier D (``run``) launches through FlyDSL on a ROCm GPU; a first
+run must check the numerics against ``torch.mm`` (``bench/rocm_gemm.py`` does, before timing).
+"""
+
+# No "from __future__ import annotations": FlyDSL reads the kernels' and structs' annotations as
+# objects.
+import functools
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from inductor_ext.runtime import flydsl as flydsl_runtime
+from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.flydsl import common
+from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling
+
+FAMILY = "flydsl.gemm"
+# Claimed only where tier I passes (tests/test_flydsl_gemm.py).
+TARGETS = ("gfx950",)
+OPS = ("mm", "addmm")
+CHOICE_KIND = "extern"
+DTYPES = ("bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """C[m, n] = A[m, k] @ B[k, n] (addmm: beta * bias + alpha * A @ B), one dtype throughout."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    a_k_major: bool = True  # A's K is contiguous (else its M is)
+    b_k_major: bool = False  # B's K is contiguous (B = W.T of a Linear weight W), else its N is
+    vec_ok: bool = True  # strides allow 16-byte loads along the contiguous dimension
+    bias: bool = False
+    alpha: float = 1.0
+    beta: float = 1.0
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    waves_m: int
+    waves_n: int
+    vec: int = 8
+
+    def name(self) -> str:
+        return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.waves_m}x{self.waves_n}_v{self.vec}"
+
+
+def tiling(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> GemmTiling:
+    mma = MMA[f"{target}_{'bf16' if problem.dtype == 'bfloat16' else 'fp16'}"]
+    return GemmTiling(config.block_m, config.block_n, config.block_k, config.waves_m, config.waves_n, config.vec,
+                      mma, problem.a_k_major, problem.b_k_major)
+
+
+def problem_for(spec: OpSpec) -> GemmProblem | str:
+    """The problem for an ``mm`` / ``addmm`` OpSpec, or why this family does not serve it."""
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {OPS}, not {spec.op}"
+    bias = spec.inputs[0] if spec.op == "addmm" else None
+    a, b = spec.inputs[-2], spec.inputs[-1]
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+        return "mm needs two 2-D operands"
+    dtypes = {a.dtype, b.dtype, spec.out.dtype} | ({bias.dtype} if bias is not None else set())
+    if len(dtypes) != 1 or a.dtype not in DTYPES:
+        return f"{FAMILY} takes one dtype of {DTYPES} for A, B, bias and C; got {sorted(dtypes)}"
+    (m, k), n = a.shape, b.shape[1]
+    a_k_major, a_vec = common.major(a.stride, 1, 0, k)
+    b_k_major, b_vec = common.major(b.stride, 0, 1, k)
+    problem = GemmProblem(m, n, k, a.dtype, a_k_major, b_k_major, a_vec and b_vec, bias is not None,
+                          float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0)))
+    return supports(problem) or problem
+
+
+def supports(problem: GemmProblem) -> str | None:
+    """None when the family can serve ``problem``, else the reason it cannot."""
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} not in {DTYPES}"
+    if min(problem.m, problem.n, problem.k) <= 0:
+        return f"empty problem {problem.m}x{problem.n}x{problem.k}"
+    return common.size_reason(problem.m * problem.k, problem.k * problem.n, problem.m * problem.n, elem_bytes=2)
+
+
+# Candidates, best guess first: 256-thread tiles for large problems, narrow M for decode shapes;
+# "vec=1" ones serve layouts where 16-byte loads would be misaligned.
+_VEC_CONFIGS = (
+    GemmConfig(128, 128, 64, 2, 2),
+    GemmConfig(64, 128, 64, 2, 2),
+    GemmConfig(64, 64, 64, 2, 2),
+    GemmConfig(16, 128, 128, 1, 4),
+    GemmConfig(16, 64, 64, 1, 2),
+)
+_SCALAR_CONFIGS = (
+    GemmConfig(64, 64, 32, 2, 2, vec=1),
+    GemmConfig(16, 64, 32, 1, 2, vec=1),
+)
+ALL_CONFIGS = _VEC_CONFIGS + _SCALAR_CONFIGS
+
+
+def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {TARGETS}")
+    table = _VEC_CONFIGS if problem.vec_ok else _SCALAR_CONFIGS
+    return common.fitting(table, problem.m, problem.n)
+
+
+def config_reason(problem: GemmProblem, config: GemmConfig) -> str | None:
+    if config.vec > 1 and not problem.vec_ok:
+        return f"config {config.name()} loads 16 bytes at once; these strides need vec=1"
+    return tiling(problem, config).reason()
+
+
+# ------------------------------------------------------------------------------------ render
+
+_LAUNCHER = '''\
+"""{family} {config_name} for {target}: FlyDSL kernel built by
+inductor_ext.templates.flydsl.gemm.build_launcher for {problem!r}."""
+from inductor_ext.templates.flydsl.gemm import GemmConfig, GemmProblem, run
+
+PROBLEM = {problem!r}
+CONFIG = {config!r}
+
+
+def {name}(*tensors):
+    return run(PROBLEM, CONFIG, "{target}", *tensors)
+'''
+
+
+def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
+    layout = ("k" if problem.a_k_major else "m") + ("k" if problem.b_k_major else "n")
+    return f"flydsl_gemm_{problem.dtype}_{layout}{'_bias' if problem.bias else ''}_{config.name()}"
+
+
+def render(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
+    reason = supports(problem) or config_reason(problem, config)
+    if reason:
+        raise ValueError(f"{FAMILY} cannot serve {problem} with {config}: {reason}")
+    t = tiling(problem, config, target)
+    name = kernel_name(problem, config)
+    return KernelSource(
+        name=name, template=FAMILY, language="flydsl", config=asdict(config),
+        source=_LAUNCHER.format(family=FAMILY, config_name=config.name(), target=target, problem=problem,
+                                config=config, name=name),
+        launch={"grid": (-(-problem.m // config.block_m), -(-problem.n // config.block_n), 1),
+                "block": (t.threads, 1, 1), "lds_bytes": t.lds_bytes, "mma": t.mma.instruction})
+
+
+# ------------------------------------------------------------------------------------- kernel
+
+
+@functools.lru_cache(maxsize=None)
+def build_launcher(dtype: str, a_k_major: bool, b_k_major: bool, bias: bool, config: GemmConfig,
+                   target: str = "gfx950") -> Any:
+    """The ``@flyc.jit`` launcher for one static variant (M, N, K and strides are runtime values).
+
+    Arguments: C, A, B, BIAS (flat views), M, N, K, the element strides of A (m, k), B (k, n),
+    C (m, n) and BIAS (m, n), the byte sizes of the four views, alpha, beta, stream.
+    """
+    import flydsl.compiler as flyc
+    import flydsl.expr as fx
+
+    from inductor_ext.templates.flydsl import dsl
+
+    t = tiling(GemmProblem(1, 1, 1, dtype, a_k_major, b_k_major), config, target)
+    reason = t.reason()
+    if reason:
+        raise ValueError(f"{FAMILY}: {reason}")
+
+    @fx.struct
+    class Smem:
+        a: fx.Array[dsl.NUMERIC[dtype], t.block_m * t.lds_k, 16]
+        b: fx.Array[dsl.NUMERIC[dtype], t.block_n * t.lds_k, 16]
+
+    @flyc.kernel
+    def flydsl_gemm(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, BIAS: fx.Tensor, M: fx.Int32, N: fx.Int32,
+                    K: fx.Int32, sam: fx.Int32, sak: fx.Int32, sbk: fx.Int32, sbn: fx.Int32, scm: fx.Int32,
+                    scn: fx.Int32, sxm: fx.Int32, sxn: fx.Int32, a_bytes: fx.Int32, b_bytes: fx.Int32,
+                    c_bytes: fx.Int32, x_bytes: fx.Int32, alpha: fx.Float32, beta: fx.Float32):
+        tid = fx.thread_idx.x
+        m0, n0 = t.program_tile(fx.block_idx.x, fx.block_idx.y)
+        wave_m, wave_n, lane = t.wave_of(tid)
+        lds = fx.SharedAllocator().allocate(Smem).peek()
+        lds_a, lds_b = lds.a.ptr, lds.b.ptr
+        rs_a, rs_b, rs_c = dsl.rsrc(A, a_bytes), dsl.rsrc(B, b_bytes), dsl.rsrc(C, c_bytes)
+        acc = dsl.zero_acc(t)
+        for k0 in range(0, K, t.block_k):
+            dsl.stage_operand(t, rs_a, lds_a, tid, rows=t.block_m, k_major=a_k_major, row0=m0, k0=k0,
+                              row_ok=lambda r: r < M, k_lim=K, stride_row=sam, stride_k=sak, elem=dtype)
+            dsl.stage_operand(t, rs_b, lds_b, tid, rows=t.block_n, k_major=b_k_major, row0=n0, k0=k0,
+                              row_ok=lambda r: r < N, k_lim=K, stride_row=sbn, stride_k=sbk, elem=dtype)
+            fx.gpu.barrier()
+            for ks in fx.range_constexpr(t.k_steps):
+                a_ops = [dsl.read_operand(t, lds_a, t.a_row_base(wave_m), rm, ks, lane, dtype)
+                         for rm in range(t.reps_m)]
+                b_ops = [dsl.read_operand(t, lds_b, t.b_col_base(wave_n), rn, ks, lane, dtype)
+                         for rn in range(t.reps_n)]
+                for i in fx.range_constexpr(t.reps_m * t.reps_n):
+                    acc[i] = dsl.mma(t, a_ops[i // t.reps_n], b_ops[i % t.reps_n], acc[i])
+            fx.gpu.barrier()
+        dsl.store_tile(t, acc, rs_c, tid, m0=m0, n0=n0, row_ok=lambda r: r < M, n_lim=N, scm=scm, scn=scn,
+                       out=dtype, bias=(dsl.rsrc(BIAS, x_bytes), sxm, sxn, dtype) if bias else None,
+                       alpha=alpha, beta=beta)
+
+    @flyc.jit
+    def launch(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, BIAS: fx.Tensor, M: fx.Int32, N: fx.Int32, K: fx.Int32,
+               sam: fx.Int32, sak: fx.Int32, sbk: fx.Int32, sbn: fx.Int32, scm: fx.Int32, scn: fx.Int32,
+               sxm: fx.Int32, sxn: fx.Int32, a_bytes: fx.Int32, b_bytes: fx.Int32, c_bytes: fx.Int32,
+               x_bytes: fx.Int32, alpha: fx.Float32, beta: fx.Float32, stream: fx.Stream = fx.Stream(None)):
+        flydsl_gemm(C, A, B, BIAS, M, N, K, sam, sak, sbk, sbn, scm, scn, sxm, sxn, a_bytes, b_bytes, c_bytes,
+                    x_bytes, alpha, beta).launch(
+            grid=((M + t.block_m - 1) // t.block_m, (N + t.block_n - 1) // t.block_n, 1),
+            block=(t.threads, 1, 1), stream=stream)
+
+    return launch
+
+
+# ------------------------------------------------------------------------------ tier I, tier D
+
+
+def _compile_job(job: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
+    """Builder for ``runtime.flydsl`` (runs in its subprocess): the launcher and stand-in arguments."""
+    problem, config = GemmProblem(**job["problem"]), GemmConfig(**job["config"])
+    launch = build_launcher(problem.dtype, problem.a_k_major, problem.b_k_major, problem.bias, config, job["target"])
+    c, a, b, x = (common.placeholder(problem.dtype) for _ in range(4))
+    return launch, (c, a, b, x, 64, 64, 64, 64, 1, 1, 64, 64, 1, 0, 1, 1 << 13, 1 << 13, 1 << 13, 128, 1.0, 1.0)
+
+
+def isa(problem: GemmProblem, config: GemmConfig, target: str = "gfx950", *,
+        cache: str | None = None) -> dict[str, str]:
+    """The compiled kernel for ``target`` without a GPU: ``amdgcn`` (final ISA), ``hsaco_b64``,
+    ``metadata`` (see ``runtime.flydsl``). Only the static variant matters (M, N, K are runtime)."""
+    return isa_many([(problem, config, target)], cache=cache)[0]
+
+
+def isa_many(jobs: list[tuple[GemmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
+    fly_jobs = []
+    for problem, config, target in jobs:
+        reason = config_reason(problem, config)
+        if reason or target not in TARGETS:
+            raise ValueError(f"{FAMILY} {config.name()} on {target}: {reason or 'target not claimed'}")
+        static = replace(problem, m=1, n=1, k=1, vec_ok=True, alpha=1.0, beta=1.0)
+        fly_jobs.append(flydsl_runtime.FlyJob(
+            "inductor_ext.templates.flydsl.gemm:_compile_job",
+            {"problem": asdict(static), "config": asdict(config), "target": target}, target,
+            kernel_name(static, config)))
+    return flydsl_runtime.compile_jobs(fly_jobs, cache=cache)
+
+
+def run(problem: GemmProblem, config: GemmConfig, target: str, *tensors: Any) -> Any:
+    """Launch on a ROCm GPU (tier D). ``tensors``: (A, B) for mm, (bias, A, B) for addmm, in the
+    op's argument order; returns C (M, N) in the input dtype."""
+    import torch
+
+    bias, a, b = (tensors if problem.bias else (None, *tensors))
+    m, k = a.shape
+    n = b.shape[1]
+    c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    if config.vec > 1 and not common.aligned(16, a, b):
+        config = replace(config, vec=1)  # a view that starts off a 16-byte boundary: one element per load
+    x = bias.expand(m, n) if bias is not None else c
+    launch = build_launcher(problem.dtype, problem.a_k_major, problem.b_k_major, problem.bias, config, target)
+    launch(common.flat(c), common.flat(a), common.flat(b), common.flat(x), m, n, k,
+           a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+           x.stride(0), x.stride(1), *(common.span_bytes(t) for t in (a, b, c, x)),
+           problem.alpha, problem.beta, common.stream())
+    return c

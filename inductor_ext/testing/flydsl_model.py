@@ -1,0 +1,152 @@
+"""Host-side model of the FlyDSL GEMM kernels: runs their tiling on the CPU, lane by lane.
+
+The kernels (``templates/flydsl/``) cannot run here, but every index they compute comes from
+``templates/flydsl/tiling.py``. This model calls those same functions with numpy arrays (all
+threads of a workgroup at once) and performs what the kernel does with the results: stage the
+operand tiles in an LDS array, read each lane's instruction operands, multiply the way the
+matrix instruction does (``Mma`` lane layout), and store the accumulators under the kernel's
+masks. It reports
+
+- ``writes``: how often each C element was stored (every valid element exactly once, nothing
+  else: a store outside the problem is an error raised here);
+- ``out``: the result, compared by the tests with ``kernels.matmul`` / ``kernels.scaled_gemm``;
+- with all-ones operands, ``out`` counts how many K elements reached each output: exactly K
+  proves K is covered once (no tile skipped, none read twice, the tail masked).
+
+LDS is filled with NaN before each K step, so an operand read the staging did not write poisons
+the result instead of reading a stale value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from inductor_ext.templates.flydsl.tiling import GemmTiling, cdiv
+
+__all__ = ["ModelResult", "Operand", "gemm_tile", "run_gemm"]
+
+
+@dataclass
+class ModelResult:
+    out: np.ndarray  # fp32 result, NaN where never written
+    writes: np.ndarray  # int, stores per element
+
+
+@dataclass
+class Operand:
+    """A global operand as the kernel addresses it: flat values and (row, k) element strides.
+
+    ``rows`` is M for A, N for B; ``base`` is the element offset of a group's slice (grouped
+    GEMM); ``scale(rows, k)`` optionally returns the fp32 block scale applied to each element."""
+
+    flat: np.ndarray
+    stride_row: int
+    stride_k: int
+    k_major: bool
+    base: int = 0
+    scale: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+
+
+def _stage(t: GemmTiling, op: Operand, rows: int, row0: int, k0: int, row_ok: Callable, k_lim: int) -> np.ndarray:
+    """``stage_operand``: one rows x block_k tile into a NaN-filled [rows][lds_k] LDS array."""
+    lds = np.full((rows, t.lds_k), np.nan, dtype=np.float64)
+    written = np.zeros((rows, t.lds_k), dtype=np.int64)
+    tid = np.arange(t.threads)
+    for it in range(t.load_iters(rows)):
+        r, k = t.load_unit(it, tid, rows, op.k_major)
+        for j in range(t.vec):
+            rr, kk = (r, k + j) if op.k_major else (r + j, k)
+            grow, gk = row0 + r, k0 + k  # the mask is the run's, as in the kernel
+            ok = row_ok(grow) & (gk < k_lim)
+            erow, ek = row0 + rr, k0 + kk
+            offset = op.base + erow * op.stride_row + ek * op.stride_k
+            inside = ok & (offset >= 0) & (offset < op.flat.size)
+            value = np.where(inside, op.flat[np.where(inside, offset, 0)], 0.0).astype(np.float64)
+            if op.scale is not None:
+                value = value * np.where(inside, op.scale(erow, ek), 0.0)
+            if np.any((rr >= rows) | (kk >= t.block_k)):
+                raise AssertionError("staging writes outside the LDS tile")
+            lds[rr, kk] = value
+            np.add.at(written, (rr, kk), 1)
+    if np.any(written[:, :t.block_k] != 1):
+        raise AssertionError(f"staging wrote LDS elements {sorted(set(written[:, :t.block_k].ravel()))} times, not once")
+    return lds
+
+
+def _operands(t: GemmTiling, lds: np.ndarray, base: np.ndarray, rep: int, ks: int, lane: np.ndarray) -> np.ndarray:
+    """``read_operand`` for every thread: [threads, a_elems]."""
+    r, k = t.operand(base, rep, ks, lane)
+    return lds[r[:, None], k[:, None] + np.arange(t.mma.a_elems)[None, :]]
+
+
+def _mma(t: GemmTiling, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The matrix instruction for every wave: lane operands -> lane accumulators [threads, c_elems]."""
+    mma, waves = t.mma, t.threads // t.mma.wave
+    lane = np.arange(mma.wave)
+    ar, ak = mma.a_lane(lane)
+    out = np.zeros((t.threads, mma.c_elems))
+    for w in range(waves):
+        am = np.zeros((mma.m, mma.k))
+        bm = np.zeros((mma.k, mma.n))
+        for j in range(mma.a_elems):
+            am[ar, ak + j] = a[w * mma.wave + lane, j]
+            bm[ak + j, ar] = b[w * mma.wave + lane, j]
+        d = am @ bm
+        for i in range(mma.c_elems):
+            r, c = mma.c_lane(lane, i)
+            out[w * mma.wave + lane, i] = d[r, c]
+    return out
+
+
+def gemm_tile(t: GemmTiling, a: Operand, b: Operand, *, m0: int, n0: int, k_lim: int,
+              row_ok: Callable, col_lim: int, rows_a: int) -> tuple[np.ndarray, list[tuple]]:
+    """One workgroup's main loop and the (row, col, value, ok) of its stores."""
+    tid = np.arange(t.threads)
+    wave_m, wave_n, lane = t.wave_of(tid)
+    acc = np.zeros((t.reps_m * t.reps_n, t.threads, t.mma.c_elems))
+    for k0 in range(0, k_lim, t.block_k):
+        lds_a = _stage(t, a, t.block_m, m0, k0, row_ok, k_lim)
+        lds_b = _stage(t, b, t.block_n, n0, k0, lambda r: r < col_lim, k_lim)
+        for ks in range(t.k_steps):
+            a_ops = [_operands(t, lds_a, t.a_row_base(wave_m), rm, ks, lane) for rm in range(t.reps_m)]
+            b_ops = [_operands(t, lds_b, t.b_col_base(wave_n), rn, ks, lane) for rn in range(t.reps_n)]
+            for i in range(t.reps_m * t.reps_n):
+                acc[i] += _mma(t, a_ops[i // t.reps_n], b_ops[i % t.reps_n])
+    stores = []
+    for rm in range(t.reps_m):
+        for rn in range(t.reps_n):
+            for i in range(t.mma.c_elems):
+                r, c = t.acc_element(wave_m, wave_n, rm, rn, lane, i)
+                row, col = m0 + r, n0 + c
+                stores.append((row, col, acc[rm * t.reps_n + rn][:, i], row_ok(row) & (col < col_lim)))
+    return acc, stores
+
+
+def _apply(result: ModelResult, stores: list[tuple]) -> None:
+    m, n = result.out.shape
+    for row, col, value, ok in stores:
+        if np.any(ok & ((row >= m) | (col >= n) | (row < 0) | (col < 0))):
+            raise AssertionError("a store passes its mask outside C")
+        rows, cols, vals = row[ok], col[ok], value[ok]
+        result.out[rows, cols] = vals
+        np.add.at(result.writes, (rows, cols), 1)
+
+
+def run_gemm(t: GemmTiling, a: Operand, b: Operand, m: int, n: int, k: int) -> ModelResult:
+    """The dense kernel (``flydsl.gemm`` / ``flydsl.mx_scaled_mm`` / ``flydsl.tdm_gemm`` tiling)
+    over its whole grid."""
+    result = ModelResult(np.full((m, n), np.nan), np.zeros((m, n), dtype=np.int64))
+    for pid_m in range(cdiv(m, t.block_m)):
+        for pid_n in range(cdiv(n, t.block_n)):
+            m0, n0 = t.program_tile(pid_m, pid_n)
+            _, stores = gemm_tile(t, a, b, m0=m0, n0=n0, k_lim=k, row_ok=lambda r: r < m, col_lim=n, rows_a=m)
+            _apply(result, stores)
+    return result
+
+
+def apply_stores(result: ModelResult, stores: list[tuple]) -> None:
+    """Record a tile's stores (for kernels that compose ``gemm_tile`` themselves)."""
+    _apply(result, stores)
