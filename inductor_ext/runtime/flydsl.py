@@ -21,7 +21,7 @@ layout). LLVM reports some failures only on stderr and still writes an hsaco (``
 available for ftanh``): the worker captures stderr and any ``error:`` line fails the job.
 
 Results are cached on disk (``runtime.asm_cache``) keyed by the job, the target, FlyDSL's version and
-the builder module's source, and memoised in-process. Each result maps ``amdgcn`` (the final ISA of
+the sources of the builder's folder, and memoised in-process. Each result maps ``amdgcn`` (the final ISA of
 every kernel, one after another), ``hsaco_b64`` (the code object, base64) and ``metadata`` (JSON:
 kernels with their register/LDS figures, compile seconds, versions).
 """
@@ -135,12 +135,16 @@ def worker_env(arch: str, dump_dir: str) -> dict[str, str]:
 
 
 def _module_sha(entry: str) -> str:
-    """Hash of the builder's module source, found without importing it (imports cost seconds)."""
+    """Hash of the sources next to the builder's module (its package's kernels share helpers
+    there), found without importing it: imports cost seconds."""
     module = entry.partition(":")[0]
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         raise FlyDslCompileError(f"builder module {module!r} not found")
-    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    for path in sorted(Path(spec.origin).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
 
 
 def _versions() -> dict[str, str]:

@@ -26,7 +26,7 @@ import numpy as np
 
 from inductor_ext.templates.flydsl.tiling import GemmTiling, cdiv
 
-__all__ = ["ModelResult", "Operand", "gemm_tile", "run_gemm"]
+__all__ = ["ModelResult", "MxScales", "Operand", "gemm_tile", "run_gemm", "apply_stores"]
 
 
 @dataclass
@@ -36,18 +36,39 @@ class ModelResult:
 
 
 @dataclass
-class Operand:
-    """A global operand as the kernel addresses it: flat values and (row, k) element strides.
+class MxScales:
+    """e8m0 block scales as the MX kernel addresses them (``GemmTiling.scale_offset``): raw bytes,
+    the layout, strides (rows, K blocks), 128x4 tiles per tile row, and the valid extent."""
 
-    ``rows`` is M for A, N for B; ``base`` is the element offset of a group's slice (grouped
-    GEMM); ``scale(rows, k)`` optionally returns the fp32 block scale applied to each element."""
+    flat: np.ndarray  # uint8 codes
+    layout: str
+    stride_row: int
+    stride_kb: int
+    kb_tiles: int
+    rows: int
+    kblocks: int
+
+    def lane_scales(self, t: GemmTiling, row: np.ndarray, kb: np.ndarray) -> np.ndarray:
+        ok = t.scale_ok(row, kb, self.rows, self.kblocks)
+        offset = t.scale_offset(self.layout, row, kb, self.stride_row, self.stride_kb, self.kb_tiles)
+        inside = ok & (offset >= 0) & (offset < self.flat.size)
+        code = np.where(inside, self.flat[np.where(inside, offset, 0)], 0).astype(np.float64)
+        return np.where(code == 255, np.nan, np.exp2(code - 127))
+
+
+@dataclass
+class Operand:
+    """A global operand as the kernel addresses it: flat values (decoded to numbers) and (row, k)
+    element strides. ``base`` is the element offset of a group's slice (grouped GEMM);
+    ``scales``: MX block scales, applied per lane to the instruction operand as the scaled MFMA
+    does (each lane's 32 K elements are one block)."""
 
     flat: np.ndarray
     stride_row: int
     stride_k: int
     k_major: bool
     base: int = 0
-    scale: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    scales: MxScales | None = None
 
 
 def _stage(t: GemmTiling, op: Operand, rows: int, row0: int, k0: int, row_ok: Callable, k_lim: int) -> np.ndarray:
@@ -65,8 +86,6 @@ def _stage(t: GemmTiling, op: Operand, rows: int, row0: int, k0: int, row_ok: Ca
             offset = op.base + erow * op.stride_row + ek * op.stride_k
             inside = ok & (offset >= 0) & (offset < op.flat.size)
             value = np.where(inside, op.flat[np.where(inside, offset, 0)], 0.0).astype(np.float64)
-            if op.scale is not None:
-                value = value * np.where(inside, op.scale(erow, ek), 0.0)
             if np.any((rr >= rows) | (kk >= t.block_k)):
                 raise AssertionError("staging writes outside the LDS tile")
             lds[rr, kk] = value
@@ -76,10 +95,16 @@ def _stage(t: GemmTiling, op: Operand, rows: int, row0: int, k0: int, row_ok: Ca
     return lds
 
 
-def _operands(t: GemmTiling, lds: np.ndarray, base: np.ndarray, rep: int, ks: int, lane: np.ndarray) -> np.ndarray:
-    """``read_operand`` for every thread: [threads, a_elems]."""
+def _operands(t: GemmTiling, lds: np.ndarray, base: np.ndarray, rep: int, ks: int, lane: np.ndarray,
+              op: Operand, row0: int, k0: int) -> np.ndarray:
+    """``read_operand`` for every thread: [threads, a_elems], times the lane's block scale (MX)."""
     r, k = t.operand(base, rep, ks, lane)
-    return lds[r[:, None], k[:, None] + np.arange(t.mma.a_elems)[None, :]]
+    values = lds[r[:, None], k[:, None] + np.arange(t.mma.a_elems)[None, :]]
+    if op.scales is not None:
+        if t.mma.a_elems != 32:
+            raise AssertionError("a scaled operand must be one 32-element MX block per lane")
+        values = values * op.scales.lane_scales(t, row0 + r, (k0 + k) // 32)[:, None]
+    return values
 
 
 def _mma(t: GemmTiling, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -111,8 +136,8 @@ def gemm_tile(t: GemmTiling, a: Operand, b: Operand, *, m0: int, n0: int, k_lim:
         lds_a = _stage(t, a, t.block_m, m0, k0, row_ok, k_lim)
         lds_b = _stage(t, b, t.block_n, n0, k0, lambda r: r < col_lim, k_lim)
         for ks in range(t.k_steps):
-            a_ops = [_operands(t, lds_a, t.a_row_base(wave_m), rm, ks, lane) for rm in range(t.reps_m)]
-            b_ops = [_operands(t, lds_b, t.b_col_base(wave_n), rn, ks, lane) for rn in range(t.reps_n)]
+            a_ops = [_operands(t, lds_a, t.a_row_base(wave_m), rm, ks, lane, a, m0, k0) for rm in range(t.reps_m)]
+            b_ops = [_operands(t, lds_b, t.b_col_base(wave_n), rn, ks, lane, b, n0, k0) for rn in range(t.reps_n)]
             for i in range(t.reps_m * t.reps_n):
                 acc[i] += _mma(t, a_ops[i // t.reps_n], b_ops[i % t.reps_n])
     stores = []

@@ -50,10 +50,21 @@ def store(value: Any, rs: Any, byte_offset: Any, ok: Any) -> None:
     _rocdl.raw_ptr_buffer_store(raw, rs, masked_offset(ok, byte_offset).ir_value(), fx.Int32(0).ir_value())
 
 
+def _units(t: GemmTiling, elem: str, elements: Any) -> Any:
+    """Storage units (``elem`` values: bytes for fp8/fp4) holding ``elements`` logical elements."""
+    return elements * t.elem_bits // (8 * ELEM_BYTES[elem])
+
+
+def _vector(t: GemmTiling, elem: str, elements: int) -> Any:
+    n = _units(t, elem, elements)
+    return T.vec(n, ELEM[elem]()) if n > 1 else ELEM[elem]()
+
+
 def stage_operand(t: GemmTiling, rs: Any, lds: Any, tid: Any, *, rows: int, k_major: bool, row0: Any, k0: Any,
                   row_ok: Any, k_lim: Any, stride_row: Any, stride_k: Any, elem: str, row_base: Any = 0) -> None:
     """Copy one ``rows x block_k`` operand tile (global rows ``row0 + r``, K ``k0 + k``) into the
-    LDS tile ``lds`` (``[rows][t.lds_k]``, K contiguous).
+    LDS tile ``lds`` (``[rows][t.lds_k]`` elements, K contiguous; ``elem`` is the storage type:
+    the dtype, or "uint8" for fp8/fp4 bytes).
 
     ``row_ok(global_row)`` says which rows exist (zeros are staged for the others), ``k_lim`` is K.
     Element offsets are ``row_base + row * stride_row + k * stride_k``; a ``vec``-element run goes
@@ -61,16 +72,20 @@ def stage_operand(t: GemmTiling, rs: Any, lds: Any, tid: Any, *, rows: int, k_ma
     else along the rows (then ``stride_row`` is 1; rows past the end only feed C rows that are
     never stored).
     """
-    esize, ety = ELEM_BYTES[elem], ELEM[elem]()
-    vty = T.vec(t.vec, ety) if t.vec > 1 else ety
+    vty = _vector(t, elem, t.vec)
+    run_bytes = t.bytes_of(t.vec)
+    # LLVM splits byte-vector buffer loads badly: load bytes as i32 words, then reinterpret.
+    wty = T.vec(run_bytes // 4, T.i32) if ELEM_BYTES[elem] == 1 and run_bytes % 4 == 0 and run_bytes > 4 else None
     for it in fx.range_constexpr(t.load_iters(rows)):
         r, k = t.load_unit(it, tid, rows, k_major)
         grow, gk = row0 + r, k0 + k
         ok = row_ok(grow) & (gk < k_lim)
-        v = load(vty, rs, (row_base + grow * stride_row + gk * stride_k) * esize, ok)
+        v = load(wty or vty, rs, t.bytes_of(row_base + grow * stride_row + gk * stride_k), ok)
+        if wty is not None:
+            v = _bitcast(v, vty)
         if t.vec == 1 or k_major:
-            (lds + r * t.lds_k + k).store(v)
-        else:
+            (lds + _units(t, elem, r * t.lds_k + k)).store(v)
+        else:  # a run along the rows lands in as many LDS rows (16-bit types only)
             vals = fx.Vector(v)
             for j in fx.range_constexpr(t.vec):
                 (lds + (r + j) * t.lds_k + k).store(vals[j])
@@ -79,10 +94,10 @@ def stage_operand(t: GemmTiling, rs: Any, lds: Any, tid: Any, *, rows: int, k_ma
 def read_operand(t: GemmTiling, lds: Any, base: Any, rep: int, kstep: int, lane: Any, elem: str) -> Any:
     """The ``a_elems``-element operand one lane feeds an instruction, read from an LDS tile."""
     r, k = t.operand(base, rep, kstep, lane)
-    return (lds + r * t.lds_k + k).load(T.vec(t.mma.a_elems, ELEM[elem]()))
+    return (lds + _units(t, elem, r * t.lds_k + k)).load(_vector(t, elem, t.mma.a_elems))
 
 
-def mma(t: GemmTiling, a: Any, b: Any, acc: Any) -> Any:
+def mma(t: GemmTiling, a: Any, b: Any, acc: Any, scales: Any = None) -> Any:
     """``acc + A @ B`` on one instruction of ``t.mma`` (f32 accumulators)."""
     res = T.vec(t.mma.c_elems, T.f32)
     name = t.mma.instruction
@@ -94,6 +109,13 @@ def mma(t: GemmTiling, a: Any, b: Any, acc: Any) -> Any:
         return _rocdl.wmma_f32_16x16x32_bf16(res, _raw(a), _raw(b), _raw(acc))
     if name == "v_wmma_f32_16x16x32_f16":
         return _rocdl.wmma_f32_16x16x32_f16(res, _raw(a), _raw(b), _raw(acc))
+    if name == "v_mfma_scale_f32_16x16x128_f8f6f4":
+        # operands as i32 words (8 for fp8, 4 for fp4); ``scales`` = (format code, A scale, B scale):
+        # e8m0 bytes zero-extended to i32 (byte 0 selected)
+        fmt, scale_a, scale_b = scales
+        words = T.vec(t.mma.a_elems * t.elem_bits // 32, T.i32)
+        return rocdl.mfma_scale_f32_16x16x128_f8f6f4(
+            res, [_bitcast(a, words), _bitcast(b, words), acc, fmt, fmt, 0, scale_a, 0, scale_b])
     if name == "v_wmma_f32_16x16x128_fp8_fp8":
         # operands are 64 bytes per lane: the instruction takes them as 16 x i32
         return rocdl.wmma_f32_16x16x128_fp8_fp8(res, _bitcast(a, T.vec(16, T.i32)), _bitcast(b, T.vec(16, T.i32)), acc)

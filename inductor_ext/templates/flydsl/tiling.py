@@ -64,7 +64,7 @@ MMA = {
     # gfx950 (CDNA4, wave64)
     "gfx950_bf16": Mma("v_mfma_f32_16x16x32_bf16", 16, 16, 32, 64),
     "gfx950_fp16": Mma("v_mfma_f32_16x16x32_f16", 16, 16, 32, 64),
-    "gfx950_mx": Mma("v_mfma_scale_f32_16x16x128_f8f6f4", 16, 16, 128, 64),
+    "gfx950_mx": Mma("v_mfma_scale_f32_16x16x128_f8f6f4", 16, 16, 128, 64),  # 32 K / lane = 1 MX block
     # gfx1250 (wave32)
     "gfx1250_bf16": Mma("v_wmma_f32_16x16x32_bf16", 16, 16, 32, 32),
     "gfx1250_fp16": Mma("v_wmma_f32_16x16x32_f16", 16, 16, 32, 32),
@@ -81,7 +81,8 @@ class GemmTiling:
 
     Global loads move ``vec`` elements at once along the operand's contiguous dimension
     (``a_k_major``: A's K is contiguous, else its M; ``b_k_major`` likewise for B's K vs N).
-    ``elem_bytes`` is the stored element size (fp4 is handled by the callers in bytes).
+    Sizes and indices count elements; ``elem_bits`` (16, 8, or 4 for packed fp4) turns them into
+    bytes (:meth:`bytes_of`).
     """
 
     block_m: int
@@ -93,7 +94,7 @@ class GemmTiling:
     mma: Mma
     a_k_major: bool = True
     b_k_major: bool = True
-    elem_bytes: int = 2
+    elem_bits: int = 16
 
     # ---------------------------------------------------------------- derived sizes
 
@@ -125,11 +126,15 @@ class GemmTiling:
     def lds_k(self) -> int:
         """Row pitch of the LDS tiles in elements: 16 bytes of padding keep rows 16-byte aligned
         and shift consecutive rows across LDS banks."""
-        return self.block_k + 16 // self.elem_bytes
+        return self.block_k + 128 // self.elem_bits
 
     @property
     def lds_bytes(self) -> int:
-        return (self.block_m + self.block_n) * self.lds_k * self.elem_bytes
+        return self.bytes_of((self.block_m + self.block_n) * self.lds_k)
+
+    def bytes_of(self, elements: Any) -> Any:
+        """Bytes of ``elements`` elements (an even count for fp4)."""
+        return elements * self.elem_bits // 8
 
     def load_iters(self, rows: int) -> int:
         """Global-load rounds per K step for a ``rows x block_k`` operand tile."""
@@ -143,8 +148,8 @@ class GemmTiling:
                     f"times the {mma.m}x{mma.n} instruction")
         if self.block_k % mma.k:
             return f"block_k {self.block_k} is not a multiple of the instruction's K={mma.k}"
-        if self.vec not in (1, 2, 4, 8, 16) or self.vec * self.elem_bytes > 16:
-            return f"vec {self.vec} is not a load of at most 16 bytes"
+        if self.vec not in (1, 2, 4, 8, 16, 32) or self.vec * self.elem_bits > 128 or self.vec * self.elem_bits < 8:
+            return f"vec {self.vec} is not a load of 1 to 16 bytes"
         for rows, name in ((self.block_m, "A"), (self.block_n, "B")):
             if (rows * self.block_k) % (self.vec * self.threads):
                 return f"the {name} tile ({rows}x{self.block_k}) does not split into {self.threads} threads x {self.vec}"
@@ -187,6 +192,23 @@ class GemmTiling:
         """(row, column) in the C tile of accumulator ``i`` of instruction (rm, rn) of a lane."""
         r, c = self.mma.c_lane(lane, i)
         return wave_m * self.wave_m + rm * self.mma.m + r, wave_n * self.wave_n + rn * self.mma.n + c
+
+    def scale_offset(self, layout: str, row: Any, kblock: Any, stride_row: Any, stride_kb: Any,
+                     kb_tiles: Any) -> Any:
+        """Element offset of the block scale of (row, K block) in a scale tensor.
+
+        ``"plain"``: a strided [rows, K // 32] tensor. ``"blocked"``: the cuBLAS/hipBLASLt 128x4
+        tiles ``torch._scaled_mm`` takes (``kernels.nvfp4.to_blocked``), ``kb_tiles`` =
+        ceil(K // 32 / 4) tiles per row of tiles."""
+        if layout == "plain":
+            return row * stride_row + kblock * stride_kb
+        tile = (row // 128) * kb_tiles + kblock // 4
+        return tile * 512 + (row % 32) * 16 + ((row // 32) % 4) * 4 + kblock % 4
+
+    @staticmethod
+    def scale_ok(row: Any, kblock: Any, rows: Any, kblocks: Any) -> Any:
+        """Which block scales a kernel reads; the others read as the byte 0 (2**-127 times zeros)."""
+        return (row < rows) & (kblock < kblocks)
 
     def a_row_base(self, wave_m: Any) -> Any:
         return wave_m * self.wave_m
