@@ -26,7 +26,7 @@ import numpy as np
 
 from inductor_ext.templates.flydsl.tiling import GemmTiling, cdiv
 
-__all__ = ["ModelResult", "MxScales", "Operand", "gemm_tile", "run_gemm", "apply_stores"]
+__all__ = ["ModelResult", "MxScales", "Operand", "gemm_tile", "run_gemm", "run_grouped"]
 
 
 @dataclass
@@ -126,14 +126,15 @@ def _mma(t: GemmTiling, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def gemm_tile(t: GemmTiling, a: Operand, b: Operand, *, m0: int, n0: int, k_lim: int,
-              row_ok: Callable, col_lim: int, rows_a: int) -> tuple[np.ndarray, list[tuple]]:
-    """One workgroup's main loop and the (row, col, value, ok) of its stores."""
+def gemm_tile(t: GemmTiling, a: Operand, b: Operand, *, m0: int, n0: int, k_lim: int, row_ok: Callable,
+              col_lim: int, stage_row_ok: Callable | None = None) -> tuple[np.ndarray, list[tuple]]:
+    """One workgroup's main loop and the (row, col, value, ok) of its stores; ``stage_row_ok`` is
+    the staging's row mask when it differs from the store's ``row_ok``."""
     tid = np.arange(t.threads)
     wave_m, wave_n, lane = t.wave_of(tid)
     acc = np.zeros((t.reps_m * t.reps_n, t.threads, t.mma.c_elems))
     for k0 in range(0, k_lim, t.block_k):
-        lds_a = _stage(t, a, t.block_m, m0, k0, row_ok, k_lim)
+        lds_a = _stage(t, a, t.block_m, m0, k0, stage_row_ok or row_ok, k_lim)
         lds_b = _stage(t, b, t.block_n, n0, k0, lambda r: r < col_lim, k_lim)
         for ks in range(t.k_steps):
             a_ops = [_operands(t, lds_a, t.a_row_base(wave_m), rm, ks, lane, a, m0, k0) for rm in range(t.reps_m)]
@@ -167,11 +168,32 @@ def run_gemm(t: GemmTiling, a: Operand, b: Operand, m: int, n: int, k: int) -> M
     for pid_m in range(cdiv(m, t.block_m)):
         for pid_n in range(cdiv(n, t.block_n)):
             m0, n0 = t.program_tile(pid_m, pid_n)
-            _, stores = gemm_tile(t, a, b, m0=m0, n0=n0, k_lim=k, row_ok=lambda r: r < m, col_lim=n, rows_a=m)
+            _, stores = gemm_tile(t, a, b, m0=m0, n0=n0, k_lim=k, row_ok=lambda r: r < m, col_lim=n)
             _apply(result, stores)
     return result
 
 
-def apply_stores(result: ModelResult, stores: list[tuple]) -> None:
-    """Record a tile's stores (for kernels that compose ``gemm_tile`` themselves)."""
-    _apply(result, stores)
+def run_grouped(t: GemmTiling, a: Operand, b: Operand, offs: list[int], rows: int, n: int, k: int,
+                b_group_stride: int) -> ModelResult:
+    """``flydsl.grouped_mm`` over its grid: each workgroup finds the groups its rows touch from
+    ``offs`` (the kernel's counting loop, mirrored) and runs ``gemm_tile`` once per group with that
+    group's B and its rows masked to the group."""
+    result = ModelResult(np.full((rows, n), np.nan), np.zeros((rows, n), dtype=np.int64))
+    groups = len(offs)
+    for pid_m in range(cdiv(rows, t.block_m)):
+        for pid_n in range(cdiv(n, t.block_n)):
+            m0, n0 = t.program_tile(pid_m, pid_n)
+            m_last = min(m0 + t.block_m, rows) - 1
+            g_first = sum(int(end <= m0) for end in offs)
+            g_last = min(sum(int(end <= m_last) for end in offs), groups - 1)
+            for g in range(g_first, g_last + 1):
+                start, end = (offs[g - 1] if g > 0 else 0), offs[g]
+
+                def row_ok(r: np.ndarray, start: int = start, end: int = end) -> np.ndarray:
+                    return (r >= start) & (r < end) & (r < rows)
+
+                b_g = Operand(b.flat, b.stride_row, b.stride_k, b.k_major, base=g * b_group_stride)
+                _, stores = gemm_tile(t, a, b_g, m0=m0, n0=n0, k_lim=k, row_ok=row_ok, col_lim=n,
+                                      stage_row_ok=lambda r: r < rows)
+                _apply(result, stores)
+    return result

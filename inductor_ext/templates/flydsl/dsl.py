@@ -66,7 +66,10 @@ def stage_operand(t: GemmTiling, rs: Any, lds: Any, tid: Any, *, rows: int, k_ma
     LDS tile ``lds`` (``[rows][t.lds_k]`` elements, K contiguous; ``elem`` is the storage type:
     the dtype, or "uint8" for fp8/fp4 bytes).
 
-    ``row_ok(global_row)`` says which rows exist (zeros are staged for the others), ``k_lim`` is K.
+    ``row_ok(global_row)`` says which rows exist (zeros are staged for the others): it must hold for
+    a prefix of the rows (``r < M``), since a run along the rows is kept or dropped by its first row.
+    Rows that exist but are not wanted (another group's) need no mask here: a row of A only
+    feeds its own row of C, which the store masks. ``k_lim`` is K.
     Element offsets are ``row_base + row * stride_row + k * stride_k``; a ``vec``-element run goes
     along K when ``k_major`` (then ``stride_k`` is 1 and K % vec == 0: a run is all in or all out),
     else along the rows (then ``stride_row`` is 1; rows past the end only feed C rows that are
@@ -132,6 +135,29 @@ def _bitcast(v: Any, ty: Any) -> Any:
     return vector.bitcast(ty, _raw(v))
 
 
+def k_step(t: GemmTiling, acc: list[Any], tid: Any, lds_a: Any, lds_b: Any, rs_a: Any, rs_b: Any, *, m0: Any,
+           n0: Any, k0: Any, k_lim: Any, row_ok: Any, col_ok: Any, a_strides: tuple[Any, Any],
+           b_strides: tuple[Any, Any], elem: str, b_base: Any = 0) -> list[Any]:
+    """One ``block_k`` step of a 16-bit GEMM: stage A and B in LDS, then every wave's instructions.
+
+    ``a_strides`` = (row, k) element strides of A, ``b_strides`` = (column, k) of B;
+    ``b_base`` offsets B (a group's matrix). Returns the updated accumulators."""
+    wave_m, wave_n, lane = t.wave_of(tid)
+    stage_operand(t, rs_a, lds_a, tid, rows=t.block_m, k_major=t.a_k_major, row0=m0, k0=k0, row_ok=row_ok,
+                  k_lim=k_lim, stride_row=a_strides[0], stride_k=a_strides[1], elem=elem)
+    stage_operand(t, rs_b, lds_b, tid, rows=t.block_n, k_major=t.b_k_major, row0=n0, k0=k0, row_ok=col_ok,
+                  k_lim=k_lim, stride_row=b_strides[0], stride_k=b_strides[1], elem=elem, row_base=b_base)
+    fx.gpu.barrier()
+    out = list(acc)
+    for ks in fx.range_constexpr(t.k_steps):
+        a_ops = [read_operand(t, lds_a, t.a_row_base(wave_m), rm, ks, lane, elem) for rm in range(t.reps_m)]
+        b_ops = [read_operand(t, lds_b, t.b_col_base(wave_n), rn, ks, lane, elem) for rn in range(t.reps_n)]
+        for i in range(t.reps_m * t.reps_n):
+            out[i] = mma(t, a_ops[i // t.reps_n], b_ops[i % t.reps_n], out[i])
+    fx.gpu.barrier()  # the next step overwrites the LDS tiles
+    return out
+
+
 def zero_acc(t: GemmTiling) -> list[Any]:
     return [fx.Vector.filled(t.mma.c_elems, 0.0, fx.Float32) for _ in range(t.reps_m * t.reps_n)]
 
@@ -141,8 +167,8 @@ def store_tile(t: GemmTiling, acc: list[Any], rs_c: Any, tid: Any, *, m0: Any, n
     """Store the accumulators of one workgroup tile (rows ``m0 + r``, columns ``n0 + c``) as
     ``out``, each element once, dropped outside ``row_ok(row) & (col < n_lim)``.
 
-    With ``bias = (rs, stride_row, stride_col, dtype)``: ``alpha * acc + beta * bias[row, col]``
-    (addmm; stride 0 broadcasts), in fp32 before the conversion."""
+    With ``bias = (rs, stride_row, stride_col, dtype[, base])``: ``alpha * acc + beta * bias[row, col]``
+    (addmm; stride 0 broadcasts; ``base`` offsets a group's bias row), in fp32 before the conversion."""
     wave_m, wave_n, lane = t.wave_of(tid)
     esize, numeric = ELEM_BYTES[out], NUMERIC[out]
     for rm in fx.range_constexpr(t.reps_m):
@@ -154,7 +180,7 @@ def store_tile(t: GemmTiling, acc: list[Any], rs_c: Any, tid: Any, *, m0: Any, n
                 ok = row_ok(row) & (col < n_lim)
                 value = vals[i]
                 if bias is not None:
-                    rs_b, sbm, sbn, bdtype = bias
-                    b = load(ELEM[bdtype](), rs_b, (row * sbm + col * sbn) * ELEM_BYTES[bdtype], ok)
+                    rs_b, sbm, sbn, bdtype, *base = bias
+                    b = load(ELEM[bdtype](), rs_b, ((base[0] if base else 0) + row * sbm + col * sbn) * ELEM_BYTES[bdtype], ok)
                     value = value * alpha + fx.Float32(NUMERIC[bdtype](b).to(fx.Float32)) * beta
                 store(fx.Float32(value).to(numeric), rs_c, (row * scm + col * scn) * esize, ok)

@@ -196,25 +196,14 @@ def build_launcher(dtype: str, a_k_major: bool, b_k_major: bool, bias: bool, con
                     c_bytes: fx.Int32, x_bytes: fx.Int32, alpha: fx.Float32, beta: fx.Float32):
         tid = fx.thread_idx.x
         m0, n0 = t.program_tile(fx.block_idx.x, fx.block_idx.y)
-        wave_m, wave_n, lane = t.wave_of(tid)
         lds = fx.SharedAllocator().allocate(Smem).peek()
         lds_a, lds_b = lds.a.ptr, lds.b.ptr
         rs_a, rs_b, rs_c = dsl.rsrc(A, a_bytes), dsl.rsrc(B, b_bytes), dsl.rsrc(C, c_bytes)
         acc = dsl.zero_acc(t)
         for k0 in range(0, K, t.block_k):
-            dsl.stage_operand(t, rs_a, lds_a, tid, rows=t.block_m, k_major=a_k_major, row0=m0, k0=k0,
-                              row_ok=lambda r: r < M, k_lim=K, stride_row=sam, stride_k=sak, elem=dtype)
-            dsl.stage_operand(t, rs_b, lds_b, tid, rows=t.block_n, k_major=b_k_major, row0=n0, k0=k0,
-                              row_ok=lambda r: r < N, k_lim=K, stride_row=sbn, stride_k=sbk, elem=dtype)
-            fx.gpu.barrier()
-            for ks in fx.range_constexpr(t.k_steps):
-                a_ops = [dsl.read_operand(t, lds_a, t.a_row_base(wave_m), rm, ks, lane, dtype)
-                         for rm in range(t.reps_m)]
-                b_ops = [dsl.read_operand(t, lds_b, t.b_col_base(wave_n), rn, ks, lane, dtype)
-                         for rn in range(t.reps_n)]
-                for i in fx.range_constexpr(t.reps_m * t.reps_n):
-                    acc[i] = dsl.mma(t, a_ops[i // t.reps_n], b_ops[i % t.reps_n], acc[i])
-            fx.gpu.barrier()
+            acc = dsl.k_step(t, acc, tid, lds_a, lds_b, rs_a, rs_b, m0=m0, n0=n0, k0=k0, k_lim=K,
+                             row_ok=lambda r: r < M, col_ok=lambda c: c < N, a_strides=(sam, sak),
+                             b_strides=(sbn, sbk), elem=dtype)
         dsl.store_tile(t, acc, rs_c, tid, m0=m0, n0=n0, row_ok=lambda r: r < M, n_lim=N, scm=scm, scn=scn,
                        out=dtype, bias=(dsl.rsrc(BIAS, x_bytes), sxm, sxn, dtype) if bias else None,
                        alpha=alpha, beta=beta)
