@@ -18,7 +18,7 @@ from inductor_ext.kernels.matmul import mm_reference
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.flydsl import gemm
 from inductor_ext.testing import isa
-from inductor_ext.testing.flydsl_model import Operand, run_gemm
+from inductor_ext.testing.flydsl_model import Epilogue, Operand, run_gemm
 
 GemmProblem, GemmConfig = gemm.GemmProblem, gemm.GemmConfig
 LAYOUTS = [(True, True), (True, False), (False, True), (False, False)]  # (A K-major, B K-major)
@@ -151,6 +151,17 @@ def test_model_matches_reference(ak: bool, bk: bool, m: int, n: int, k: int) -> 
         want = mm_reference(a, b).float().numpy()
         got = torch.from_numpy(res.out).to(torch.bfloat16).float().numpy()
         np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.sqrt(k))
+
+
+def test_model_addmm_epilogue() -> None:
+    m, n, k = 33, 70, 64
+    a, b, bias = torch.randn(m, k), torch.randn(k, n), torch.randn(n)
+    problem = gemm.problem_for(_spec(a.bfloat16(), b.bfloat16(), bias.bfloat16(), alpha=0.5, beta=2.0))
+    t = gemm.tiling(problem, gemm.configs(problem, "gfx950")[0])
+    x = bias.expand(m, n)  # what run() passes: a broadcast view, stride 0 over rows
+    res = run_gemm(t, _operand(a, 0, 1, True), _operand(b, 1, 0, False), m, n, k,
+                   Epilogue(0.5, 2.0, (bias.numpy(), x.stride(0), x.stride(1))))
+    np.testing.assert_allclose(res.out, mm_reference(a, b, bias, alpha=0.5, beta=2.0).numpy(), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("m,n,k", MODEL_SHAPES)

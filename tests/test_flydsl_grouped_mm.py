@@ -11,7 +11,7 @@ from inductor_ext.kernels.matmul import grouped_mm_reference
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.flydsl import grouped_mm as gm
 from inductor_ext.testing import isa
-from inductor_ext.testing.flydsl_model import Operand, run_grouped
+from inductor_ext.testing.flydsl_model import Epilogue, Operand, run_grouped
 
 Problem, Config = gm.GroupedMmProblem, gm.GroupedMmConfig
 
@@ -90,3 +90,15 @@ def test_model_respects_groups(case: str, ak: bool, bk: bool) -> None:
     want = grouped_mm_reference(a, b, offs_t).float().numpy()
     got = torch.from_numpy(res.out[:end]).bfloat16().float().numpy()
     np.testing.assert_allclose(got, want[:end], rtol=1e-2, atol=2e-2 * np.sqrt(k))
+
+
+def test_model_adds_each_groups_bias() -> None:
+    rows, offs, n, k = 50, [10, 10, 33, 50], 24, 32
+    a, b = torch.randn(rows, k), torch.randn(len(offs), k, n)
+    bias = torch.randn(len(offs), n)
+    problem = Problem(rows, n, k, len(offs), "bfloat16", "float32", True, False, bias=True)
+    t = gm.tiling(problem, gm.configs(problem, "gfx950")[0])
+    res = run_grouped(t, Operand(_flat(a), k, 1, True), Operand(_flat(b), 1, n, False), offs, rows, n, k, k * n,
+                      epilogue=lambda g: Epilogue(bias=(_flat(bias), 0, 1), bias_base=g * n))
+    want = grouped_mm_reference(a, b, torch.tensor(offs, dtype=torch.int32), bias, out_dtype=torch.float32).numpy()
+    np.testing.assert_allclose(res.out, want, rtol=1e-5, atol=1e-4)

@@ -26,7 +26,7 @@ import numpy as np
 
 from inductor_ext.templates.flydsl.tiling import GemmTiling, cdiv
 
-__all__ = ["ModelResult", "MxScales", "Operand", "gemm_tile", "run_gemm", "run_grouped"]
+__all__ = ["Epilogue", "ModelResult", "MxScales", "Operand", "gemm_tile", "run_gemm", "run_grouped"]
 
 
 @dataclass
@@ -69,10 +69,59 @@ class Operand:
     k_major: bool
     base: int = 0
     scales: MxScales | None = None
+    tdm_rows_lim: int | None = None  # staged by the Tensor Data Mover: rows from here on zero-filled
+
+
+@dataclass
+class Epilogue:
+    """``dsl.store_tile``'s arithmetic: ``acc * scale_a[row] * scale_b[col]`` (flat fp32, strides;
+    stride 0 = one value), then ``alpha * . + beta * bias[base + row * stride_row + col * stride_col]``."""
+
+    alpha: float = 1.0
+    beta: float = 1.0
+    bias: tuple[np.ndarray, int, int] | None = None
+    bias_base: int = 0
+    scale_a: tuple[np.ndarray, int] | None = None
+    scale_b: tuple[np.ndarray, int] | None = None
+
+    def __call__(self, row: np.ndarray, col: np.ndarray, value: np.ndarray) -> np.ndarray:
+        if self.scale_a is not None and self.scale_b is not None:
+            value = value * self.scale_a[0][row * self.scale_a[1]] * self.scale_b[0][col * self.scale_b[1]]
+        if self.bias is not None:
+            flat, s_row, s_col = self.bias
+            value = value * self.alpha + self.beta * flat[self.bias_base + row * s_row + col * s_col]
+        return value
+
+
+def _stage_tdm(t: GemmTiling, op: Operand, rows: int, row0: int, k0: int, k_lim: int) -> np.ndarray:
+    """``tdm_stage``: the waves' TDM copies of a rows x block_k tile, split between the waves the
+    way FlyDSL's ``make_tensor_descriptor_2d`` splits it (``compute_warp_distribution``)."""
+    from flydsl.expr.rocdl.tdm_ops import compute_warp_distribution
+
+    waves = t.threads // t.mma.wave
+    (warps_outer, _), (per_outer, per_inner) = compute_warp_distribution([rows, t.block_k], waves)
+    lds = np.full((rows, t.lds_k), np.nan, dtype=np.float64)
+    written = np.zeros((rows, t.lds_k), dtype=np.int64)
+    for w in range(waves):
+        r0, c0 = (w % warps_outer) * per_outer, (w // warps_outer) * per_inner
+        r = np.arange(r0, min(r0 + per_outer, rows))[:, None]
+        c = np.arange(c0, min(c0 + per_inner, t.block_k))[None, :]
+        grow, gk = row0 + r, k0 + c
+        if np.any(gk >= k_lim):
+            raise AssertionError("a TDM tile reads past K (K must be a multiple of block_k)")
+        inside = np.broadcast_to(grow < op.tdm_rows_lim, (r.size, c.size))
+        offset = op.base + grow * op.stride_row + gk * op.stride_k
+        lds[r, c] = np.where(inside, op.flat[np.where(inside, offset, 0)], 0.0)
+        written[r, c] += 1
+    if np.any(written[:, :t.block_k] != 1):
+        raise AssertionError(f"the TDM copies wrote LDS elements {sorted(set(written[:, :t.block_k].ravel()))} times")
+    return lds
 
 
 def _stage(t: GemmTiling, op: Operand, rows: int, row0: int, k0: int, row_ok: Callable, k_lim: int) -> np.ndarray:
     """``stage_operand``: one rows x block_k tile into a NaN-filled [rows][lds_k] LDS array."""
+    if op.tdm_rows_lim is not None:
+        return _stage_tdm(t, op, rows, row0, k0, k_lim)
     lds = np.full((rows, t.lds_k), np.nan, dtype=np.float64)
     written = np.zeros((rows, t.lds_k), dtype=np.int64)
     tid = np.arange(t.threads)
@@ -127,7 +176,8 @@ def _mma(t: GemmTiling, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def gemm_tile(t: GemmTiling, a: Operand, b: Operand, *, m0: int, n0: int, k_lim: int, row_ok: Callable,
-              col_lim: int, stage_row_ok: Callable | None = None) -> tuple[np.ndarray, list[tuple]]:
+              col_lim: int, stage_row_ok: Callable | None = None,
+              epilogue: Epilogue | None = None) -> tuple[np.ndarray, list[tuple]]:
     """One workgroup's main loop and the (row, col, value, ok) of its stores; ``stage_row_ok`` is
     the staging's row mask when it differs from the store's ``row_ok``."""
     tid = np.arange(t.threads)
@@ -147,7 +197,11 @@ def gemm_tile(t: GemmTiling, a: Operand, b: Operand, *, m0: int, n0: int, k_lim:
             for i in range(t.mma.c_elems):
                 r, c = t.acc_element(wave_m, wave_n, rm, rn, lane, i)
                 row, col = m0 + r, n0 + c
-                stores.append((row, col, acc[rm * t.reps_n + rn][:, i], row_ok(row) & (col < col_lim)))
+                ok = row_ok(row) & (col < col_lim)
+                value = acc[rm * t.reps_n + rn][:, i]
+                if epilogue is not None:
+                    value = np.where(ok, epilogue(np.where(ok, row, 0), np.where(ok, col, 0), value), np.nan)
+                stores.append((row, col, value, ok))
     return acc, stores
 
 
@@ -161,20 +215,21 @@ def _apply(result: ModelResult, stores: list[tuple]) -> None:
         np.add.at(result.writes, (rows, cols), 1)
 
 
-def run_gemm(t: GemmTiling, a: Operand, b: Operand, m: int, n: int, k: int) -> ModelResult:
+def run_gemm(t: GemmTiling, a: Operand, b: Operand, m: int, n: int, k: int,
+             epilogue: Epilogue | None = None) -> ModelResult:
     """The dense kernel (``flydsl.gemm`` / ``flydsl.mx_scaled_mm`` / ``flydsl.tdm_gemm`` tiling)
     over its whole grid."""
     result = ModelResult(np.full((m, n), np.nan), np.zeros((m, n), dtype=np.int64))
     for pid_m in range(cdiv(m, t.block_m)):
         for pid_n in range(cdiv(n, t.block_n)):
             m0, n0 = t.program_tile(pid_m, pid_n)
-            _, stores = gemm_tile(t, a, b, m0=m0, n0=n0, k_lim=k, row_ok=lambda r: r < m, col_lim=n)
+            _, stores = gemm_tile(t, a, b, m0=m0, n0=n0, k_lim=k, row_ok=lambda r: r < m, col_lim=n, epilogue=epilogue)
             _apply(result, stores)
     return result
 
 
 def run_grouped(t: GemmTiling, a: Operand, b: Operand, offs: list[int], rows: int, n: int, k: int,
-                b_group_stride: int) -> ModelResult:
+                b_group_stride: int, epilogue: Callable[[int], Epilogue] | None = None) -> ModelResult:
     """``flydsl.grouped_mm`` over its grid: each workgroup finds the groups its rows touch from
     ``offs`` (the kernel's counting loop, mirrored) and runs ``gemm_tile`` once per group with that
     group's B and its rows masked to the group."""
@@ -194,6 +249,6 @@ def run_grouped(t: GemmTiling, a: Operand, b: Operand, offs: list[int], rows: in
 
                 b_g = Operand(b.flat, b.stride_row, b.stride_k, b.k_major, base=g * b_group_stride)
                 _, stores = gemm_tile(t, a, b_g, m0=m0, n0=n0, k_lim=k, row_ok=row_ok, col_lim=n,
-                                      stage_row_ok=lambda r: r < rows)
+                                      stage_row_ok=lambda r: r < rows, epilogue=epilogue and epilogue(g))
                 _apply(result, stores)
     return result

@@ -94,6 +94,42 @@ def stage_operand(t: GemmTiling, rs: Any, lds: Any, tid: Any, *, rows: int, k_ma
                 (lds + (r + j) * t.lds_k + k).store(vals[j])
 
 
+def _index(v: Any) -> Any:
+    """``v`` as an MLIR index value (TDM descriptors do their address math in index)."""
+    from flydsl._mlir import ir
+    from flydsl.expr import arith
+
+    raw = _raw(v)
+    return raw if isinstance(raw.type, ir.IndexType) else arith.index_cast(T.index, raw)
+
+
+def tdm_stage(t: GemmTiling, tensor: Any, lds: Any, *, rows: int, row0: Any, k0: Any, rows_lim: Any,
+              stride_row: Any) -> None:
+    """Issue the Tensor Data Mover copy of one ``rows x block_k`` K-major tile (global rows
+    ``row0 + r``, K ``k0 + k``) into the LDS tile ``lds`` (``[rows][t.lds_k]``: the descriptor pads
+    each row of ``block_k`` elements by 16 bytes). Every wave issues its share (FlyDSL splits the
+    tile between the waves by rows); rows from ``rows_lim`` on are zero-filled by the hardware
+    without a fetch. K needs no bound: callers keep K a multiple of ``block_k``.
+    Asynchronous: follow with :func:`tdm_wait`."""
+    from flydsl.expr.rocdl import tdm_ops
+
+    view = fx.make_view(lds, fx.make_layout((rows, t.lds_k), (t.lds_k, 1)))
+    desc = tdm_ops.make_tensor_descriptor_2d(
+        global_ptr=tensor, lds_memref=view, global_offset=(_index(row0), _index(k0)),
+        tensor_shape=(rows, t.block_k), strides=(stride_row, 1), tile_shape=(rows, t.block_k),
+        elem_bytes=t.elem_bits // 8, pad_interval=t.block_k, pad_amount=t.lds_k - t.block_k,
+        num_warps=t.threads // t.mma.wave, oob_outer_bound=rows_lim)
+    tdm_ops.tensor_load_2d(desc)
+
+
+def tdm_wait() -> None:
+    """Wait for this wave's TDM copies (``s_wait_tensorcnt 0``), then for every wave's (barrier)."""
+    from flydsl.expr.rocdl import tdm_ops
+
+    tdm_ops.tensor_wait(0)
+    fx.gpu.barrier()
+
+
 def read_operand(t: GemmTiling, lds: Any, base: Any, rep: int, kstep: int, lane: Any, elem: str) -> Any:
     """The ``a_elems``-element operand one lane feeds an instruction, read from an LDS tile."""
     r, k = t.operand(base, rep, kstep, lane)
@@ -109,9 +145,9 @@ def mma(t: GemmTiling, a: Any, b: Any, acc: Any, scales: Any = None) -> Any:
     if name == "v_mfma_f32_16x16x32_f16":
         return rocdl.mfma_f32_16x16x32_f16(res, [a, b, acc])
     if name == "v_wmma_f32_16x16x32_bf16":
-        return _rocdl.wmma_f32_16x16x32_bf16(res, _raw(a), _raw(b), _raw(acc))
+        return _rocdl.wmma_f32_16x16x32_bf16(res, _raw(a), _raw(b), _raw(acc)).result
     if name == "v_wmma_f32_16x16x32_f16":
-        return _rocdl.wmma_f32_16x16x32_f16(res, _raw(a), _raw(b), _raw(acc))
+        return _rocdl.wmma_f32_16x16x32_f16(res, _raw(a), _raw(b), _raw(acc)).result
     if name == "v_mfma_scale_f32_16x16x128_f8f6f4":
         # operands as i32 words (8 for fp8, 4 for fp4); ``scales`` = (format code, A scale, B scale):
         # e8m0 bytes zero-extended to i32 (byte 0 selected)
@@ -163,12 +199,15 @@ def zero_acc(t: GemmTiling) -> list[Any]:
 
 
 def store_tile(t: GemmTiling, acc: list[Any], rs_c: Any, tid: Any, *, m0: Any, n0: Any, row_ok: Any, n_lim: Any,
-               scm: Any, scn: Any, out: str, bias: Any = None, alpha: Any = None, beta: Any = None) -> None:
+               scm: Any, scn: Any, out: str, bias: Any = None, alpha: Any = None, beta: Any = None,
+               scales: Any = None) -> None:
     """Store the accumulators of one workgroup tile (rows ``m0 + r``, columns ``n0 + c``) as
     ``out``, each element once, dropped outside ``row_ok(row) & (col < n_lim)``.
 
     With ``bias = (rs, stride_row, stride_col, dtype[, base])``: ``alpha * acc + beta * bias[row, col]``
-    (addmm; stride 0 broadcasts; ``base`` offsets a group's bias row), in fp32 before the conversion."""
+    (addmm; stride 0 broadcasts; ``base`` offsets a group's bias row), in fp32 before the conversion.
+    With ``scales = (rs_a, stride_a, rs_b, stride_b)`` (fp32; stride 0: one value for all), the
+    accumulator is first multiplied by ``scale_a[row] * scale_b[col]`` (``_scaled_mm``)."""
     wave_m, wave_n, lane = t.wave_of(tid)
     esize, numeric = ELEM_BYTES[out], NUMERIC[out]
     for rm in fx.range_constexpr(t.reps_m):
@@ -179,6 +218,10 @@ def store_tile(t: GemmTiling, acc: list[Any], rs_c: Any, tid: Any, *, m0: Any, n
                 row, col = m0 + r, n0 + c
                 ok = row_ok(row) & (col < n_lim)
                 value = vals[i]
+                if scales is not None:
+                    rs_sa, ssa, rs_sb, ssb = scales
+                    value = (value * fx.Float32(load(T.f32, rs_sa, row * ssa * 4, ok))
+                             * fx.Float32(load(T.f32, rs_sb, col * ssb * 4, ok)))
                 if bias is not None:
                     rs_b, sbm, sbn, bdtype, *base = bias
                     b = load(ELEM[bdtype](), rs_b, ((base[0] if base else 0) + row * sbm + col * sbn) * ELEM_BYTES[bdtype], ok)
