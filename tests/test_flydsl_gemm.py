@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from inductor_ext.kernels.matmul import mm_reference
+from inductor_ext.targets import amd
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.flydsl import gemm
 from inductor_ext.testing import isa
@@ -31,36 +32,41 @@ ISA_CASES = {
     "bfloat16_strided_vec1": (GemmProblem(100, 90, 70, "bfloat16", True, False, vec_ok=False), GemmConfig(64, 64, 32, 2, 2, 1)),
     "float16_addmm_decode": (GemmProblem(4, 512, 512, "float16", True, True, bias=True), GemmConfig(16, 64, 64, 1, 2)),
 }
+# gfx1250 runs the same kernel on WMMA: the layouts and the scalar path are enough there.
+ISA_JOBS = [(c, "gfx950") for c in sorted(ISA_CASES)] + \
+    [(c, "gfx1250") for c in ("bfloat16_kn", "float16_mk", "bfloat16_strided_vec1", "float16_addmm_decode")]
 
 
 @pytest.fixture(scope="module")
-def compiled(isa_cache: str | None) -> dict[str, dict[str, str]]:
-    names = sorted(ISA_CASES)
-    asms = gemm.isa_many([(*ISA_CASES[n], "gfx950") for n in names], cache=isa_cache)
-    return dict(zip(names, asms))
+def compiled(isa_cache: str | None) -> dict[tuple[str, str], dict[str, str]]:
+    asms = gemm.isa_many([(*ISA_CASES[c], target) for c, target in ISA_JOBS], cache=isa_cache)
+    return dict(zip(ISA_JOBS, asms))
 
 
 @pytest.mark.isa
-@pytest.mark.parametrize("case", sorted(ISA_CASES))
-def test_isa_gfx950(compiled: dict[str, dict[str, str]], case: str) -> None:
+@pytest.mark.parametrize("case,target", ISA_JOBS)
+def test_isa(compiled: dict[tuple[str, str], dict[str, str]], case: str, target: str) -> None:
     problem, config = ISA_CASES[case]
-    asm = compiled[case]
-    mfma = r"v_mfma_f32_16x16x32_bf16" if problem.dtype == "bfloat16" else r"v_mfma_f32_16x16x32_f16"
-    t = gemm.tiling(problem, config)
-    loads = r"buffer_load_dwordx4" if config.vec == 8 else r"buffer_load_(short|ushort|u16)"
-    counts = isa.assert_has_instructions(asm, "gfx950", [isa.MMA_INSTRUCTION["gfx950"], mfma, loads, r"ds_read_b128",
-                                                         r"buffer_store_short", r"s_barrier"])
-    # One MFMA per (rep_m, rep_n, k step) in the unrolled K step: no other matrix instruction.
-    assert counts[mfma] == counts[isa.MMA_INSTRUCTION["gfx950"]] == t.reps_m * t.reps_n * t.k_steps, counts
+    asm, facts = compiled[case, target], amd.INSTRUCTIONS[target]
+    mma = facts[("mfma_" if target == "gfx950" else "wmma_") + ("bf16" if problem.dtype == "bfloat16" else "f16")]
+    t = gemm.tiling(problem, config, target)
+    loads = facts["global_load_16b"] if config.vec == 8 else facts["global_load_2b"]
+    counts = isa.assert_has_instructions(asm, target, [isa.MMA_INSTRUCTION[target], mma, loads, facts["lds_read_16b"],
+                                                       facts["store_2b"], facts["barrier"]])
+    # One instruction per (rep_m, rep_n, k step) in the unrolled K step: no other matrix instruction.
+    assert counts[mma] == counts[isa.MMA_INSTRUCTION[target]] == t.reps_m * t.reps_n * t.k_steps, counts
     meta = json.loads(asm["metadata"])["kernels"]["flydsl_gemm_0"]
     assert meta["vgpr_spill_count"] == 0 and meta["private_segment_fixed_size"] == 0, meta
     assert meta["group_segment_fixed_size"] == t.lds_bytes, meta
+    assert meta["wavefront_size"] == t.mma.wave
 
 
 @pytest.mark.isa
-def test_isa_gate_rejects_wmma(compiled: dict[str, dict[str, str]]) -> None:
+def test_isa_gate_rejects_the_other_targets_mma(compiled: dict[tuple[str, str], dict[str, str]]) -> None:
     with pytest.raises(AssertionError, match="v_wmma"):
-        isa.assert_has_instructions(compiled["bfloat16_kk"], "gfx950", [r"v_wmma"])
+        isa.assert_has_instructions(compiled["bfloat16_kn", "gfx950"], "gfx950", [r"v_wmma"])
+    with pytest.raises(AssertionError, match="v_mfma"):
+        isa.assert_has_instructions(compiled["bfloat16_kn", "gfx1250"], "gfx1250", [r"v_mfma"])
 
 
 # ----------------------------------------------------------------------- family protocol
@@ -96,13 +102,14 @@ def test_problem_for_refuses_with_reasons() -> None:
     assert "one dtype of" in gemm.problem_for(_spec(f32.bfloat16(), f32.half()))
     assert "serves" in gemm.problem_for(OpSpec("bmm", (), TensorSpec((1,), (1,), "bfloat16")))
     with pytest.raises(ValueError, match="not one of"):
-        gemm.configs(GemmProblem(8, 8, 8), "gfx1250")
+        gemm.configs(GemmProblem(8, 8, 8), "gfx942")
 
 
 def test_every_config_is_a_valid_tiling() -> None:
     for config in gemm.ALL_CONFIGS:
         for ak, bk in LAYOUTS:
-            assert gemm.config_reason(GemmProblem(64, 64, 64, "bfloat16", ak, bk), config) is None, config
+            for target in gemm.TARGETS:
+                assert gemm.config_reason(GemmProblem(64, 64, 64, "bfloat16", ak, bk), config, target) is None, config
     assert "vec=1" in gemm.config_reason(GemmProblem(8, 8, 8, vec_ok=False), GemmConfig(64, 64, 64, 2, 2))
 
 
@@ -136,16 +143,17 @@ def _layout(x: torch.Tensor, contiguous_axis: int) -> torch.Tensor:
 MODEL_SHAPES = [(1, 40, 64), (37, 45, 72), (70, 33, 136), (16, 130, 40)]
 
 
+@pytest.mark.parametrize("target", gemm.TARGETS)
 @pytest.mark.parametrize("ak,bk", LAYOUTS)
 @pytest.mark.parametrize("m,n,k", MODEL_SHAPES)
-def test_model_matches_reference(ak: bool, bk: bool, m: int, n: int, k: int) -> None:
+def test_model_matches_reference(ak: bool, bk: bool, m: int, n: int, k: int, target: str) -> None:
     g = torch.Generator().manual_seed(m * 1000 + n + k)
     a = _layout(_bf16(torch.randn(m, k, generator=g)), 1 if ak else 0)
     b = _layout(_bf16(torch.randn(k, n, generator=g)), 0 if bk else 1)
     problem = gemm.problem_for(_spec(a, b))
     assert (problem.a_k_major, problem.b_k_major) == (ak, bk)
-    for config in [gemm.configs(problem, "gfx950")[0], GemmConfig(64, 64, 32, 2, 2, 1)]:
-        t = gemm.tiling(problem, config)
+    for config in [gemm.configs(problem, target)[0], GemmConfig(64, 64, 32, 2, 2, 1)]:
+        t = gemm.tiling(problem, config, target)
         res = run_gemm(t, _operand(a, 0, 1, ak), _operand(b, 1, 0, bk), m, n, k)
         assert (res.writes == 1).all(), f"{config}: elements written {sorted(set(res.writes.ravel()))} times"
         want = mm_reference(a, b).float().numpy()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from inductor_ext.kernels.matmul import grouped_mm_reference
+from inductor_ext.targets import amd
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.flydsl import grouped_mm as gm
 from inductor_ext.testing import isa
@@ -20,23 +21,24 @@ ISA_CASES = {
     "fp16_kk_f32out_bias": (Problem(4096, 512, 256, 8, "float16", "float32", True, True, bias=True), Config(64, 64, 64, 2, 2)),
     "bf16_mn_vec1": (Problem(100, 90, 70, 3, a_k_major=False, vec_ok=False), Config(64, 64, 32, 2, 2, 1)),
 }
+ISA_JOBS = [(c, target) for c in sorted(ISA_CASES) for target in gm.TARGETS]
 
 
 @pytest.fixture(scope="module")
-def compiled(isa_cache: str | None) -> dict[str, dict[str, str]]:
-    names = sorted(ISA_CASES)
-    return dict(zip(names, gm.isa_many([(*ISA_CASES[n], "gfx950") for n in names], cache=isa_cache)))
+def compiled(isa_cache: str | None) -> dict[tuple[str, str], dict[str, str]]:
+    return dict(zip(ISA_JOBS, gm.isa_many([(*ISA_CASES[c], target) for c, target in ISA_JOBS], cache=isa_cache)))
 
 
 @pytest.mark.isa
-@pytest.mark.parametrize("case", sorted(ISA_CASES))
-def test_isa_gfx950(compiled: dict[str, dict[str, str]], case: str) -> None:
+@pytest.mark.parametrize("case,target", ISA_JOBS)
+def test_isa(compiled: dict[tuple[str, str], dict[str, str]], case: str, target: str) -> None:
     problem, config = ISA_CASES[case]
-    t = gm.tiling(problem, config)
-    mfma = r"v_mfma_f32_16x16x32_bf16" if problem.dtype == "bfloat16" else r"v_mfma_f32_16x16x32_f16"
-    store = r"buffer_store_dword\b" if problem.out_dtype == "float32" else r"buffer_store_short"
-    counts = isa.assert_has_instructions(compiled[case], "gfx950", [mfma, r"ds_read_b128", r"buffer_load_dword\b", store])
-    assert counts[mfma] == t.reps_m * t.reps_n * t.k_steps, counts  # one K step, unrolled, per group
+    t, facts = gm.tiling(problem, config, target), amd.INSTRUCTIONS[target]
+    mma = facts[("mfma_" if target == "gfx950" else "wmma_") + ("bf16" if problem.dtype == "bfloat16" else "f16")]
+    store = facts["store_4b"] if problem.out_dtype == "float32" else facts["store_2b"]
+    loads = facts["global_load_16b"] if config.vec == 8 else facts["global_load_2b"]
+    counts = isa.assert_has_instructions(compiled[case, target], target, [mma, facts["lds_read_16b"], loads, store])
+    assert counts[mma] == t.reps_m * t.reps_n * t.k_steps, counts  # one K step, unrolled, per group
 
 
 def _ts(t: torch.Tensor) -> TensorSpec:

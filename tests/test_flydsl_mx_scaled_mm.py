@@ -12,6 +12,7 @@ import torch
 from inductor_ext.kernels.mx import quantize_mxfp4, quantize_mxfp8
 from inductor_ext.kernels.nvfp4 import e2m1_to_float, to_blocked, unpack_e2m1
 from inductor_ext.kernels.scaled_gemm import scaled_mm_reference
+from inductor_ext.targets import amd
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.flydsl import mx_scaled_mm as mx
 from inductor_ext.templates.flydsl.tiling import cdiv
@@ -19,7 +20,7 @@ from inductor_ext.testing import isa
 from inductor_ext.testing.flydsl_model import MxScales, Operand, run_gemm
 
 Problem, Config = mx.MxScaledMmProblem, mx.MxScaledMmConfig
-SCALED_MFMA = r"v_mfma_scale_f32_16x16x128_f8f6f4"
+SCALED_MFMA = amd.INSTRUCTIONS["gfx950"]["mfma_mx"]
 
 ISA_CASES = {
     "fp8_blocked": (Problem(256, 256, 512, "fp8_e4m3"), Config(128, 128, 128, 2, 2)),
@@ -40,8 +41,9 @@ def compiled(isa_cache: str | None) -> dict[str, dict[str, str]]:
 def test_isa_gfx950(compiled: dict[str, dict[str, str]], case: str) -> None:
     problem, config = ISA_CASES[case]
     asm, t = compiled[case], mx.tiling(problem, config)
-    counts = isa.assert_has_instructions(asm, "gfx950", [SCALED_MFMA, isa.MMA_INSTRUCTION["gfx950"], r"buffer_load_dwordx4",
-                                                         r"buffer_load_ubyte", r"ds_read_b128"])
+    facts = amd.INSTRUCTIONS["gfx950"]
+    counts = isa.assert_has_instructions(asm, "gfx950", [SCALED_MFMA, isa.MMA_INSTRUCTION["gfx950"], facts["global_load_16b"],
+                                                         facts["global_load_1b"], facts["lds_read_16b"]])
     assert counts[SCALED_MFMA] == counts[isa.MMA_INSTRUCTION["gfx950"]] == t.reps_m * t.reps_n * t.k_steps, counts
     mfmas = [line for line in asm["amdgcn"].splitlines() if "v_mfma" in line]
     if problem.fmt == "fp4_e2m1":  # operand format fp4 for A and B; 4 VGPRs of data each

@@ -12,15 +12,16 @@ import torch
 
 from inductor_ext.kernels.matmul import mm_reference
 from inductor_ext.kernels.scaled_gemm import scaled_mm_reference
+from inductor_ext.targets import amd
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.flydsl import tdm_gemm as tg
 from inductor_ext.testing import isa
 from inductor_ext.testing.flydsl_model import Epilogue, Operand, run_gemm
 
 Problem, Config = tg.TdmGemmProblem, tg.TdmGemmConfig
-TDM = [r"tensor_load_to_lds", r"s_wait_tensorcnt", r"ds_load_b128"]
-WMMA = {"bfloat16": r"v_wmma_f32_16x16x32_bf16", "float16": r"v_wmma_f32_16x16x32_f16",
-        "float8_e4m3fn": r"v_wmma_f32_16x16x128_fp8_fp8"}
+FACTS = amd.INSTRUCTIONS["gfx1250"]
+TDM = [FACTS["tdm_load"], FACTS["tdm_wait"], FACTS["lds_read_16b"]]
+WMMA = {"bfloat16": FACTS["wmma_bf16"], "float16": FACTS["wmma_f16"], "float8_e4m3fn": FACTS["wmma_fp8"]}
 
 ISA_CASES = {
     "bf16": (Problem(512, 512, 512), Config(128, 128, 64, 2, 2)),
@@ -44,7 +45,7 @@ def test_isa_gfx1250(compiled: dict[str, dict[str, str]], case: str) -> None:
     wmma = WMMA[problem.dtype]
     counts = isa.assert_has_instructions(compiled[case], "gfx1250", [isa.MMA_INSTRUCTION["gfx1250"], wmma, *TDM])
     assert counts[wmma] == counts[isa.MMA_INSTRUCTION["gfx1250"]] == t.reps_m * t.reps_n * t.k_steps, counts
-    assert counts[r"tensor_load_to_lds"] == 2, counts  # one per operand per K step, no per-thread loads
+    assert counts[FACTS["tdm_load"]] == 2, counts  # one per operand per K step, no per-thread loads
     assert not isa.instruction_counts(compiled[case], "gfx1250", [r"buffer_load_b128|global_load_b128"])[
         r"buffer_load_b128|global_load_b128"], "operands must come by TDM"
     meta = json.loads(compiled[case]["metadata"])["kernels"]["flydsl_tdm_gemm_0"]

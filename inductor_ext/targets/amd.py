@@ -20,6 +20,38 @@ GFX1250 = Target(
     mma_instruction=r"v_wmma",  # v_wmma_f32_16x16x32_bf16, v_wmma_f32_16x16x4_f32
 )
 
+# Instruction names as each target's assembler prints them (gfx950 is CDNA-style, gfx1250 gfx12-style),
+# measured from FlyDSL 0.5 / Triton 3.9 compiles here. Regexes for the tier I gates.
+INSTRUCTIONS: dict[str, dict[str, str]] = {
+    "gfx950": {
+        "mfma_bf16": r"v_mfma_f32_16x16x32_bf16", "mfma_f16": r"v_mfma_f32_16x16x32_f16",
+        "mfma_mx": r"v_mfma_scale_f32_16x16x128_f8f6f4",  # MXFP4 (cbsz:4 blgp:4) and MXFP8
+        "global_load_16b": r"buffer_load_dwordx4", "global_load_2b": r"buffer_load_(ushort|short|u16)",
+        "global_load_1b": r"buffer_load_ubyte", "lds_read_16b": r"ds_read_b128",
+        "store_2b": r"buffer_store_short", "store_4b": r"buffer_store_dword\b", "barrier": r"s_barrier",
+    },
+    "gfx1250": {
+        "wmma_bf16": r"v_wmma_f32_16x16x32_bf16", "wmma_f16": r"v_wmma_f32_16x16x32_f16",
+        "wmma_fp8": r"v_wmma_f32_16x16x128_fp8_fp8", "wmma_mx": r"v_wmma_scale_f32_16x16x128_f8f6f4",
+        "tdm_load": r"tensor_load_to_lds", "tdm_store": r"tensor_store_from_lds", "tdm_wait": r"s_wait_tensorcnt",
+        "global_load_16b": r"buffer_load_b128", "global_load_2b": r"buffer_load_(u16|b16)",
+        "lds_read_16b": r"ds_load_b128", "store_2b": r"buffer_store_b16", "store_4b": r"buffer_store_b32",
+        "barrier": r"s_barrier",
+    },
+}
+
+# What each AMD template family is claimed to emit per target (asserted at tier I by its tests;
+# ``inductor-ext asm`` shows them). Keys of INSTRUCTIONS.
+FAMILY_INSTRUCTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("flydsl.gemm", "gfx950"): ("mfma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
+    ("flydsl.gemm", "gfx1250"): ("wmma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
+    ("flydsl.grouped_mm", "gfx950"): ("mfma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
+    ("flydsl.grouped_mm", "gfx1250"): ("wmma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
+    ("flydsl.mx_scaled_mm", "gfx950"): ("mfma_mx", "global_load_16b", "global_load_1b", "lds_read_16b"),
+    ("flydsl.tdm_gemm", "gfx1250"): ("tdm_load", "tdm_wait", "wmma_bf16", "lds_read_16b"),
+    ("triton.tdm_gemm", "gfx1250"): ("tdm_load", "tdm_wait", "wmma_bf16"),
+}
+
 # 7 Infinity Fabric links of 153.6 GB/s bidirectional each.
 DATASHEETS = {
     "MI355X": Datasheet("MI355X", {"bf16": 2500e12, "fp16": 2500e12, "fp8": 5000e12, "tf32": 1250e12, "fp32": 157e12},

@@ -1,5 +1,7 @@
-"""FlyDSL dense GEMM for gfx950 (MI350/MI355): C = A @ B (mm) or beta * bias + alpha * A @ B (addmm),
-bf16/fp16 in, same dtype out, fp32 accumulation on ``v_mfma_f32_16x16x32_{bf16,f16}``.
+"""FlyDSL dense GEMM for gfx950 (MI350/MI355) and gfx1250 (MI450): C = A @ B (mm) or
+beta * bias + alpha * A @ B (addmm), bf16/fp16 in, same dtype out, fp32 accumulation on
+``v_mfma_f32_16x16x32_{bf16,f16}`` (gfx950, wave64) or ``v_wmma_f32_16x16x32_{bf16,f16}`` (gfx1250,
+wave32; per-thread buffer loads: ``flydsl.tdm_gemm`` is the Tensor Data Mover variant there).
 
 All four layouts: A (M, K) contiguous along K or along M, B (K, N) along K (``x @ W.T`` with an
 ``nn.Linear`` weight) or along N. A layout only decides the direction of the 16-byte global loads
@@ -10,9 +12,9 @@ load). Tiles, waves, loads and stores follow :mod:`.tiling`, which the host-side
 ``testing/flydsl_model.py`` checks (every C element written once, K covered once, numerics
 against ``kernels.gemm``).
 
-Tier I (``isa``): FlyDSL compiles the kernel for gfx950 without a GPU (``runtime.flydsl``) and the
-tests assert ``v_mfma_f32_16x16x32_bf16`` / ``_f16``, ``buffer_load_dwordx4`` (or the scalar loads
-of ``vec=1``) and ``ds_read_b128``. Tier D (``run``) launches through FlyDSL on a ROCm GPU; a first
+Tier I (``isa``): FlyDSL compiles the kernel for both targets without a GPU (``runtime.flydsl``) and
+the tests assert the MFMA/WMMA, the 16-byte buffer loads (or the scalar loads of ``vec=1``) and
+the 16-byte LDS reads. Tier D (``run``) launches through FlyDSL on a ROCm GPU; a first
 run must check the numerics against ``torch.mm`` (``bench/rocm_gemm.py`` does, before timing).
 """
 
@@ -30,7 +32,7 @@ from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling
 
 FAMILY = "flydsl.gemm"
 # Claimed only where tier I passes (tests/test_flydsl_gemm.py).
-TARGETS = ("gfx950",)
+TARGETS = ("gfx950", "gfx1250")
 OPS = ("mm", "addmm")
 CHOICE_KIND = "extern"
 DTYPES = ("bfloat16", "float16")
@@ -122,10 +124,10 @@ def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
     return common.fitting(table, problem.m, problem.n)
 
 
-def config_reason(problem: GemmProblem, config: GemmConfig) -> str | None:
+def config_reason(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
     if config.vec > 1 and not problem.vec_ok:
         return f"config {config.name()} loads 16 bytes at once; these strides need vec=1"
-    return tiling(problem, config).reason()
+    return tiling(problem, config, target).reason()
 
 
 # ------------------------------------------------------------------------------------ render
@@ -150,11 +152,11 @@ def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
 
 
 def render(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
-    reason = supports(problem) or config_reason(problem, config)
+    reason = supports(problem) or config_reason(problem, config, target)
     if reason:
         raise ValueError(f"{FAMILY} cannot serve {problem} with {config}: {reason}")
     t = tiling(problem, config, target)
-    name = kernel_name(problem, config)
+    name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
     return KernelSource(
         name=name, template=FAMILY, language="flydsl", config=asdict(config),
         source=_LAUNCHER.format(family=FAMILY, config_name=config.name(), target=target, problem=problem,
@@ -242,19 +244,19 @@ def isa(problem: GemmProblem, config: GemmConfig, target: str = "gfx950", *,
 def isa_many(jobs: list[tuple[GemmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
     fly_jobs = []
     for problem, config, target in jobs:
-        reason = config_reason(problem, config)
+        reason = config_reason(problem, config, target)
         if reason or target not in TARGETS:
             raise ValueError(f"{FAMILY} {config.name()} on {target}: {reason or 'target not claimed'}")
         static = replace(problem, m=1, n=1, k=1, vec_ok=True, alpha=1.0, beta=1.0)
         fly_jobs.append(flydsl_runtime.FlyJob(
             "inductor_ext.templates.flydsl.gemm:_compile_job",
             {"problem": asdict(static), "config": asdict(config), "target": target}, target,
-            kernel_name(static, config)))
+            f"{kernel_name(static, config)}_{target}"))
     return flydsl_runtime.compile_jobs(fly_jobs, cache=cache)
 
 
 def run(problem: GemmProblem, config: GemmConfig, target: str, *tensors: Any) -> Any:
-    """Launch on a ROCm GPU (tier D). ``tensors``: (A, B) for mm, (bias, A, B) for addmm, in the
+    """Launch on a gfx950 or gfx1250 GPU (tier D). ``tensors``: (A, B) for mm, (bias, A, B) for addmm, in the
     op's argument order; returns C (M, N) in the input dtype."""
     import torch
 

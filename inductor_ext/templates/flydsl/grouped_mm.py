@@ -1,4 +1,4 @@
-"""FlyDSL ragged grouped GEMM for MoE on gfx950: ``F.grouped_mm(A, B, offs=offs)`` with A (T, K) holding
+"""FlyDSL ragged grouped GEMM for MoE on gfx950 (and gfx1250, on WMMA): ``F.grouped_mm(A, B, offs=offs)`` with A (T, K) holding
 the tokens of every expert back to back, B (G, K, N) one matrix per expert and ``offs[g]`` the end
 row of expert g; rows ``offs[g-1]:offs[g]`` of the result are ``A[those rows] @ B[g]`` (+ ``bias[g]``).
 bf16/fp16 in; out in the same dtype or fp32 (``out_dtype``); fp32 accumulation on
@@ -12,7 +12,7 @@ owns it; rows from ``offs[-1]`` on are not written (ATen leaves them undefined t
 layouts of A (K- or T-contiguous) and of each B[g] (K- or N-contiguous) are served, like
 ``flydsl.gemm``, whose K step this reuses.
 
-Tier I: compiled for gfx950; the tests assert the MFMA and the loads. The host-side model
+Tier I: compiled for gfx950 and gfx1250; the tests assert the MFMA/WMMA and the loads. The host-side model
 (``testing/flydsl_model.py``) runs this grid with the tiling's own index functions: writes once,
 group boundaries (empty groups, a group ending inside a tile, rows past ``offs[-1]``), numerics vs
 ``kernels.matmul.grouped_mm_reference``. Tier D (``run``) needs a ROCm GPU.
@@ -32,7 +32,7 @@ from inductor_ext.templates.flydsl.tiling import GemmTiling, cdiv
 
 FAMILY = "flydsl.grouped_mm"
 # Claimed only where tier I passes (tests/test_flydsl_grouped_mm.py).
-TARGETS = ("gfx950",)
+TARGETS = ("gfx950", "gfx1250")
 OPS = ("_grouped_mm",)
 CHOICE_KIND = "extern"
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -56,9 +56,9 @@ class GroupedMmProblem:
     bias: bool = False
 
 
-def tiling(problem: GroupedMmProblem, config: GemmConfig) -> GemmTiling:
+def tiling(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> GemmTiling:
     return _gemm_tiling(GemmProblem(problem.t, problem.n, problem.k, problem.dtype, problem.a_k_major,
-                                    problem.b_k_major), config)
+                                    problem.b_k_major), config, target)
 
 
 def problem_for(spec: OpSpec) -> GroupedMmProblem | str:
@@ -107,16 +107,16 @@ def configs(problem: GroupedMmProblem, target: str) -> list[GemmConfig]:
     return common.fitting(table, max(16, problem.t // problem.groups), problem.n)
 
 
-def config_reason(problem: GroupedMmProblem, config: GemmConfig) -> str | None:
+def config_reason(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
     if config.vec > 1 and not problem.vec_ok:
         return f"config {config.name()} loads 16 bytes at once; these strides need vec=1"
-    return tiling(problem, config).reason()
+    return tiling(problem, config, target).reason()
 
 
 # ------------------------------------------------------------------------------------ render
 
 _LAUNCHER = '''\
-"""{family} {config_name} for gfx950: FlyDSL kernel built by
+"""{family} {config_name} for {target}: FlyDSL kernel built by
 inductor_ext.templates.flydsl.grouped_mm.build_launcher for {problem!r}."""
 from inductor_ext.templates.flydsl.grouped_mm import GroupedMmConfig, GroupedMmProblem, run
 
@@ -125,7 +125,7 @@ CONFIG = {config!r}
 
 
 def {name}(a, b, offs, bias=None):
-    return run(PROBLEM, CONFIG, "gfx950", a, b, offs, bias)
+    return run(PROBLEM, CONFIG, "{target}", a, b, offs, bias)
 '''
 
 
@@ -136,14 +136,15 @@ def kernel_name(problem: GroupedMmProblem, config: GemmConfig) -> str:
 
 
 def render(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
-    reason = supports(problem) or config_reason(problem, config)
+    reason = supports(problem) or config_reason(problem, config, target)
     if reason:
         raise ValueError(f"{FAMILY} cannot serve {problem} with {config}: {reason}")
-    t = tiling(problem, config)
-    name = kernel_name(problem, config)
+    t = tiling(problem, config, target)
+    name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
     return KernelSource(
         name=name, template=FAMILY, language="flydsl", config=asdict(config),
-        source=_LAUNCHER.format(family=FAMILY, config_name=config.name(), problem=problem, config=config, name=name),
+        source=_LAUNCHER.format(family=FAMILY, config_name=config.name(), problem=problem, config=config, name=name,
+                                target=target),
         launch={"grid": (cdiv(problem.t, config.block_m), cdiv(problem.n, config.block_n), 1),
                 "block": (t.threads, 1, 1), "lds_bytes": t.lds_bytes, "mma": t.mma.instruction})
 
@@ -153,7 +154,7 @@ def render(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950"
 
 @functools.lru_cache(maxsize=None)
 def build_launcher(dtype: str, out_dtype: str, a_k_major: bool, b_k_major: bool, bias: bool,
-                   config: GemmConfig) -> Any:
+                   config: GemmConfig, target: str = "gfx950") -> Any:
     """The ``@flyc.jit`` launcher of one static variant. Arguments: C, A, B, OFFS, BIAS (flat
     views), T, N, K, G, element strides of A (t, k), B (g, k, n), C (t, n), BIAS (g, n), byte sizes."""
     import flydsl.compiler as flyc
@@ -161,7 +162,7 @@ def build_launcher(dtype: str, out_dtype: str, a_k_major: bool, b_k_major: bool,
 
     from inductor_ext.templates.flydsl import dsl
 
-    t = tiling(GroupedMmProblem(1, 1, 1, 1, dtype, out_dtype, a_k_major, b_k_major), config)
+    t = tiling(GroupedMmProblem(1, 1, 1, 1, dtype, out_dtype, a_k_major, b_k_major), config, target)
     reason = t.reason()
     if reason:
         raise ValueError(f"{FAMILY}: {reason}")
@@ -224,7 +225,7 @@ def build_launcher(dtype: str, out_dtype: str, a_k_major: bool, b_k_major: bool,
 def _compile_job(job: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
     """Builder for ``runtime.flydsl`` (runs in its subprocess)."""
     p, config = GroupedMmProblem(**job["problem"]), GemmConfig(**job["config"])
-    launch = build_launcher(p.dtype, p.out_dtype, p.a_k_major, p.b_k_major, p.bias, config)
+    launch = build_launcher(p.dtype, p.out_dtype, p.a_k_major, p.b_k_major, p.bias, config, job["target"])
     c, x = common.placeholder(p.out_dtype), common.placeholder(p.out_dtype)
     a, b, offs = common.placeholder(p.dtype), common.placeholder(p.dtype), common.placeholder("int32")
     return launch, (c, a, b, offs, x, 256, 256, 256, 8, 256, 1, 65536, 1, 256, 256, 1, 256, 1,
@@ -239,19 +240,19 @@ def isa(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950", *
 def isa_many(jobs: list[tuple[GroupedMmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
     fly_jobs = []
     for problem, config, target in jobs:
-        reason = supports(problem) or config_reason(problem, config)
+        reason = supports(problem) or config_reason(problem, config, target)
         if reason or target not in TARGETS:
             raise ValueError(f"{FAMILY} {config.name()} on {target}: {reason or 'target not claimed'}")
         static = replace(problem, t=1, n=1, k=1, groups=1, vec_ok=True)
         fly_jobs.append(flydsl_runtime.FlyJob("inductor_ext.templates.flydsl.grouped_mm:_compile_job",
-                                              {"problem": asdict(static), "config": asdict(config)}, target,
-                                              kernel_name(static, config)))
+                                              {"problem": asdict(static), "config": asdict(config), "target": target},
+                                              target, f"{kernel_name(static, config)}_{target}"))
     return flydsl_runtime.compile_jobs(fly_jobs, cache=cache)
 
 
 def run(problem: GroupedMmProblem, config: GemmConfig, target: str, a: Any, b: Any, offs: Any, bias: Any = None,
         *rest: Any) -> Any:
-    """Launch on a gfx950 GPU (tier D), in ``_grouped_mm``'s argument order."""
+    """Launch on a gfx950 or gfx1250 GPU (tier D), in ``_grouped_mm``'s argument order."""
     import torch
 
     t, k = a.shape
@@ -261,7 +262,7 @@ def run(problem: GroupedMmProblem, config: GemmConfig, target: str, a: Any, b: A
         config = replace(config, vec=1)
     x = bias if bias is not None else c
     launch = build_launcher(problem.dtype, problem.out_dtype, problem.a_k_major, problem.b_k_major, problem.bias,
-                            config)
+                            config, target)
     launch(common.flat(c), common.flat(a), common.flat(b), common.flat(offs), common.flat(x), t, n, k, g,
            a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1),
            x.stride(0) if bias is not None else 0, x.stride(-1), *(common.span_bytes(v) for v in (a, b, offs, c, x)),
