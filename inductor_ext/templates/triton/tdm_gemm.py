@@ -1,0 +1,263 @@
+"""Triton GEMM on gfx1250 (MI450) whose A and B tiles arrive by the Tensor Data Mover:
+``tl.make_tensor_descriptor`` + ``desc.load`` compile to ``tensor_load_to_lds`` / ``s_wait_tensorcnt``
+on gfx1250 (Triton 3.9), software-pipelined over ``num_stages``, feeding ``v_wmma``.
+
+- ``mm`` / ``addmm``: bf16 / fp16 in, same dtype out, fp32 accumulation (``v_wmma_f32_16x16x32_*``);
+- ``_scaled_mm`` with fp8 e4m3 operands and fp32 tensor-wise or row-wise scales:
+  out = (A @ B) * scale_a * scale_b (+ bias), on ``v_wmma_f32_16x16x128_fp8_fp8``.
+
+Layout ``x @ W.T``: A (M, K) and B (K, N) both contiguous along K (B is the transpose of a (N, K)
+weight, what ``_scaled_mm`` requires too), rows 16-byte aligned (a descriptor's rule). The
+descriptors zero-fill out-of-bounds rows and K tails, so no shape restriction beyond that.
+
+Like ``triton.gemm`` (whose program tile, configs, tiles and launch helpers this reuses), one body
+and two frames: ``render()`` (a standalone module: golden, ISA, interpreter) and
+``inductor_source()`` (Inductor's template macros, epilogue fusion). Claimed for gfx1250 only: on
+gfx950 the descriptors lower to one-element buffer loads (measured), where ``triton.gemm`` is right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from inductor_ext.templates.base import KernelSource, Tile
+from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.triton import gemm
+from inductor_ext.templates.triton.gemm import GemmConfig
+from inductor_ext.templates.triton.launch import FP, PROGRAM_TILE, launch, launch_options
+
+if TYPE_CHECKING:  # annotations only: the module itself never imports torch at load
+    import torch
+
+FAMILY = "triton.tdm_gemm"
+# Claimed only where tier I passes (tests/test_triton_tdm_gemm.py); the interpreter runs it on CPU
+# tensors in interpret mode (tier C) under the gfx1250 preset.
+TARGETS = ("gfx1250",)
+OPS = ("mm", "addmm", "_scaled_mm")
+CHOICE_KIND = "triton_template"
+
+DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+FP8_OUT_DTYPES = ("bfloat16", "float16", "float32")
+SCALINGS = {"none": 0, "tensor": 1, "row": 2}
+_FP = {**FP, "float8_e4m3fn": "fp8e4nv"}
+_BYTES = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float32": 4}
+
+TdmGemmConfig = GemmConfig
+config_from_tile = gemm.config_from_tile
+
+
+@dataclass(frozen=True)
+class TdmGemmProblem:
+    """C = A @ B, A (M, K) and B (K, N) contiguous along K. 16-bit: mm / addmm
+    (beta * bias + alpha * A @ B). fp8: (A @ B) * scale_a * scale_b (+ bias), ``scaling`` "tensor"
+    (one fp32 each) or "row" (scale_a [M, 1], scale_b [1, N])."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    bias: bool = False
+    alpha: float = 1.0
+    beta: float = 1.0
+    scaling: str = "none"
+    use_pdl = False  # not a field: AMD has no programmatic dependent launch (launch_options reads it)
+
+
+def supports(problem: TdmGemmProblem) -> str | None:
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} not in {DTYPES}"
+    fp8 = problem.dtype == "float8_e4m3fn"
+    if fp8 and (problem.scaling not in ("tensor", "row") or problem.out_dtype not in FP8_OUT_DTYPES):
+        return f"fp8 needs tensor or row scaling and an out dtype in {FP8_OUT_DTYPES}"
+    if not fp8 and (problem.scaling != "none" or problem.out_dtype != problem.dtype):
+        return "bf16/fp16 GEMMs are unscaled and keep their dtype"
+    if min(problem.m, problem.n, problem.k) <= 0:
+        return f"empty problem {problem.m}x{problem.n}x{problem.k}"
+    if problem.k * _BYTES[problem.dtype] % 16:
+        return f"K={problem.k}: rows of {problem.dtype} must be a multiple of 16 bytes for tensor descriptors"
+    return None
+
+
+def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
+    """The problem for an ``mm`` / ``addmm`` / ``_scaled_mm`` OpSpec, or why not served."""
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {OPS}, not {spec.op}"
+    if spec.op == "_scaled_mm":
+        a, b, sa, sb, bias, scale_result = (*spec.inputs, None, None, None, None, None, None)[:6]
+        if a is None or b is None or sa is None or sb is None:
+            return "_scaled_mm needs A, B and both scales"
+        if a.dtype != "float8_e4m3fn" or b.dtype != a.dtype:
+            return f"{FAMILY} takes fp8 e4m3 operands for _scaled_mm, got {a.dtype}, {b.dtype}"
+        if sa.dtype != "float32" or sb.dtype != "float32" or scale_result is not None:
+            return "fp32 tensor-wise or row-wise scales only (MX: flydsl.mx_scaled_mm), no scale_result"
+        m, n = a.shape[0], b.shape[1]
+        one = lambda s: all(d == 1 for d in s.shape)  # noqa: E731
+        if one(sa) and one(sb):
+            scaling = "tensor"
+        elif tuple(sa.shape) == (m, 1) and tuple(sb.shape) == (1, n):
+            scaling = "row"
+        else:
+            return f"scales must be one value each or [M, 1] and [1, N]; got {sa.shape}, {sb.shape}"
+        if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != spec.out.dtype):
+            return f"bias must be [{n}] in the output dtype {spec.out.dtype}"
+        problem = TdmGemmProblem(m, n, a.shape[1], a.dtype, spec.out.dtype, bias is not None, scaling=scaling)
+    else:
+        bias = spec.inputs[0] if spec.op == "addmm" else None
+        a, b = spec.inputs[-2], spec.inputs[-1]
+        if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+            return "mm needs two 2-D operands"
+        dtypes = {a.dtype, b.dtype, spec.out.dtype} | ({bias.dtype} if bias is not None else set())
+        if len(dtypes) != 1 or a.dtype not in ("bfloat16", "float16"):
+            return f"{FAMILY} mm takes one dtype of bfloat16/float16 for A, B, bias and C; got {sorted(dtypes)}"
+        problem = TdmGemmProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.dtype, bias is not None,
+                                 float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0)))
+    if a.stride[1] != 1 or b.stride[0] != 1:
+        return f"{FAMILY} needs A and B contiguous along K (x @ W.T); got strides {a.stride}, {b.stride}"
+    if (a.stride[0] * _BYTES[a.dtype]) % 16 or (b.stride[1] * _BYTES[b.dtype]) % 16:
+        return "rows of A and B must start 16-byte aligned for tensor descriptors"
+    return supports(problem) or problem
+
+
+# Candidates, best first: 4 or 8 waves, 2-3 stages of TDM prefetch (LDS is 320 KB on gfx1250).
+_CONFIGS_16 = (GemmConfig(128, 128, 64, 8, 4, 3), GemmConfig(128, 64, 64, 8, 4, 2), GemmConfig(64, 64, 64, 8, 4, 2),
+               GemmConfig(16, 128, 128, 8, 4, 2))
+_CONFIGS_8 = (GemmConfig(128, 128, 128, 8, 4, 3), GemmConfig(64, 64, 128, 8, 4, 2), GemmConfig(16, 128, 256, 8, 4, 2))
+# The interpreter runs one program at a time in numpy: few big tiles are fastest there.
+INTERPRETER_CONFIGS = (GemmConfig(32, 32, 32, 8, 4, 1), GemmConfig(16, 64, 64, 8, 4, 1))
+
+
+def configs(problem: TdmGemmProblem, target: str) -> list[GemmConfig]:
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {TARGETS}")
+    table = _CONFIGS_8 if problem.dtype == "float8_e4m3fn" else _CONFIGS_16
+    fitting = [c for c in table if c.block_m <= max(16, 2 * problem.m) and c.block_n <= max(16, 2 * problem.n)]
+    return fitting or [min(table, key=lambda c: c.block_m * c.block_n)]
+
+
+# The shared body: ints M, N, K, stride_am, stride_bn; constexprs BLOCK_M/N/K, GROUP_M, ACC_TYPE.
+# Leaves: acc, idx_m, idx_n, mask. A and B are read through descriptors over their (rows, K)
+# storage: out-of-bounds rows and the K tail read as zeros.
+BODY = PROGRAM_TILE + """\
+    a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, BLOCK_K])
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_TYPE)
+    for k_tile in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, k_tile * BLOCK_K])
+        b = b_desc.load([pid_n * BLOCK_N, k_tile * BLOCK_K])
+        acc = tl.dot(a, b.T, acc, out_dtype=ACC_TYPE)
+    idx_m = rm[:, None]
+    idx_n = rn[None, :]
+    mask = (idx_m < M) & (idx_n < N)
+"""
+
+_STANDALONE = """\
+import triton
+import triton.language as tl
+
+ACC_TYPE = tl.constexpr(tl.float32)
+
+
+@triton.jit
+def {name}(
+    A, B, C, BIAS, SA, SB, M, N, K,
+    stride_am, stride_bn, stride_cm, stride_cn, stride_bias, stride_sa, stride_sb, alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SCALING: tl.constexpr,
+):
+{body}\
+    if SCALING == 1:  # _scaled_mm, tensor-wise fp32 scales
+        acc = acc * tl.load(SA) * tl.load(SB)
+    if SCALING == 2:  # row-wise: scale_a [M, 1], scale_b [1, N]
+        acc = acc * tl.load(SA + idx_m * stride_sa, mask=idx_m < M, other=0.0) \\
+            * tl.load(SB + idx_n * stride_sb, mask=idx_n < N, other=0.0)
+    if HAS_BIAS:
+        bias = tl.load(BIAS + idx_n * stride_bias, mask=idx_n < N, other=0.0).to(ACC_TYPE)
+        if SCALING == 0:  # addmm: beta * bias + alpha * (A @ B)
+            acc = acc * alpha + bias * beta
+        else:  # _scaled_mm: + bias
+            acc = acc + bias
+    tl.store(C + idx_m * stride_cm + idx_n * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
+"""
+
+_INDUCTOR = """\
+{{{{def_kernel("A", "B")}}}}
+    # inductor_ext template: triton.tdm_gemm
+    M = {{{{size("A", 0)}}}}
+    N = {{{{size("B", 1)}}}}
+    K = {{{{size("A", 1)}}}}
+    if M * N == 0:
+        return
+    stride_am = {{{{stride("A", 0)}}}}
+    stride_bn = {{{{stride("B", 1)}}}}
+{body}\
+    {{{{store_output(("idx_m", "idx_n"), "acc", "mask", val_shape=("BLOCK_M", "BLOCK_N"))}}}}
+"""
+
+
+def kernel_name(problem: TdmGemmProblem, config: GemmConfig) -> str:
+    scale = "" if problem.scaling == "none" else f"_{problem.scaling}scaled"
+    return f"ext_tdm_gemm_{problem.dtype}{scale}{'_bias' if problem.bias else ''}_{config.name()}"
+
+
+def constexprs(problem: TdmGemmProblem, config: GemmConfig, target: str = "gfx1250") -> dict[str, object]:
+    """The tl.constexpr values a launch (or an Inductor template choice) needs."""
+    return {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
+            "GROUP_M": config.group_m}
+
+
+def render(problem: TdmGemmProblem, config: GemmConfig, target: str = "gfx1250") -> KernelSource:
+    """A standalone Triton module computing ``problem`` with ``config``."""
+    reason = supports(problem)
+    if reason:
+        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+    name = kernel_name(problem, config)
+    consts = {**constexprs(problem, config, target), "HAS_BIAS": problem.bias,
+              "SCALING": SCALINGS[problem.scaling]}
+    ptr, out = f"*{_FP[problem.dtype]}", f"*{FP[problem.out_dtype]}"
+    signature = {
+        "A": ptr, "B": ptr, "C": out, "BIAS": out, "SA": "*fp32", "SB": "*fp32",
+        **{s: "i32" for s in ("M", "N", "K", "stride_am", "stride_bn", "stride_cm", "stride_cn", "stride_bias",
+                              "stride_sa", "stride_sb")},
+        "alpha": "fp32", "beta": "fp32", **{c: "constexpr" for c in consts},
+    }
+    return KernelSource(name=name, source=_STANDALONE.format(name=name, body=BODY), template=FAMILY,
+                        config=asdict(config), constexprs=consts, signature=signature,
+                        launch=launch_options(problem, config))
+
+
+def inductor_source() -> str:
+    """The template text for Inductor's TritonTemplate (mm / addmm: the bias is an epilogue)."""
+    return _INDUCTOR.format(body=BODY)
+
+
+def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any) -> "torch.Tensor":
+    """Render, load and launch (the interpreter on CPU tensors, or a gfx1250 GPU). ``tensors`` in the
+    op's order: (A, B) for mm, (bias, A, B) for addmm, (A, B, scale_a, scale_b[, bias]) for _scaled_mm."""
+    import torch
+
+    if problem.scaling == "none":
+        bias, a, b = tensors if problem.bias else (None, *tensors)
+        sa = sb = None
+    else:
+        a, b, sa, sb, bias, *rest = (*tensors, None, None)
+        if any(r is not None for r in rest):
+            raise ValueError(f"{FAMILY}: scale_result is not supported")
+    if a.stride(1) != 1 or b.stride(0) != 1:
+        raise ValueError(f"{FAMILY} needs A and B contiguous along K; got strides {a.stride()}, {b.stride()}")
+    m, n, k = problem.m, problem.n, problem.k
+    ks = render(problem, config, target)
+    c = torch.empty((m, n), dtype=getattr(torch, problem.out_dtype), device=a.device)
+    ones = torch.ones(1, dtype=torch.float32, device=a.device)
+    sa, sb = (sa if sa is not None else ones), (sb if sb is not None else ones)
+    launch(ks, config, m, n,
+           a, b, c, bias if bias is not None else c, sa, sb, m, n, k,
+           a.stride(0), b.stride(1), c.stride(0), c.stride(1), bias.stride(-1) if bias is not None else 0,
+           sa.stride(0) if sa.numel() > 1 else 0, sb.stride(-1) if sb.numel() > 1 else 0,
+           problem.alpha, problem.beta)
+    return c
+
+
+__all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "TdmGemmProblem", "TdmGemmConfig", "Tile", "problem_for",
+           "supports", "configs", "config_from_tile", "constexprs", "render", "inductor_source", "run"]
