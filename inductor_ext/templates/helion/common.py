@@ -1,0 +1,88 @@
+"""What the Helion families share: a kernel body written once, made into a Helion kernel per backend,
+its generated source, the gfx950 compile of the FlyDSL backend's code, and the two launches.
+
+Helion imports Triton and torch, so nothing here imports them at load: kernel bodies are plain
+functions whose ``torch`` and ``hl`` globals are bound when a kernel is first made (Helion parses
+the body's source and resolves its globals while tracing).
+
+Helion specializes on shapes and strides: the generated code bakes them in, so a problem carries
+every size and a tier I compile is per problem. Code generation runs in this process, which must
+not have FlyDSL's MLIR loaded (see ``runtime/helion_flydsl.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable
+
+from inductor_ext.runtime import asm_cache
+from inductor_ext.runtime import flydsl as flydsl_runtime
+from inductor_ext.runtime import helion_flydsl
+
+# Helion backend per target: FlyDSL on gfx950 (wave64: Helion's FlyDSL code assumes 64 lanes);
+# CPU tensors run the Triton backend in Triton's interpreter.
+BACKENDS = {"gfx950": "flydsl", "cpu": "triton"}
+
+TensorArg = tuple[str, tuple[int, ...], tuple[int, ...], str]  # ("tensor", shape, stride, dtype)
+
+
+def tensor_arg(shape: tuple[int, ...], dtype: str, stride: tuple[int, ...] | None = None) -> TensorArg:
+    if stride is None:
+        stride, step = [], 1
+        for size in reversed(shape):
+            stride.insert(0, step)
+            step *= size
+    return ("tensor", tuple(shape), tuple(stride), dtype)
+
+
+def _stand_ins(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    import torch
+
+    out = []
+    for a in args:
+        if isinstance(a, tuple) and a and a[0] == "tensor":
+            _, shape, stride, dtype = a
+            span = 1 + sum((s - 1) * st for s, st in zip(shape, stride))
+            out.append(torch.zeros(max(span, 1), dtype=getattr(torch, dtype)).as_strided(shape, stride))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def make_kernel(body: Callable[..., Any], backend: str, block_m: int) -> Any:
+    """The Helion kernel of ``body`` for ``backend`` with ``block_m`` rows per program."""
+    import helion
+    import helion.language as hl
+    import torch
+
+    body.__globals__.setdefault("hl", hl)
+    body.__globals__.setdefault("torch", torch)
+    return helion.kernel(body, backend=backend, config=helion.Config(block_sizes=[block_m]))
+
+
+@functools.lru_cache(maxsize=256)
+def generated_code(body: Callable[..., Any], backend: str, block_m: int, args: tuple[Any, ...]) -> str:
+    """Helion's generated module for ``args`` (tensor specs from :func:`tensor_arg`, scalars as is)."""
+    import helion
+
+    if "flydsl._mlir" in sys.modules:
+        raise RuntimeError("Helion code generation needs a process without FlyDSL's MLIR loaded (its lowering "
+                           "imports CuTeDSL, whose bindings clash with FlyDSL's)")
+    kernel = make_kernel(body, backend, block_m)
+    return kernel.bind(_stand_ins(args)).to_code(helion.Config(block_sizes=[block_m]))
+
+
+def flydsl_isa(jobs: list[tuple[str, str, str, tuple[Any, ...]]], *, cache: str | None = None) -> list[dict[str, str]]:
+    """Compile generated FlyDSL modules for gfx950: jobs of (name, code, host function, args)."""
+    fly = [flydsl_runtime.FlyJob("inductor_ext.runtime.helion_flydsl:compile_job",
+                                 {"code": code, "host": host, "args": list(args)}, "gfx950", name)
+           for name, code, host, args in jobs]
+    return flydsl_runtime.compile_jobs(fly, cache=cache)
+
+
+def run_generated(code: str, host: str, *args: Any) -> Any:
+    """Launch Helion's generated FlyDSL module on a ROCm GPU (tier D) with the typed launcher."""
+    module = helion_flydsl.load_generated(code, str(asm_cache.cache_dir() / "helion_flydsl"))
+    return getattr(module, host)(*args, _launcher=helion_flydsl.launch)

@@ -1,0 +1,136 @@
+"""Helion RMSNorm: ``x / sqrt(mean(x**2, -1) + eps) * weight`` over the last dimension, bf16/fp16/fp32,
+fp32 math, one rounding. One Helion kernel body (:func:`rmsnorm_body`); on gfx950 it is compiled
+with Helion's FlyDSL backend (one wave per row, cross-lane reductions by DPP/``ds_swizzle``), and on
+CPU tensors it runs with Helion's Triton backend in Triton's interpreter.
+
+Tiers: G (the FlyDSL and Triton sources Helion generates), I (the FlyDSL code compiled for gfx950,
+``v_sqrt_f32``/``v_rsq_f32``, ``v_rcp_f32`` and the cross-lane ``ds_swizzle_b32`` asserted), C (the
+Triton backend in the interpreter vs ``kernels.norms.rms_norm_reference``). D: ``run`` on a gfx950.
+
+Where Helion does not serve: its FlyDSL backend loads one element per lane (no 16-byte loads yet),
+generates wave64 code only (no gfx1250), and has no lowering for matmul or topk (``aten.addmm`` /
+``aten.topk``: "Aten lowering codegen not registered").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.helion import common
+
+FAMILY = "helion.rmsnorm"
+# Claimed only where tier I passes (tests/test_helion_templates.py).
+TARGETS = ("gfx950",)
+OPS = ("rms_norm",)  # aten.rms_norm / _fused_rms_norm over the last dimension
+CHOICE_KIND = "extern"
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+def rmsnorm_body(x, w, eps):  # noqa: ANN001, ANN201 - a Helion kernel body (torch, hl bound by common)
+    m, n = x.size()
+    out = torch.empty_like(x)  # noqa: F821
+    for tile_m in hl.tile(m):  # noqa: F821
+        row = x[tile_m, :].to(torch.float32)  # noqa: F821
+        var = torch.mean(row * row, dim=-1, keepdim=True)  # noqa: F821
+        out[tile_m, :] = (row * torch.rsqrt(var + eps) * w[:].to(torch.float32)).to(out.dtype)  # noqa: F821
+    return out
+
+
+@dataclass(frozen=True)
+class RmsNormProblem:
+    rows: int  # the leading dimensions, flattened
+    n: int  # the normalized (last) dimension
+    dtype: str = "bfloat16"
+    eps: float = 1e-6
+
+
+@dataclass(frozen=True)
+class RmsNormConfig:
+    block_m: int = 1  # rows per program (one wave each)
+
+    def name(self) -> str:
+        return f"bm{self.block_m}"
+
+
+def problem_for(spec: OpSpec) -> RmsNormProblem | str:
+    """``rms_norm(input, normalized_shape, weight, eps)``: inputs (input, weight)."""
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {OPS}, not {spec.op}"
+    x, w = (*spec.inputs, None)[:2]
+    if x is None or x.dtype not in DTYPES:
+        return f"{FAMILY} takes an input in {DTYPES}"
+    normalized = tuple(spec.scalars.get("normalized_shape", x.shape[-1:]))
+    if normalized != tuple(x.shape[-1:]):
+        return f"{FAMILY} normalizes the last dimension only, got normalized_shape {normalized}"
+    if not x.is_contiguous or (w is not None and (w.dtype != x.dtype or not w.is_contiguous)):
+        return f"{FAMILY} needs a contiguous input and weight of the input's dtype (Helion bakes strides in)"
+    rows = 1
+    for s in x.shape[:-1]:
+        rows *= s
+    eps = spec.scalars.get("eps")
+    problem = RmsNormProblem(rows, x.shape[-1], x.dtype, 1e-6 if eps is None else float(eps))
+    return supports(problem) or problem
+
+
+def supports(problem: RmsNormProblem) -> str | None:
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} not in {DTYPES}"
+    if problem.rows <= 0 or problem.n <= 0:
+        return f"empty problem {problem.rows}x{problem.n}"
+    return None
+
+
+def configs(problem: RmsNormProblem, target: str) -> list[RmsNormConfig]:
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {TARGETS}")
+    return [RmsNormConfig(1), RmsNormConfig(4)] if problem.rows >= 4 else [RmsNormConfig(1)]
+
+
+def _args(problem: RmsNormProblem) -> tuple[Any, ...]:
+    return (common.tensor_arg((problem.rows, problem.n), problem.dtype), common.tensor_arg((problem.n,), problem.dtype),
+            problem.eps)
+
+
+def source(problem: RmsNormProblem, config: RmsNormConfig, backend: str) -> str:
+    """The module Helion generates for ``problem`` with ``backend`` ("flydsl" or "triton")."""
+    return common.generated_code(rmsnorm_body, backend, config.block_m, _args(problem))
+
+
+def kernel_name(problem: RmsNormProblem, config: RmsNormConfig) -> str:
+    return f"helion_rmsnorm_{problem.dtype}_{problem.rows}x{problem.n}_{config.name()}"
+
+
+def render(problem: RmsNormProblem, config: RmsNormConfig, target: str = "gfx950") -> KernelSource:
+    reason = supports(problem)
+    if reason:
+        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+    backend = common.BACKENDS[target]
+    return KernelSource(name=kernel_name(problem, config), source=source(problem, config, backend), template=FAMILY,
+                        config=asdict(config), language=backend,
+                        launch={"grid": (-(-problem.rows // config.block_m), 1, 1), "block": (64 * config.block_m, 1, 1)})
+
+
+def isa_many(jobs: list[tuple[RmsNormProblem, RmsNormConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
+    """The FlyDSL backend's code compiled for gfx950 (``amdgcn``, ``hsaco_b64``, ``metadata``)."""
+    for problem, _, target in jobs:
+        if target not in TARGETS or supports(problem):
+            raise ValueError(f"{FAMILY} does not compile {problem} for {target}")
+    return common.flydsl_isa([(kernel_name(p, c), source(p, c, "flydsl"), "rmsnorm_body", _args(p)) for p, c, _ in jobs],
+                             cache=cache)
+
+
+def run(problem: RmsNormProblem, config: RmsNormConfig, target: str, x: Any, weight: Any = None) -> Any:
+    """RMSNorm of ``x`` (any leading shape). ROCm tensors: the FlyDSL backend's kernel (tier D);
+    CPU tensors: the Triton backend's, in Triton's interpreter (tier C)."""
+    import torch
+
+    x2 = x.reshape(problem.rows, problem.n)
+    w = weight if weight is not None else torch.ones(problem.n, dtype=x.dtype, device=x.device)
+    if x.device.type == "cpu":
+        out = common.make_kernel(rmsnorm_body, "triton", config.block_m)(x2, w, problem.eps)
+    else:
+        out = common.run_generated(source(problem, config, "flydsl"), "rmsnorm_body", x2, w, problem.eps)
+    return out.reshape(x.shape)

@@ -1,0 +1,108 @@
+"""Helion softmax over the last dimension, bf16/fp16/fp32 in and out, fp32 math. The same Helion
+kernel body compiles with Helion's FlyDSL backend for gfx950 (one wave per row; ``v_exp_f32``,
+cross-lane max and sum by DPP/``ds_swizzle``) and runs with its Triton backend in Triton's
+interpreter on CPU tensors. Tiers and limits as ``helion.rmsnorm``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.helion import common
+from inductor_ext.templates.helion.rmsnorm import DTYPES, RmsNormConfig as SoftmaxConfig
+
+FAMILY = "helion.softmax"
+# Claimed only where tier I passes (tests/test_helion_templates.py).
+TARGETS = ("gfx950",)
+OPS = ("softmax",)
+CHOICE_KIND = "extern"
+
+
+def softmax_body(x):  # noqa: ANN001, ANN201 - a Helion kernel body (torch, hl bound by common)
+    m, n = x.size()
+    out = torch.empty_like(x)  # noqa: F821
+    for tile_m in hl.tile(m):  # noqa: F821
+        out[tile_m, :] = torch.nn.functional.softmax(x[tile_m, :].to(torch.float32), dim=-1).to(out.dtype)  # noqa: F821
+    return out
+
+
+@dataclass(frozen=True)
+class SoftmaxProblem:
+    rows: int
+    n: int
+    dtype: str = "bfloat16"
+
+
+def problem_for(spec: OpSpec) -> SoftmaxProblem | str:
+    """``_softmax(input, dim, half_to_float)`` over the last dimension of a contiguous input."""
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {OPS}, not {spec.op}"
+    x = spec.inputs[0] if spec.inputs else None
+    if x is None or x.dtype not in DTYPES or spec.out.dtype != x.dtype:
+        return f"{FAMILY} takes and returns one dtype of {DTYPES}"
+    if spec.scalars.get("dim", -1) not in (-1, len(x.shape) - 1):
+        return f"{FAMILY} reduces the last dimension only"
+    if not x.is_contiguous:
+        return f"{FAMILY} needs a contiguous input (Helion bakes strides in)"
+    rows = 1
+    for s in x.shape[:-1]:
+        rows *= s
+    problem = SoftmaxProblem(rows, x.shape[-1], x.dtype)
+    return supports(problem) or problem
+
+
+def supports(problem: SoftmaxProblem) -> str | None:
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} not in {DTYPES}"
+    if problem.rows <= 0 or problem.n <= 0:
+        return f"empty problem {problem.rows}x{problem.n}"
+    return None
+
+
+def configs(problem: SoftmaxProblem, target: str) -> list[SoftmaxConfig]:
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {TARGETS}")
+    return [SoftmaxConfig(1), SoftmaxConfig(4)] if problem.rows >= 4 else [SoftmaxConfig(1)]
+
+
+def _args(problem: SoftmaxProblem) -> tuple[Any, ...]:
+    return (common.tensor_arg((problem.rows, problem.n), problem.dtype),)
+
+
+def source(problem: SoftmaxProblem, config: SoftmaxConfig, backend: str) -> str:
+    return common.generated_code(softmax_body, backend, config.block_m, _args(problem))
+
+
+def kernel_name(problem: SoftmaxProblem, config: SoftmaxConfig) -> str:
+    return f"helion_softmax_{problem.dtype}_{problem.rows}x{problem.n}_{config.name()}"
+
+
+def render(problem: SoftmaxProblem, config: SoftmaxConfig, target: str = "gfx950") -> KernelSource:
+    reason = supports(problem)
+    if reason:
+        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+    backend = common.BACKENDS[target]
+    return KernelSource(name=kernel_name(problem, config), source=source(problem, config, backend), template=FAMILY,
+                        config=asdict(config), language=backend,
+                        launch={"grid": (-(-problem.rows // config.block_m), 1, 1), "block": (64 * config.block_m, 1, 1)})
+
+
+def isa_many(jobs: list[tuple[SoftmaxProblem, SoftmaxConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
+    for problem, _, target in jobs:
+        if target not in TARGETS or supports(problem):
+            raise ValueError(f"{FAMILY} does not compile {problem} for {target}")
+    return common.flydsl_isa([(kernel_name(p, c), source(p, c, "flydsl"), "softmax_body", _args(p)) for p, c, _ in jobs],
+                             cache=cache)
+
+
+def run(problem: SoftmaxProblem, config: SoftmaxConfig, target: str, x: Any, *rest: Any) -> Any:
+    """Softmax of ``x`` over its last dimension: FlyDSL backend on ROCm tensors (tier D), Triton
+    backend in the interpreter on CPU tensors (tier C)."""
+    x2 = x.reshape(problem.rows, problem.n)
+    if x.device.type == "cpu":
+        out = common.make_kernel(softmax_body, "triton", config.block_m)(x2)
+    else:
+        out = common.run_generated(source(problem, config, "flydsl"), "softmax_body", x2)
+    return out.reshape(x.shape)
