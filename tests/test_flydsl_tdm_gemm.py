@@ -5,6 +5,8 @@ M/N zero-filled, writes once, K covered, numerics and the _scaled_mm epilogue)."
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -127,6 +129,30 @@ def test_model_fp8_scaled_mm(scaling: str, m: int, n: int, k: int) -> None:
     res = run_gemm(t, _operand(a, m), _operand(w, n), m, n, k, epi)
     want = scaled_mm_reference(a, w, alpha=sa * sb, bias=bias, out_dtype=torch.float32).numpy()
     np.testing.assert_allclose(res.out, want, rtol=1e-5, atol=1e-3)
+
+
+def _flydsl_split(request: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int, int]]]:
+    """Subprocess side: FlyDSL's own split, as (first row, first k, rows, ks) per wave."""
+    from flydsl.expr.rocdl.tdm_ops import compute_warp_distribution
+
+    out = []
+    for rows, cols, waves in request:
+        (w0, _), (p0, p1) = compute_warp_distribution([rows, cols], waves)
+        out.append([((w % w0) * p0, (w // w0) * p1, p0, p1) for w in range(waves)])
+    return out
+
+
+def test_tdm_split_matches_flydsl() -> None:
+    from inductor_ext.runtime.harness import run_in_subprocess
+
+    cases = [(rows, cols, waves) for rows in (16, 48, 64, 128) for cols in (32, 64, 128) for waves in (1, 2, 4, 8, 16)]
+    theirs = run_in_subprocess("test_flydsl_tdm_gemm:_flydsl_split", cases,
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), *sys.path])},
+                               what="FlyDSL's TDM warp split")
+    for (rows, cols, waves), split in zip(cases, theirs):
+        t = tg.tiling(Problem(64, 64, cols), Config(16, 16, cols, 1, 1))
+        assert [tuple(s) for s in split] == t.tdm_split(rows, waves), (rows, cols, waves)
+    assert "flydsl._mlir" not in sys.modules, "the host model must not load FlyDSL's MLIR in the test process"
 
 
 def test_model_refuses_a_k_tail() -> None:

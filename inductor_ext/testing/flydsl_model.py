@@ -95,15 +95,10 @@ class Epilogue:
 
 def _stage_tdm(t: GemmTiling, op: Operand, rows: int, row0: int, k0: int, k_lim: int) -> np.ndarray:
     """``tdm_stage``: the waves' TDM copies of a rows x block_k tile, split between the waves the
-    way FlyDSL's ``make_tensor_descriptor_2d`` splits it (``compute_warp_distribution``)."""
-    from flydsl.expr.rocdl.tdm_ops import compute_warp_distribution
-
-    waves = t.threads // t.mma.wave
-    (warps_outer, _), (per_outer, per_inner) = compute_warp_distribution([rows, t.block_k], waves)
+    way FlyDSL's ``make_tensor_descriptor_2d`` splits it (``GemmTiling.tdm_split``)."""
     lds = np.full((rows, t.lds_k), np.nan, dtype=np.float64)
     written = np.zeros((rows, t.lds_k), dtype=np.int64)
-    for w in range(waves):
-        r0, c0 = (w % warps_outer) * per_outer, (w // warps_outer) * per_inner
+    for r0, c0, per_outer, per_inner in t.tdm_split(rows, t.threads // t.mma.wave):
         r = np.arange(r0, min(r0 + per_outer, rows))[:, None]
         c = np.arange(c0, min(c0 + per_inner, t.block_k))[None, :]
         grow, gk = row0 + r, k0 + c

@@ -205,6 +205,21 @@ class GemmTiling:
         tile = (row // 128) * kb_tiles + kblock // 4
         return tile * 512 + (row % 32) * 16 + ((row // 32) % 4) * 4 + kblock % 4
 
+    def tdm_split(self, rows: int, waves: int) -> list[tuple[int, int, int, int]]:
+        """How ``make_tensor_descriptor_2d`` (FlyDSL) splits a ``rows x block_k`` TDM tile between
+        ``waves`` waves: (first row, first k, rows, ks) per wave, wave order. Waves double along
+        the rows first, then along K, while a dimension still has two units per wave; leftover
+        waves go to K. tests/test_flydsl_tdm_gemm.py checks this against FlyDSL's own function
+        (in a subprocess: the host model must not load FlyDSL's MLIR)."""
+        dims, warps, left = [rows, self.block_k], [1, 1], waves
+        for i in range(2):
+            while left > 1 and warps[i] * 2 <= dims[i]:
+                warps[i] *= 2
+                left //= 2
+        warps[1] *= left
+        per = [cdiv(dims[i], warps[i]) for i in range(2)]
+        return [((w % warps[0]) * per[0], (w // warps[0]) * per[1], per[0], per[1]) for w in range(waves)]
+
     @staticmethod
     def scale_ok(row: Any, kblock: Any, rows: Any, kblocks: Any) -> Any:
         """Which block scales a kernel reads; the others read as the byte 0 (2**-127 times zeros)."""
