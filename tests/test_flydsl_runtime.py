@@ -57,8 +57,9 @@ def test_worker_env_is_compile_only_for_the_arch(monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.isa
-def test_compiles_both_arches_and_returns_the_code_object(probes_on_path: None, tmp_path: Path) -> None:
-    out950, out1250 = flydsl.compile_jobs([_job("scale_job"), _job("scale_job", "gfx1250")], cache=tmp_path)
+def test_compiles_both_arches_and_returns_the_code_object(probes_on_path: None, isa_cache: str | None,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    out950, out1250 = flydsl.compile_jobs([_job("scale_job"), _job("scale_job", "gfx1250")], cache=isa_cache)
     for out, arch in ((out950, "gfx950"), (out1250, "gfx1250")):
         assert re.search(rf'\.amdgcn_target "amdgcn-amd-amdhsa-\w*-{arch}"', out["amdgcn"])
         isa.assert_has_instructions(out["amdgcn"], arch, [r"buffer_load_(dword|b32)", r"buffer_store_(dword|b32)", r"v_add_f32"])
@@ -66,8 +67,10 @@ def test_compiles_both_arches_and_returns_the_code_object(probes_on_path: None, 
         assert hsaco[:4] == b"\x7fELF" and hsaco[18] == 224  # e_machine EM_AMDGPU
         meta = json.loads(out["metadata"])
         assert meta["arch"] == arch and meta["kernels"]["probe_0"]["wavefront_size"] == (64 if arch == "gfx950" else 32)
-    # a second call is answered from the disk cache without a subprocess
-    again = flydsl.compile_jobs([_job("scale_job")], cache=tmp_path)
+    # a second call is answered from the memo / disk cache without a subprocess
+    flydsl._memo.clear()
+    monkeypatch.setattr(flydsl, "_compile_in_subprocess", lambda *a: pytest.fail("the cache did not answer"))
+    again = flydsl.compile_jobs([_job("scale_job")], cache=isa_cache)
     assert again[0] == out950
 
 

@@ -69,8 +69,8 @@ def test_codegen_refuses_a_process_with_flydsl_mlir(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setitem(sys.modules, "flydsl._mlir", object())
     with pytest.raises(RuntimeError, match="clash"):
-        common.generated_code.__wrapped__(rmsnorm.rmsnorm_body, "flydsl", 1, (("tensor", (2, 8), (8, 1), "float32"),
-                                                                            ("tensor", (8,), (1,), "float32"), 1e-6))
+        common._generate(rmsnorm.rmsnorm_body, "flydsl", 1, (("tensor", (2, 8), (8, 1), "float32"),
+                                                            ("tensor", (8,), (1,), "float32"), 1e-6))
 
 
 # ----------------------------------------------------------------------- family protocol

@@ -64,7 +64,26 @@ def make_kernel(body: Callable[..., Any], backend: str, block_m: int) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def generated_code(body: Callable[..., Any], backend: str, block_m: int, args: tuple[Any, ...]) -> str:
-    """Helion's generated module for ``args`` (tensor specs from :func:`tensor_arg`, scalars as is)."""
+    """Helion's generated module for ``args`` (tensor specs from :func:`tensor_arg`, scalars as is),
+    cached on disk (``runtime.asm_cache``) by the body's source, the arguments and Helion's version:
+    importing Helion and tracing costs seconds."""
+    import hashlib
+    import importlib.metadata
+    import inspect
+    import json
+
+    key = hashlib.sha256(json.dumps([inspect.getsource(body), backend, block_m, repr(args),
+                                     importlib.metadata.version("helion")]).encode()).hexdigest()
+    path = asm_cache.cache_dir() / f"helion-{body.__name__}-{backend}-{key[:24]}.json.gz"
+    cached = asm_cache.read(path, key)
+    if cached is not None:
+        return cached["code"]
+    code = _generate(body, backend, block_m, args)
+    asm_cache.write(path, key, {"code": code})
+    return code
+
+
+def _generate(body: Callable[..., Any], backend: str, block_m: int, args: tuple[Any, ...]) -> str:
     import helion
 
     if "flydsl._mlir" in sys.modules:
