@@ -72,3 +72,64 @@ def stream() -> Any:
     import torch
 
     return fx.Stream(torch.cuda.current_stream())
+
+
+# ------------------------------------------------------------------ render and tier I, shared
+
+_LAUNCHER = '''\
+"""{family} {config_name} for {target}: the FlyDSL kernel {module}.build_launcher builds for
+{problem!r}."""
+from {problem_module} import {problem_cls}
+from {config_module} import {config_cls}
+from {module} import run
+
+PROBLEM = {problem!r}
+CONFIG = {config!r}
+
+
+def {name}(*tensors):
+    return run(PROBLEM, CONFIG, "{target}", *tensors)
+'''
+
+
+def render_launcher(module: str, family: str, problem: Any, config: Any, target: str, name: str, tiling: Any,
+                    rows: int, cols: int, reason: str | None) -> Any:
+    """A FlyDSL family's ``KernelSource``: a launcher module calling ``module.run`` (the kernel is
+    built by the family's ``build_launcher``), with the grid, block, LDS and instruction it uses.
+    ``reason`` (the family's refusal, if any) raises ValueError instead."""
+    from dataclasses import asdict
+
+    from inductor_ext.templates.base import KernelSource
+
+    if reason:
+        raise ValueError(f"{family} cannot serve {problem} with {config}: {reason}")
+    source = _LAUNCHER.format(family=family, config_name=config.name(), target=target, module=module, problem=problem,
+                              config=config, name=name, problem_module=type(problem).__module__,
+                              problem_cls=type(problem).__qualname__, config_module=type(config).__module__,
+                              config_cls=type(config).__qualname__)
+    return KernelSource(name=name, source=source, template=family, config=asdict(config), language="flydsl",
+                        launch={"grid": (-(-rows // config.block_m), -(-cols // config.block_n), 1),
+                                "block": (tiling.threads, 1, 1), "lds_bytes": tiling.lds_bytes,
+                                "mma": tiling.mma.instruction})
+
+
+def compile_isa(module: str, family: str, targets: Sequence[str], jobs: Sequence[tuple[Any, Any, str]], *,
+                reason: Any, static: Any, name: Any, cache: str | None = None) -> list[dict[str, str]]:
+    """Tier I for a FlyDSL family: each (problem, config, target) compiled by ``module._compile_job``
+    in ``runtime.flydsl``'s subprocess. ``reason(problem, config, target)`` refuses what the family
+    does not serve; ``static(problem)`` keeps only what the compile depends on (sizes are runtime
+    arguments); ``name(static_problem, config)`` labels the kernel."""
+    from dataclasses import asdict
+
+    from inductor_ext.runtime import flydsl as flydsl_runtime
+
+    fly_jobs = []
+    for problem, config, target in jobs:
+        why = reason(problem, config, target) if target in targets else f"target not claimed (claims {tuple(targets)})"
+        if why:
+            raise ValueError(f"{family} {config.name()} on {target}: {why}")
+        fixed = static(problem)
+        fly_jobs.append(flydsl_runtime.FlyJob(f"{module}:_compile_job",
+                                              {"problem": asdict(fixed), "config": asdict(config), "target": target},
+                                              target, f"{name(fixed, config)}_{target}"))
+    return flydsl_runtime.compile_jobs(fly_jobs, cache=cache)

@@ -21,10 +21,9 @@ run must check the numerics against ``torch.mm`` (``bench/rocm_gemm.py`` does, b
 # No "from __future__ import annotations": FlyDSL reads the kernels' and structs' annotations as
 # objects.
 import functools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from inductor_ext.runtime import flydsl as flydsl_runtime
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
@@ -132,37 +131,15 @@ def config_reason(problem: GemmProblem, config: GemmConfig, target: str = "gfx95
 
 # ------------------------------------------------------------------------------------ render
 
-_LAUNCHER = '''\
-"""{family} {config_name} for {target}: FlyDSL kernel built by
-inductor_ext.templates.flydsl.gemm.build_launcher for {problem!r}."""
-from inductor_ext.templates.flydsl.gemm import GemmConfig, GemmProblem, run
-
-PROBLEM = {problem!r}
-CONFIG = {config!r}
-
-
-def {name}(*tensors):
-    return run(PROBLEM, CONFIG, "{target}", *tensors)
-'''
-
-
 def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
     layout = ("k" if problem.a_k_major else "m") + ("k" if problem.b_k_major else "n")
     return f"flydsl_gemm_{problem.dtype}_{layout}{'_bias' if problem.bias else ''}_{config.name()}"
 
 
 def render(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
-    reason = supports(problem) or config_reason(problem, config, target)
-    if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem} with {config}: {reason}")
-    t = tiling(problem, config, target)
     name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
-    return KernelSource(
-        name=name, template=FAMILY, language="flydsl", config=asdict(config),
-        source=_LAUNCHER.format(family=FAMILY, config_name=config.name(), target=target, problem=problem,
-                                config=config, name=name),
-        launch={"grid": (-(-problem.m // config.block_m), -(-problem.n // config.block_n), 1),
-                "block": (t.threads, 1, 1), "lds_bytes": t.lds_bytes, "mma": t.mma.instruction})
+    return common.render_launcher(__name__, FAMILY, problem, config, target, name, tiling(problem, config, target),
+                                  problem.m, problem.n, supports(problem) or config_reason(problem, config, target))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -242,17 +219,9 @@ def isa(problem: GemmProblem, config: GemmConfig, target: str = "gfx950", *,
 
 
 def isa_many(jobs: list[tuple[GemmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
-    fly_jobs = []
-    for problem, config, target in jobs:
-        reason = config_reason(problem, config, target)
-        if reason or target not in TARGETS:
-            raise ValueError(f"{FAMILY} {config.name()} on {target}: {reason or 'target not claimed'}")
-        static = replace(problem, m=1, n=1, k=1, vec_ok=True, alpha=1.0, beta=1.0)
-        fly_jobs.append(flydsl_runtime.FlyJob(
-            "inductor_ext.templates.flydsl.gemm:_compile_job",
-            {"problem": asdict(static), "config": asdict(config), "target": target}, target,
-            f"{kernel_name(static, config)}_{target}"))
-    return flydsl_runtime.compile_jobs(fly_jobs, cache=cache)
+    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: config_reason(p, c, t),
+                              static=lambda p: replace(p, m=1, n=1, k=1, vec_ok=True, alpha=1.0, beta=1.0),
+                              name=kernel_name, cache=cache)
 
 
 def run(problem: GemmProblem, config: GemmConfig, target: str, *tensors: Any) -> Any:

@@ -20,14 +20,14 @@ group boundaries (empty groups, a group ending inside a tile, rows past ``offs[-
 
 # No "from __future__ import annotations": FlyDSL reads the kernels' and structs' annotations as objects.
 import functools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from inductor_ext.runtime import flydsl as flydsl_runtime
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
-from inductor_ext.templates.flydsl.gemm import ALL_CONFIGS, DTYPES, GemmConfig, tiling as _gemm_tiling, GemmProblem
+from inductor_ext.templates.flydsl import gemm
+from inductor_ext.templates.flydsl.gemm import ALL_CONFIGS, DTYPES, GemmConfig, GemmProblem
 from inductor_ext.templates.flydsl.tiling import GemmTiling, cdiv
 
 FAMILY = "flydsl.grouped_mm"
@@ -57,8 +57,7 @@ class GroupedMmProblem:
 
 
 def tiling(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> GemmTiling:
-    return _gemm_tiling(GemmProblem(problem.t, problem.n, problem.k, problem.dtype, problem.a_k_major,
-                                    problem.b_k_major), config, target)
+    return gemm.tiling(_as_gemm(problem), config, target)
 
 
 def problem_for(spec: OpSpec) -> GroupedMmProblem | str:
@@ -107,27 +106,16 @@ def configs(problem: GroupedMmProblem, target: str) -> list[GemmConfig]:
     return common.fitting(table, max(16, problem.t // problem.groups), problem.n)
 
 
+def _as_gemm(problem: GroupedMmProblem) -> GemmProblem:
+    return GemmProblem(problem.t, problem.n, problem.k, problem.dtype, problem.a_k_major, problem.b_k_major,
+                       problem.vec_ok)
+
+
 def config_reason(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
-    if config.vec > 1 and not problem.vec_ok:
-        return f"config {config.name()} loads 16 bytes at once; these strides need vec=1"
-    return tiling(problem, config, target).reason()
+    return gemm.config_reason(_as_gemm(problem), config, target)
 
 
 # ------------------------------------------------------------------------------------ render
-
-_LAUNCHER = '''\
-"""{family} {config_name} for {target}: FlyDSL kernel built by
-inductor_ext.templates.flydsl.grouped_mm.build_launcher for {problem!r}."""
-from inductor_ext.templates.flydsl.grouped_mm import GroupedMmConfig, GroupedMmProblem, run
-
-PROBLEM = {problem!r}
-CONFIG = {config!r}
-
-
-def {name}(a, b, offs, bias=None):
-    return run(PROBLEM, CONFIG, "{target}", a, b, offs, bias)
-'''
-
 
 def kernel_name(problem: GroupedMmProblem, config: GemmConfig) -> str:
     layout = ("k" if problem.a_k_major else "m") + ("k" if problem.b_k_major else "n")
@@ -136,17 +124,9 @@ def kernel_name(problem: GroupedMmProblem, config: GemmConfig) -> str:
 
 
 def render(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
-    reason = supports(problem) or config_reason(problem, config, target)
-    if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem} with {config}: {reason}")
-    t = tiling(problem, config, target)
     name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
-    return KernelSource(
-        name=name, template=FAMILY, language="flydsl", config=asdict(config),
-        source=_LAUNCHER.format(family=FAMILY, config_name=config.name(), problem=problem, config=config, name=name,
-                                target=target),
-        launch={"grid": (cdiv(problem.t, config.block_m), cdiv(problem.n, config.block_n), 1),
-                "block": (t.threads, 1, 1), "lds_bytes": t.lds_bytes, "mma": t.mma.instruction})
+    return common.render_launcher(__name__, FAMILY, problem, config, target, name, tiling(problem, config, target),
+                                  problem.t, problem.n, supports(problem) or config_reason(problem, config, target))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -238,16 +218,10 @@ def isa(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950", *
 
 
 def isa_many(jobs: list[tuple[GroupedMmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
-    fly_jobs = []
-    for problem, config, target in jobs:
-        reason = supports(problem) or config_reason(problem, config, target)
-        if reason or target not in TARGETS:
-            raise ValueError(f"{FAMILY} {config.name()} on {target}: {reason or 'target not claimed'}")
-        static = replace(problem, t=1, n=1, k=1, groups=1, vec_ok=True)
-        fly_jobs.append(flydsl_runtime.FlyJob("inductor_ext.templates.flydsl.grouped_mm:_compile_job",
-                                              {"problem": asdict(static), "config": asdict(config), "target": target},
-                                              target, f"{kernel_name(static, config)}_{target}"))
-    return flydsl_runtime.compile_jobs(fly_jobs, cache=cache)
+    return common.compile_isa(__name__, FAMILY, TARGETS, jobs,
+                              reason=lambda p, c, t: supports(p) or config_reason(p, c, t),
+                              static=lambda p: replace(p, t=1, n=1, k=1, groups=1, vec_ok=True), name=kernel_name,
+                              cache=cache)
 
 
 def run(problem: GroupedMmProblem, config: GemmConfig, target: str, a: Any, b: Any, offs: Any, bias: Any = None,

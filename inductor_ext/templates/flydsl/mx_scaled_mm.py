@@ -21,10 +21,9 @@ with it, the assumed lane layout of the scaled MFMA (32 consecutive K per lane, 
 
 # No "from __future__ import annotations": FlyDSL reads the kernels' and structs' annotations as objects.
 import functools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from inductor_ext.runtime import flydsl as flydsl_runtime
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
@@ -157,36 +156,14 @@ def config_reason(problem: MxScaledMmProblem, config: MxScaledMmConfig) -> str |
 
 # ------------------------------------------------------------------------------------ render
 
-_LAUNCHER = '''\
-"""{family} {config_name} for gfx950: FlyDSL kernel built by
-inductor_ext.templates.flydsl.mx_scaled_mm.build_launcher for {problem!r}."""
-from inductor_ext.templates.flydsl.mx_scaled_mm import MxScaledMmConfig, MxScaledMmProblem, run
-
-PROBLEM = {problem!r}
-CONFIG = {config!r}
-
-
-def {name}(a, b, scale_a, scale_b, bias=None):
-    return run(PROBLEM, CONFIG, "gfx950", a, b, scale_a, scale_b, bias)
-'''
-
-
 def kernel_name(problem: MxScaledMmProblem, config: MxScaledMmConfig) -> str:
     return (f"flydsl_mx_scaled_mm_{problem.fmt}_{problem.scale_layout}_{problem.out_dtype}"
             f"{'_bias' if problem.bias else ''}_{config.name()}")
 
 
 def render(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx950") -> KernelSource:
-    reason = supports(problem) or config_reason(problem, config)
-    if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem} with {config}: {reason}")
-    t = tiling(problem, config)
-    name = kernel_name(problem, config)
-    return KernelSource(
-        name=name, template=FAMILY, language="flydsl", config=asdict(config),
-        source=_LAUNCHER.format(family=FAMILY, config_name=config.name(), problem=problem, config=config, name=name),
-        launch={"grid": (cdiv(problem.m, config.block_m), cdiv(problem.n, config.block_n), 1),
-                "block": (t.threads, 1, 1), "lds_bytes": t.lds_bytes, "mma": t.mma.instruction})
+    return common.render_launcher(__name__, FAMILY, problem, config, target, kernel_name(problem, config),
+                                  tiling(problem, config), problem.m, problem.n, supports(problem) or config_reason(problem, config))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -291,16 +268,8 @@ def isa(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx
 
 def isa_many(jobs: list[tuple[MxScaledMmProblem, MxScaledMmConfig, str]], *,
              cache: str | None = None) -> list[dict[str, str]]:
-    fly_jobs = []
-    for problem, config, target in jobs:
-        reason = supports(problem) or config_reason(problem, config)
-        if reason or target not in TARGETS:
-            raise ValueError(f"{FAMILY} {config.name()} on {target}: {reason or 'target not claimed'}")
-        static = replace(problem, m=1, n=1, k=BLOCK)
-        fly_jobs.append(flydsl_runtime.FlyJob(
-            "inductor_ext.templates.flydsl.mx_scaled_mm:_compile_job",
-            {"problem": asdict(static), "config": asdict(config)}, target, kernel_name(static, config)))
-    return flydsl_runtime.compile_jobs(fly_jobs, cache=cache)
+    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_reason(p, c),
+                              static=lambda p: replace(p, m=1, n=1, k=BLOCK), name=kernel_name, cache=cache)
 
 
 def run(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str, a: Any, b: Any, scale_a: Any,

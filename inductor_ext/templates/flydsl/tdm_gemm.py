@@ -23,11 +23,11 @@ numerics. Tier D (``run``) needs an MI450; a first run must check numerics again
 
 # No "from __future__ import annotations": FlyDSL reads the kernels' and structs' annotations as objects.
 import functools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from inductor_ext.runtime import flydsl as flydsl_runtime
 from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates import linear
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
 from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling, cdiv
@@ -35,34 +35,13 @@ from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling, cdiv
 FAMILY = "flydsl.tdm_gemm"
 # Claimed only where tier I passes (tests/test_flydsl_tdm_gemm.py).
 TARGETS = ("gfx1250",)
-OPS = ("mm", "addmm", "_scaled_mm")
+OPS = linear.OPS
 CHOICE_KIND = "extern"
-DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
-FP8_OUT_DTYPES = ("bfloat16", "float16", "float32")
+DTYPES, FP8_OUT_DTYPES = linear.DTYPES, linear.FP8_OUT_DTYPES
 SCALINGS = ("none", "tensor", "row")
 _BITS = {"bfloat16": 16, "float16": 16, "float8_e4m3fn": 8}
+TdmGemmProblem = linear.LinearProblem
 _MMA = {"bfloat16": "gfx1250_bf16", "float16": "gfx1250_fp16", "float8_e4m3fn": "gfx1250_fp8"}
-
-
-@dataclass(frozen=True)
-class TdmGemmProblem:
-    """C = A @ B for K-major A (M, K) and B (K, N). 16-bit: mm / addmm (beta * bias + alpha * A @ B),
-    out in the input dtype. fp8: _scaled_mm, (A @ B) * scale_a * scale_b (+ bias), ``scaling``
-    "tensor" (one fp32 each) or "row" (scale_a [M, 1], scale_b [1, N])."""
-
-    m: int
-    n: int
-    k: int
-    dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    bias: bool = False
-    alpha: float = 1.0
-    beta: float = 1.0
-    scaling: str = "none"
-
-    @property
-    def bits(self) -> int:
-        return _BITS[self.dtype]
 
 
 @dataclass(frozen=True)
@@ -77,76 +56,31 @@ class TdmGemmConfig:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.waves_m}x{self.waves_n}"
 
 
+def _bits(problem: TdmGemmProblem) -> int:
+    return _BITS[problem.dtype]
+
+
 def tiling(problem: TdmGemmProblem, config: TdmGemmConfig) -> GemmTiling:
     # vec only sizes the (unused) per-thread load path: one 16-byte run, like the other families
     return GemmTiling(config.block_m, config.block_n, config.block_k, config.waves_m, config.waves_n,
-                      128 // problem.bits, MMA[_MMA[problem.dtype]], True, True, problem.bits)
+                      128 // _bits(problem), MMA[_MMA[problem.dtype]], True, True, _bits(problem))
 
 
 def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
-    if spec.op not in OPS:
-        return f"{FAMILY} serves {OPS}, not {spec.op}"
-    if spec.op == "_scaled_mm":
-        a, b, sa, sb, bias, scale_result = (*spec.inputs, None, None, None, None, None, None)[:6]
-        if a is None or b is None or sa is None or sb is None:
-            return "_scaled_mm needs A, B and both scales"
-        if a.dtype != "float8_e4m3fn" or b.dtype != a.dtype:
-            return f"{FAMILY} takes fp8 e4m3 operands for _scaled_mm, got {a.dtype}, {b.dtype}"
-        if scale_result is not None:
-            return "scale_result is not supported"
-        m, k = a.shape
-        n = b.shape[1]
-        if sa.dtype != "float32" or sb.dtype != "float32":
-            return f"{FAMILY} takes fp32 tensor-wise or row-wise scales, got {sa.dtype}, {sb.dtype} (MX is flydsl.mx_scaled_mm)"
-        numel_a = sa.shape[0] * (sa.shape[1] if len(sa.shape) > 1 else 1) if sa.shape else 1
-        numel_b = sb.shape[0] * (sb.shape[1] if len(sb.shape) > 1 else 1) if sb.shape else 1
-        if numel_a == 1 and numel_b == 1:
-            scaling = "tensor"
-        elif tuple(sa.shape) == (m, 1) and tuple(sb.shape) == (1, n):
-            scaling = "row"
-        else:
-            return f"scales must be one value each or [M, 1] and [1, N]; got {sa.shape}, {sb.shape}"
-        out = spec.out.dtype
-        if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != out):
-            return f"bias must be [{n}] in the output dtype {out}"
-        problem = TdmGemmProblem(m, n, k, a.dtype, out, bias is not None, scaling=scaling)
-    else:
-        bias = spec.inputs[0] if spec.op == "addmm" else None
-        a, b = spec.inputs[-2], spec.inputs[-1]
-        if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
-            return "mm needs two 2-D operands"
-        dtypes = {a.dtype, b.dtype, spec.out.dtype} | ({bias.dtype} if bias is not None else set())
-        if len(dtypes) != 1 or a.dtype not in ("bfloat16", "float16"):
-            return f"{FAMILY} mm takes one dtype of bfloat16/float16 for A, B, bias and C; got {sorted(dtypes)}"
-        m, k = a.shape
-        n = b.shape[1]
-        if bias is not None and (len(bias.shape) != 1 or bias.shape[0] != n):
-            return f"{FAMILY} adds a bias over N ([{n}]), got {bias.shape}"
-        problem = TdmGemmProblem(m, n, k, a.dtype, a.dtype, bias is not None, float(spec.scalars.get("alpha", 1.0)),
-                                 float(spec.scalars.get("beta", 1.0)))
-    a, b = spec.inputs[0] if spec.op != "addmm" else spec.inputs[1], spec.inputs[1] if spec.op != "addmm" else spec.inputs[2]
-    if a.stride[1] != 1 or b.stride[0] != 1:
-        return f"{FAMILY} needs A and B contiguous along K (x @ W.T); got strides {a.stride}, {b.stride}"
-    if a.stride[0] * problem.bits % 128 or b.stride[1] * problem.bits % 128:
-        return "rows of A and B must start 16-byte aligned for the TDM"
-    return supports(problem) or problem
+    """The problem for an ``mm`` / ``addmm`` / ``_scaled_mm`` OpSpec (``x @ W.T``), or why not served."""
+    problem = linear.linear_problem(spec, FAMILY)
+    return problem if isinstance(problem, str) else supports(problem) or problem
 
 
 def supports(problem: TdmGemmProblem) -> str | None:
-    if problem.dtype not in DTYPES:
-        return f"dtype {problem.dtype} not in {DTYPES}"
-    fp8 = problem.dtype == "float8_e4m3fn"
-    if fp8 and (problem.scaling not in ("tensor", "row") or problem.out_dtype not in FP8_OUT_DTYPES):
-        return f"fp8 needs tensor/row scaling and an out dtype in {FP8_OUT_DTYPES}"
-    if not fp8 and (problem.scaling != "none" or problem.out_dtype != problem.dtype):
-        return "16-bit GEMMs are unscaled and keep their dtype"
-    if min(problem.m, problem.n, problem.k) <= 0:
-        return f"empty problem {problem.m}x{problem.n}x{problem.k}"
-    k_unit = 128 if fp8 else 32
+    reason = linear.dtype_reason(problem)
+    if reason:
+        return reason
+    k_unit = 128 if problem.dtype == "float8_e4m3fn" else 32
     if problem.k % k_unit:
         return f"K={problem.k} is not a multiple of {k_unit} (TDM tiles span whole K steps)"
     return common.size_reason(problem.m * problem.k, problem.k * problem.n, problem.m * problem.n,
-                              elem_bytes=max(problem.bits / 8, 4))
+                              elem_bytes=max(_bits(problem) / 8, 4))
 
 
 _CONFIGS_16 = (TdmGemmConfig(128, 128, 64, 2, 2), TdmGemmConfig(64, 64, 64, 2, 2), TdmGemmConfig(64, 128, 32, 2, 2),
@@ -158,7 +92,7 @@ _CONFIGS_8 = (TdmGemmConfig(128, 128, 128, 2, 2), TdmGemmConfig(64, 64, 128, 2, 
 def configs(problem: TdmGemmProblem, target: str) -> list[TdmGemmConfig]:
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not one of {TARGETS}")
-    table = _CONFIGS_8 if problem.bits == 8 else _CONFIGS_16
+    table = _CONFIGS_8 if _bits(problem) == 8 else _CONFIGS_16
     return [c for c in common.fitting(table, problem.m, problem.n) if problem.k % c.block_k == 0] or \
         [c for c in table if problem.k % c.block_k == 0][-1:]
 
@@ -175,20 +109,6 @@ def config_reason(problem: TdmGemmProblem, config: TdmGemmConfig) -> str | None:
 
 # ------------------------------------------------------------------------------------ render
 
-_LAUNCHER = '''\
-"""{family} {config_name} for gfx1250: FlyDSL kernel built by
-inductor_ext.templates.flydsl.tdm_gemm.build_launcher for {problem!r}."""
-from inductor_ext.templates.flydsl.tdm_gemm import TdmGemmConfig, TdmGemmProblem, run
-
-PROBLEM = {problem!r}
-CONFIG = {config!r}
-
-
-def {name}(*tensors):
-    return run(PROBLEM, CONFIG, "gfx1250", *tensors)
-'''
-
-
 def kernel_name(problem: TdmGemmProblem, config: TdmGemmConfig) -> str:
     scale = "" if problem.scaling == "none" else f"_{problem.scaling}scaled"
     return (f"flydsl_tdm_gemm_{problem.dtype}_{problem.out_dtype}{scale}{'_bias' if problem.bias else ''}_"
@@ -196,16 +116,8 @@ def kernel_name(problem: TdmGemmProblem, config: TdmGemmConfig) -> str:
 
 
 def render(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250") -> KernelSource:
-    reason = supports(problem) or config_reason(problem, config)
-    if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem} with {config}: {reason}")
-    t = tiling(problem, config)
-    name = kernel_name(problem, config)
-    return KernelSource(
-        name=name, template=FAMILY, language="flydsl", config=asdict(config),
-        source=_LAUNCHER.format(family=FAMILY, config_name=config.name(), problem=problem, config=config, name=name),
-        launch={"grid": (cdiv(problem.m, config.block_m), cdiv(problem.n, config.block_n), 1),
-                "block": (t.threads, 1, 1), "lds_bytes": t.lds_bytes, "mma": t.mma.instruction})
+    return common.render_launcher(__name__, FAMILY, problem, config, target, kernel_name(problem, config),
+                                  tiling(problem, config), problem.m, problem.n, supports(problem) or config_reason(problem, config))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -280,7 +192,7 @@ def _compile_job(job: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
     """Builder for ``runtime.flydsl`` (runs in its subprocess)."""
     p, config = TdmGemmProblem(**job["problem"]), TdmGemmConfig(**job["config"])
     launch = build_launcher(p.dtype, p.out_dtype, p.bias, p.scaling, config)
-    data = "uint8" if p.bits == 8 else p.dtype
+    data = "uint8" if _bits(p) == 8 else p.dtype
     c, x = common.placeholder(p.out_dtype), common.placeholder(p.out_dtype)
     a, b = common.placeholder(data), common.placeholder(data)
     sa, sb = common.placeholder("float32"), common.placeholder("float32")
@@ -292,17 +204,11 @@ def isa(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250",
     return isa_many([(problem, config, target)], cache=cache)[0]
 
 
-def isa_many(jobs: list[tuple[TdmGemmProblem, TdmGemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
-    fly_jobs = []
-    for problem, config, target in jobs:
-        reason = supports(problem) or config_reason(problem, config)
-        if reason or target not in TARGETS:
-            raise ValueError(f"{FAMILY} {config.name()} on {target}: {reason or 'target not claimed'}")
-        static = replace(problem, m=1, n=1, k=config.block_k, alpha=1.0, beta=1.0)
-        fly_jobs.append(flydsl_runtime.FlyJob("inductor_ext.templates.flydsl.tdm_gemm:_compile_job",
-                                              {"problem": asdict(static), "config": asdict(config)}, target,
-                                              kernel_name(static, config)))
-    return flydsl_runtime.compile_jobs(fly_jobs, cache=cache)
+def isa_many(jobs: list[tuple[TdmGemmProblem, TdmGemmConfig, str]], *,
+             cache: str | None = None) -> list[dict[str, str]]:
+    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_reason(p, c),
+                              static=lambda p: replace(p, m=1, n=1, k=4096, alpha=1.0, beta=1.0), name=kernel_name,
+                              cache=cache)
 
 
 def run(problem: TdmGemmProblem, config: TdmGemmConfig, target: str, *tensors: Any) -> Any:
@@ -324,7 +230,7 @@ def run(problem: TdmGemmProblem, config: TdmGemmConfig, target: str, *tensors: A
     x = bias if bias is not None else c
     sa = sa if sa is not None else torch.ones(1, device=a.device)
     sb = sb if sb is not None else torch.ones(1, device=a.device)
-    raw = (lambda t: t.view(torch.uint8)) if problem.bits == 8 else (lambda t: t)
+    raw = (lambda t: t.view(torch.uint8)) if _bits(problem) == 8 else (lambda t: t)
     launch = build_launcher(problem.dtype, problem.out_dtype, problem.bias, problem.scaling, config)
     launch(common.flat(c), common.flat(raw(a)), common.flat(raw(b)), common.flat(x), common.flat(sa), common.flat(sb),
            m, n, k, a.stride(0), b.stride(1), c.stride(0), c.stride(1), x.stride(-1),

@@ -93,15 +93,36 @@ def _generate(body: Callable[..., Any], backend: str, block_m: int, args: tuple[
     return kernel.bind(_stand_ins(args)).to_code(helion.Config(block_sizes=[block_m]))
 
 
-def flydsl_isa(jobs: list[tuple[str, str, str, tuple[Any, ...]]], *, cache: str | None = None) -> list[dict[str, str]]:
-    """Compile generated FlyDSL modules for gfx950: jobs of (name, code, host function, args)."""
+def render(family: str, body: Callable[..., Any], name: str, config: Any, target: str, rows: int,
+           args: tuple[Any, ...]) -> Any:
+    """The ``KernelSource`` of a row-wise Helion family: the module Helion generates for the target's
+    backend, launched one wave per row (``config.block_m`` rows per program)."""
+    from dataclasses import asdict
+
+    from inductor_ext.templates.base import KernelSource
+
+    backend = BACKENDS[target]
+    return KernelSource(name=name, source=generated_code(body, backend, config.block_m, args), template=family,
+                        config=asdict(config), language=backend,
+                        launch={"grid": (-(-rows // config.block_m), 1, 1), "block": (64 * config.block_m, 1, 1)})
+
+
+def flydsl_isa(body: Callable[..., Any], jobs: list[tuple[str, int, tuple[Any, ...]]], *,
+               cache: str | None = None) -> list[dict[str, str]]:
+    """The FlyDSL backend's modules compiled for gfx950: jobs of (name, block_m, args)."""
     fly = [flydsl_runtime.FlyJob("inductor_ext.runtime.helion_flydsl:compile_job",
-                                 {"code": code, "host": host, "args": list(args)}, "gfx950", name)
-           for name, code, host, args in jobs]
+                                 {"code": generated_code(body, "flydsl", block_m, args), "host": body.__name__,
+                                  "args": list(args)}, "gfx950", name)
+           for name, block_m, args in jobs]
     return flydsl_runtime.compile_jobs(fly, cache=cache)
 
 
-def run_generated(code: str, host: str, *args: Any) -> Any:
-    """Launch Helion's generated FlyDSL module on a ROCm GPU (tier D) with the typed launcher."""
-    module = helion_flydsl.load_generated(code, str(asm_cache.cache_dir() / "helion_flydsl"))
-    return getattr(module, host)(*args, _launcher=helion_flydsl.launch)
+def run(body: Callable[..., Any], block_m: int, args: tuple[Any, ...], *values: Any) -> Any:
+    """Run the kernel on ``values``: CPU tensors through Helion's Triton backend (Triton's
+    interpreter: tier C), ROCm tensors through the FlyDSL backend's module with the typed launcher
+    (tier D). ``args`` are the specs the FlyDSL module was generated for."""
+    if values[0].device.type == "cpu":
+        return make_kernel(body, "triton", block_m)(*values)
+    module = helion_flydsl.load_generated(generated_code(body, "flydsl", block_m, args),
+                                          str(asm_cache.cache_dir() / "helion_flydsl"))
+    return getattr(module, body.__name__)(*values, _launcher=helion_flydsl.launch)

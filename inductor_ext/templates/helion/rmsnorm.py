@@ -14,7 +14,7 @@ generates wave64 code only (no gfx1250), and has no lowering for matmul or topk 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from inductor_ext.templates.base import KernelSource
@@ -107,10 +107,7 @@ def render(problem: RmsNormProblem, config: RmsNormConfig, target: str = "gfx950
     reason = supports(problem)
     if reason:
         raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
-    backend = common.BACKENDS[target]
-    return KernelSource(name=kernel_name(problem, config), source=source(problem, config, backend), template=FAMILY,
-                        config=asdict(config), language=backend,
-                        launch={"grid": (-(-problem.rows // config.block_m), 1, 1), "block": (64 * config.block_m, 1, 1)})
+    return common.render(FAMILY, rmsnorm_body, kernel_name(problem, config), config, target, problem.rows, _args(problem))
 
 
 def isa_many(jobs: list[tuple[RmsNormProblem, RmsNormConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
@@ -118,19 +115,14 @@ def isa_many(jobs: list[tuple[RmsNormProblem, RmsNormConfig, str]], *, cache: st
     for problem, _, target in jobs:
         if target not in TARGETS or supports(problem):
             raise ValueError(f"{FAMILY} does not compile {problem} for {target}")
-    return common.flydsl_isa([(kernel_name(p, c), source(p, c, "flydsl"), "rmsnorm_body", _args(p)) for p, c, _ in jobs],
-                             cache=cache)
+    return common.flydsl_isa(rmsnorm_body, [(kernel_name(p, c), c.block_m, _args(p)) for p, c, _ in jobs], cache=cache)
 
 
 def run(problem: RmsNormProblem, config: RmsNormConfig, target: str, x: Any, weight: Any = None) -> Any:
-    """RMSNorm of ``x`` (any leading shape). ROCm tensors: the FlyDSL backend's kernel (tier D);
-    CPU tensors: the Triton backend's, in Triton's interpreter (tier C)."""
+    """RMSNorm of ``x`` (any leading shape): the FlyDSL backend's kernel on ROCm tensors (tier D),
+    the Triton backend's in Triton's interpreter on CPU tensors (tier C)."""
     import torch
 
-    x2 = x.reshape(problem.rows, problem.n)
     w = weight if weight is not None else torch.ones(problem.n, dtype=x.dtype, device=x.device)
-    if x.device.type == "cpu":
-        out = common.make_kernel(rmsnorm_body, "triton", config.block_m)(x2, w, problem.eps)
-    else:
-        out = common.run_generated(source(problem, config, "flydsl"), "rmsnorm_body", x2, w, problem.eps)
+    out = common.run(rmsnorm_body, config.block_m, _args(problem), x.reshape(problem.rows, problem.n), w, problem.eps)
     return out.reshape(x.shape)

@@ -5,7 +5,7 @@ interpreter on CPU tensors. Tiers and limits as ``helion.rmsnorm``."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from inductor_ext.templates.base import KernelSource
@@ -83,26 +83,17 @@ def render(problem: SoftmaxProblem, config: SoftmaxConfig, target: str = "gfx950
     reason = supports(problem)
     if reason:
         raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
-    backend = common.BACKENDS[target]
-    return KernelSource(name=kernel_name(problem, config), source=source(problem, config, backend), template=FAMILY,
-                        config=asdict(config), language=backend,
-                        launch={"grid": (-(-problem.rows // config.block_m), 1, 1), "block": (64 * config.block_m, 1, 1)})
+    return common.render(FAMILY, softmax_body, kernel_name(problem, config), config, target, problem.rows, _args(problem))
 
 
 def isa_many(jobs: list[tuple[SoftmaxProblem, SoftmaxConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
     for problem, _, target in jobs:
         if target not in TARGETS or supports(problem):
             raise ValueError(f"{FAMILY} does not compile {problem} for {target}")
-    return common.flydsl_isa([(kernel_name(p, c), source(p, c, "flydsl"), "softmax_body", _args(p)) for p, c, _ in jobs],
-                             cache=cache)
+    return common.flydsl_isa(softmax_body, [(kernel_name(p, c), c.block_m, _args(p)) for p, c, _ in jobs], cache=cache)
 
 
 def run(problem: SoftmaxProblem, config: SoftmaxConfig, target: str, x: Any, *rest: Any) -> Any:
     """Softmax of ``x`` over its last dimension: FlyDSL backend on ROCm tensors (tier D), Triton
     backend in the interpreter on CPU tensors (tier C)."""
-    x2 = x.reshape(problem.rows, problem.n)
-    if x.device.type == "cpu":
-        out = common.make_kernel(softmax_body, "triton", config.block_m)(x2)
-    else:
-        out = common.run_generated(source(problem, config, "flydsl"), "softmax_body", x2)
-    return out.reshape(x.shape)
+    return common.run(softmax_body, config.block_m, _args(problem), x.reshape(problem.rows, problem.n)).reshape(x.shape)

@@ -18,10 +18,11 @@ gfx950 the descriptors lower to one-element buffer loads (measured), where ``tri
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from inductor_ext.templates.base import KernelSource, Tile
+from inductor_ext.templates import linear
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.triton import gemm
 from inductor_ext.templates.triton.gemm import GemmConfig
@@ -34,90 +35,31 @@ FAMILY = "triton.tdm_gemm"
 # Claimed only where tier I passes (tests/test_triton_tdm_gemm.py); the interpreter runs it on CPU
 # tensors in interpret mode (tier C) under the gfx1250 preset.
 TARGETS = ("gfx1250",)
-OPS = ("mm", "addmm", "_scaled_mm")
+OPS = linear.OPS
 CHOICE_KIND = "triton_template"
 
-DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
-FP8_OUT_DTYPES = ("bfloat16", "float16", "float32")
+DTYPES, FP8_OUT_DTYPES = linear.DTYPES, linear.FP8_OUT_DTYPES
 SCALINGS = {"none": 0, "tensor": 1, "row": 2}
 _FP = {**FP, "float8_e4m3fn": "fp8e4nv"}
-_BYTES = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float32": 4}
 
+TdmGemmProblem = linear.LinearProblem
 TdmGemmConfig = GemmConfig
 config_from_tile = gemm.config_from_tile
 
 
-@dataclass(frozen=True)
-class TdmGemmProblem:
-    """C = A @ B, A (M, K) and B (K, N) contiguous along K. 16-bit: mm / addmm
-    (beta * bias + alpha * A @ B). fp8: (A @ B) * scale_a * scale_b (+ bias), ``scaling`` "tensor"
-    (one fp32 each) or "row" (scale_a [M, 1], scale_b [1, N])."""
-
-    m: int
-    n: int
-    k: int
-    dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    bias: bool = False
-    alpha: float = 1.0
-    beta: float = 1.0
-    scaling: str = "none"
-    use_pdl = False  # not a field: AMD has no programmatic dependent launch (launch_options reads it)
-
-
 def supports(problem: TdmGemmProblem) -> str | None:
-    if problem.dtype not in DTYPES:
-        return f"dtype {problem.dtype} not in {DTYPES}"
-    fp8 = problem.dtype == "float8_e4m3fn"
-    if fp8 and (problem.scaling not in ("tensor", "row") or problem.out_dtype not in FP8_OUT_DTYPES):
-        return f"fp8 needs tensor or row scaling and an out dtype in {FP8_OUT_DTYPES}"
-    if not fp8 and (problem.scaling != "none" or problem.out_dtype != problem.dtype):
-        return "bf16/fp16 GEMMs are unscaled and keep their dtype"
-    if min(problem.m, problem.n, problem.k) <= 0:
-        return f"empty problem {problem.m}x{problem.n}x{problem.k}"
-    if problem.k * _BYTES[problem.dtype] % 16:
+    reason = linear.dtype_reason(problem)
+    if reason:
+        return reason
+    if problem.k * linear.ELEM_BYTES[problem.dtype] % 16:
         return f"K={problem.k}: rows of {problem.dtype} must be a multiple of 16 bytes for tensor descriptors"
     return None
 
 
 def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
     """The problem for an ``mm`` / ``addmm`` / ``_scaled_mm`` OpSpec, or why not served."""
-    if spec.op not in OPS:
-        return f"{FAMILY} serves {OPS}, not {spec.op}"
-    if spec.op == "_scaled_mm":
-        a, b, sa, sb, bias, scale_result = (*spec.inputs, None, None, None, None, None, None)[:6]
-        if a is None or b is None or sa is None or sb is None:
-            return "_scaled_mm needs A, B and both scales"
-        if a.dtype != "float8_e4m3fn" or b.dtype != a.dtype:
-            return f"{FAMILY} takes fp8 e4m3 operands for _scaled_mm, got {a.dtype}, {b.dtype}"
-        if sa.dtype != "float32" or sb.dtype != "float32" or scale_result is not None:
-            return "fp32 tensor-wise or row-wise scales only (MX: flydsl.mx_scaled_mm), no scale_result"
-        m, n = a.shape[0], b.shape[1]
-        one = lambda s: all(d == 1 for d in s.shape)  # noqa: E731
-        if one(sa) and one(sb):
-            scaling = "tensor"
-        elif tuple(sa.shape) == (m, 1) and tuple(sb.shape) == (1, n):
-            scaling = "row"
-        else:
-            return f"scales must be one value each or [M, 1] and [1, N]; got {sa.shape}, {sb.shape}"
-        if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != spec.out.dtype):
-            return f"bias must be [{n}] in the output dtype {spec.out.dtype}"
-        problem = TdmGemmProblem(m, n, a.shape[1], a.dtype, spec.out.dtype, bias is not None, scaling=scaling)
-    else:
-        bias = spec.inputs[0] if spec.op == "addmm" else None
-        a, b = spec.inputs[-2], spec.inputs[-1]
-        if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
-            return "mm needs two 2-D operands"
-        dtypes = {a.dtype, b.dtype, spec.out.dtype} | ({bias.dtype} if bias is not None else set())
-        if len(dtypes) != 1 or a.dtype not in ("bfloat16", "float16"):
-            return f"{FAMILY} mm takes one dtype of bfloat16/float16 for A, B, bias and C; got {sorted(dtypes)}"
-        problem = TdmGemmProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.dtype, bias is not None,
-                                 float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0)))
-    if a.stride[1] != 1 or b.stride[0] != 1:
-        return f"{FAMILY} needs A and B contiguous along K (x @ W.T); got strides {a.stride}, {b.stride}"
-    if (a.stride[0] * _BYTES[a.dtype]) % 16 or (b.stride[1] * _BYTES[b.dtype]) % 16:
-        return "rows of A and B must start 16-byte aligned for tensor descriptors"
-    return supports(problem) or problem
+    problem = linear.linear_problem(spec, FAMILY)
+    return problem if isinstance(problem, str) else supports(problem) or problem
 
 
 # Candidates, best first: 4 or 8 waves, 2-3 stages of TDM prefetch (LDS is 320 KB on gfx1250).

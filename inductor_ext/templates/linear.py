@@ -1,0 +1,93 @@
+"""The GEMM a Linear layer makes, ``x @ W.T`` (A (M, K) and B = W.T both contiguous along K), read
+from ``mm`` / ``addmm`` / ``_scaled_mm`` OpSpecs. Shared by the families that only serve that
+layout (the Tensor Data Mover GEMMs of FlyDSL and Triton): the op decoding lives here once, and
+each family's ``supports`` adds its own limits.
+
+- ``mm`` / ``addmm``: bf16/fp16, one dtype throughout, addmm's bias over N with alpha and beta;
+- ``_scaled_mm``: fp8 e4m3 with fp32 tensor-wise (one value each) or row-wise ([M, 1], [1, N])
+  scales, an optional bias [N] in the output dtype; MX block scales are another family's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inductor_ext.templates.family import OpSpec
+
+OPS = ("mm", "addmm", "_scaled_mm")
+DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+FP8_OUT_DTYPES = ("bfloat16", "float16", "float32")
+ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float32": 4}
+
+
+@dataclass(frozen=True)
+class LinearProblem:
+    """C = A @ B for K-major A (M, K) and B (K, N). Unscaled (``scaling="none"``): mm / addmm,
+    beta * bias + alpha * A @ B in the input dtype. fp8: (A @ B) * scale_a * scale_b (+ bias)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    bias: bool = False
+    alpha: float = 1.0
+    beta: float = 1.0
+    scaling: str = "none"  # "none", "tensor" or "row"
+    use_pdl = False  # not a field: AMD has no programmatic dependent launch (Triton's launch_options reads it)
+
+
+def linear_problem(spec: OpSpec, family: str) -> LinearProblem | str:
+    """The problem an OpSpec describes, or why it is not an ``x @ W.T`` GEMM ``family`` serves."""
+    if spec.op not in OPS:
+        return f"{family} serves {OPS}, not {spec.op}"
+    if spec.op == "_scaled_mm":
+        a, b, sa, sb, bias, scale_result = (*spec.inputs, None, None, None, None, None, None)[:6]
+        if a is None or b is None or sa is None or sb is None:
+            return "_scaled_mm needs A, B and both scales"
+        if a.dtype != "float8_e4m3fn" or b.dtype != a.dtype:
+            return f"{family} takes fp8 e4m3 operands for _scaled_mm, got {a.dtype}, {b.dtype}"
+        if sa.dtype != "float32" or sb.dtype != "float32" or scale_result is not None:
+            return "fp32 tensor-wise or row-wise scales only (MX: flydsl.mx_scaled_mm), no scale_result"
+        m, n = a.shape[0], b.shape[1]
+        if all(d == 1 for d in sa.shape) and all(d == 1 for d in sb.shape):
+            scaling = "tensor"
+        elif tuple(sa.shape) == (m, 1) and tuple(sb.shape) == (1, n):
+            scaling = "row"
+        else:
+            return f"scales must be one value each or [M, 1] and [1, N]; got {sa.shape}, {sb.shape}"
+        if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != spec.out.dtype):
+            return f"bias must be [{n}] in the output dtype {spec.out.dtype}"
+        problem = LinearProblem(m, n, a.shape[1], a.dtype, spec.out.dtype, bias is not None, scaling=scaling)
+    else:
+        bias = spec.inputs[0] if spec.op == "addmm" else None
+        a, b = spec.inputs[-2], spec.inputs[-1]
+        if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
+            return "mm needs two 2-D operands"
+        dtypes = {a.dtype, b.dtype, spec.out.dtype} | ({bias.dtype} if bias is not None else set())
+        if len(dtypes) != 1 or a.dtype not in ("bfloat16", "float16"):
+            return f"{family} mm takes one dtype of bfloat16/float16 for A, B, bias and C; got {sorted(dtypes)}"
+        if bias is not None and (len(bias.shape) != 1 or bias.shape[0] != b.shape[1]):
+            return f"{family} adds a bias over N ([{b.shape[1]}]), got {bias.shape}"
+        problem = LinearProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.dtype, bias is not None,
+                                float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0)))
+    if a.stride[1] != 1 or b.stride[0] != 1:
+        return f"{family} needs A and B contiguous along K (x @ W.T); got strides {a.stride}, {b.stride}"
+    if (a.stride[0] * ELEM_BYTES[a.dtype]) % 16 or (b.stride[1] * ELEM_BYTES[b.dtype]) % 16:
+        return "rows of A and B must start 16-byte aligned (tensor descriptors)"
+    return problem
+
+
+def dtype_reason(problem: LinearProblem) -> str | None:
+    """The combinations both TDM families accept: fp8 scaled into one of ``FP8_OUT_DTYPES``, or
+    16-bit unscaled in its own dtype."""
+    fp8 = problem.dtype == "float8_e4m3fn"
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} not in {DTYPES}"
+    if fp8 and (problem.scaling not in ("tensor", "row") or problem.out_dtype not in FP8_OUT_DTYPES):
+        return f"fp8 needs tensor or row scaling and an out dtype in {FP8_OUT_DTYPES}"
+    if not fp8 and (problem.scaling != "none" or problem.out_dtype != problem.dtype):
+        return "bf16/fp16 GEMMs are unscaled and keep their dtype"
+    if min(problem.m, problem.n, problem.k) <= 0:
+        return f"empty problem {problem.m}x{problem.n}x{problem.k}"
+    return None
