@@ -91,3 +91,15 @@ def dtype_reason(problem: LinearProblem) -> str | None:
     if min(problem.m, problem.n, problem.k) <= 0:
         return f"empty problem {problem.m}x{problem.n}x{problem.k}"
     return None
+
+
+def unpack_tensors(problem: LinearProblem, tensors: tuple, family: str) -> tuple:
+    """(A, B, bias, scale_a, scale_b) from a launch's tensors in the op's order: (A, B) for mm,
+    (bias, A, B) for addmm, (A, B, scale_a, scale_b[, bias[, scale_result]]) for _scaled_mm."""
+    if problem.scaling == "none":
+        bias, a, b = tensors if problem.bias else (None, *tensors)
+        return a, b, bias, None, None
+    a, b, sa, sb, bias, *rest = (*tensors, None, None)
+    if any(r is not None for r in rest):
+        raise ValueError(f"{family}: scale_result is not supported")
+    return a, b, bias, sa, sb

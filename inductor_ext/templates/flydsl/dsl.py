@@ -29,6 +29,16 @@ ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "uint8": 1, "int32": 4}
 NUMERIC = {"bfloat16": fx.BFloat16, "float16": fx.Float16, "float32": fx.Float32}
 
 
+def smem_ab(t: GemmTiling, elem: Any) -> Any:
+    """The LDS layout of a GEMM step: an A and a B tile of ``elem`` (an ``fx`` numeric type), each
+    ``[rows][t.lds_k]`` elements (``t.bytes_of`` bytes), 16-byte aligned. Built with ``type()``:
+    FlyDSL reads the annotations as objects, which this module's postponed annotations are not."""
+    units = 8 // t.elem_bits if t.elem_bits < 8 else 1  # fp4: two elements per stored byte
+    return fx.struct(type("Smem", (), {"__annotations__": {
+        "a": fx.Array[elem, t.block_m * t.lds_k // units, 16],
+        "b": fx.Array[elem, t.block_n * t.lds_k // units, 16]}}))
+
+
 def rsrc(tensor: Any, nbytes: Any) -> Any:
     """A buffer resource over ``tensor`` (a flat view) holding ``nbytes`` bytes (i32)."""
     return rocdl.get_buffer_rsrc(rocdl.make_buffer_ptr(fx.get_iter(tensor), fx.Int64(nbytes)))

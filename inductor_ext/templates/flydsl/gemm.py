@@ -163,10 +163,7 @@ def build_launcher(dtype: str, a_k_major: bool, b_k_major: bool, bias: bool, con
     if reason:
         raise ValueError(f"{FAMILY}: {reason}")
 
-    @fx.struct
-    class Smem:
-        a: fx.Array[dsl.NUMERIC[dtype], t.block_m * t.lds_k, 16]
-        b: fx.Array[dsl.NUMERIC[dtype], t.block_n * t.lds_k, 16]
+    Smem = dsl.smem_ab(t, dsl.NUMERIC[dtype])
 
     @flyc.kernel
     def flydsl_gemm(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, BIAS: fx.Tensor, M: fx.Int32, N: fx.Int32,

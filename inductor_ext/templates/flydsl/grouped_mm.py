@@ -147,10 +147,7 @@ def build_launcher(dtype: str, out_dtype: str, a_k_major: bool, b_k_major: bool,
     if reason:
         raise ValueError(f"{FAMILY}: {reason}")
 
-    @fx.struct
-    class Smem:
-        a: fx.Array[dsl.NUMERIC[dtype], t.block_m * t.lds_k, 16]
-        b: fx.Array[dsl.NUMERIC[dtype], t.block_n * t.lds_k, 16]
+    Smem = dsl.smem_ab(t, dsl.NUMERIC[dtype])
 
     @flyc.kernel
     def flydsl_grouped_mm(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, OFFS: fx.Tensor, BIAS: fx.Tensor, T: fx.Int32,

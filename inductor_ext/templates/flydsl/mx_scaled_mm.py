@@ -185,10 +185,7 @@ def build_launcher(fmt: str, scale_layout: str, out_dtype: str, bias: bool, conf
         raise ValueError(f"{FAMILY}: {reason}")
     code = FORMATS[fmt][1]
 
-    @fx.struct
-    class Smem:
-        a: fx.Array[fx.Uint8, t.bytes_of(t.block_m * t.lds_k), 16]
-        b: fx.Array[fx.Uint8, t.bytes_of(t.block_n * t.lds_k), 16]
+    Smem = dsl.smem_ab(t, fx.Uint8)
 
     def operand(lds: Any, rs_scale: Any, base: Any, rep: int, ks: int, lane: Any, row0: Any, k0: Any, rows: Any,
                 kblocks: Any, s_row: Any, s_kb: Any, kb_tiles: Any) -> tuple[Any, Any]:

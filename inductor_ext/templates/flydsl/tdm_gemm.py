@@ -140,10 +140,7 @@ def build_launcher(dtype: str, out_dtype: str, bias: bool, scaling: str, config:
     store = "uint8" if t.elem_bits == 8 else dtype
     smem_elem = fx.Uint8 if t.elem_bits == 8 else dsl.NUMERIC[dtype]
 
-    @fx.struct
-    class Smem:
-        a: fx.Array[smem_elem, t.block_m * t.lds_k, 16]
-        b: fx.Array[smem_elem, t.block_n * t.lds_k, 16]
+    Smem = dsl.smem_ab(t, smem_elem)
 
     @flyc.kernel
     def flydsl_tdm_gemm(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, BIAS: fx.Tensor, SA: fx.Tensor, SB: fx.Tensor,
@@ -216,13 +213,7 @@ def run(problem: TdmGemmProblem, config: TdmGemmConfig, target: str, *tensors: A
     for addmm, (A, B, scale_a, scale_b, bias) for _scaled_mm."""
     import torch
 
-    if problem.scaling == "none":
-        bias, a, b = tensors if problem.bias else (None, *tensors)
-        sa = sb = None
-    else:
-        a, b, sa, sb, bias, *rest = (*tensors, None, None)
-        if any(r is not None for r in rest):
-            raise ValueError(f"{FAMILY}: scale_result is not supported")
+    a, b, bias, sa, sb = linear.unpack_tensors(problem, tensors, FAMILY)
     m, n, k = problem.m, problem.n, problem.k
     c = torch.empty((m, n), dtype=getattr(torch, problem.out_dtype), device=a.device)
     if not common.aligned(16, a, b):

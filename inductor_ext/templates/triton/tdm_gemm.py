@@ -179,13 +179,7 @@ def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any)
     op's order: (A, B) for mm, (bias, A, B) for addmm, (A, B, scale_a, scale_b[, bias]) for _scaled_mm."""
     import torch
 
-    if problem.scaling == "none":
-        bias, a, b = tensors if problem.bias else (None, *tensors)
-        sa = sb = None
-    else:
-        a, b, sa, sb, bias, *rest = (*tensors, None, None)
-        if any(r is not None for r in rest):
-            raise ValueError(f"{FAMILY}: scale_result is not supported")
+    a, b, bias, sa, sb = linear.unpack_tensors(problem, tensors, FAMILY)
     if a.stride(1) != 1 or b.stride(0) != 1:
         raise ValueError(f"{FAMILY} needs A and B contiguous along K; got strides {a.stride()}, {b.stride()}")
     m, n, k = problem.m, problem.n, problem.k
