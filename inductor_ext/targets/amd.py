@@ -29,6 +29,8 @@ INSTRUCTIONS: dict[str, dict[str, str]] = {
         "global_load_16b": r"buffer_load_dwordx4", "global_load_2b": r"buffer_load_(ushort|short|u16)",
         "global_load_1b": r"buffer_load_ubyte", "lds_read_16b": r"ds_read_b128",
         "store_2b": r"buffer_store_short", "store_4b": r"buffer_store_dword\b", "barrier": r"s_barrier",
+        "cross_lane": r"ds_swizzle_b32", "exp": r"v_exp_f32", "rcp": r"v_rcp_f32", "sqrt": r"v_(sqrt|rsq)_f32",
+        "max": r"v_max(imum3)?_f32",
     },
     "gfx1250": {
         "wmma_bf16": r"v_wmma_f32_16x16x32_bf16", "wmma_f16": r"v_wmma_f32_16x16x32_f16",
@@ -50,6 +52,8 @@ FAMILY_INSTRUCTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("flydsl.mx_scaled_mm", "gfx950"): ("mfma_mx", "global_load_16b", "global_load_1b", "lds_read_16b"),
     ("flydsl.tdm_gemm", "gfx1250"): ("tdm_load", "tdm_wait", "wmma_bf16", "lds_read_16b"),
     ("triton.tdm_gemm", "gfx1250"): ("tdm_load", "tdm_wait", "wmma_bf16"),
+    ("helion.rmsnorm", "gfx950"): ("sqrt", "rcp", "cross_lane", "global_load_2b", "store_2b"),
+    ("helion.softmax", "gfx950"): ("exp", "rcp", "cross_lane", "max", "store_2b"),
 }
 
 # 7 Infinity Fabric links of 153.6 GB/s bidirectional each.
