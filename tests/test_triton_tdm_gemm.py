@@ -41,14 +41,16 @@ def test_render_golden(case: str) -> None:
     golden.assert_golden(GOLDEN_DIR, case, golden.snapshot(tt.render(p, tt.configs(p, "gfx1250")[0])))
 
 
-def test_inductor_source_golden() -> None:
-    text = tt.inductor_source()
-    golden.assert_golden(GOLDEN_DIR, "inductor_source", text)
+@pytest.mark.parametrize("scaling", list(tt.SCALINGS))
+def test_inductor_source_golden(scaling: str) -> None:
+    text = tt.inductor_source(scaling)
+    golden.assert_golden(GOLDEN_DIR, f"inductor_source_{scaling}", text)
     assert tt.BODY in text and tt.BODY in tt.render(Problem(64, 64, 64), tt.INTERPRETER_CONFIGS[0]).source
+    assert ('"SA", "SB"' in text) == (scaling != "none")
 
 
 def test_golden_files_all_have_a_test() -> None:
-    names = {f"{c}.expected" for c in GOLDEN} | {"inductor_source.expected"}
+    names = {f"{c}.expected" for c in GOLDEN} | {f"inductor_source_{s}.expected" for s in tt.SCALINGS}
     assert sorted(p.name for p in GOLDEN_DIR.glob("*.expected") if p.name not in names) == []
 
 

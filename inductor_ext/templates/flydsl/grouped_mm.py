@@ -28,7 +28,7 @@ from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
 from inductor_ext.templates.flydsl import gemm
 from inductor_ext.templates.flydsl.gemm import ALL_CONFIGS, DTYPES, GemmConfig, GemmProblem
-from inductor_ext.templates.flydsl.tiling import GemmTiling, cdiv
+from inductor_ext.templates.flydsl.tiling import GemmTiling
 
 FAMILY = "flydsl.grouped_mm"
 # Claimed only where tier I passes (tests/test_flydsl_grouped_mm.py).

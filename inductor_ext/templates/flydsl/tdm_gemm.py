@@ -30,7 +30,7 @@ from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates import linear
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
-from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling, cdiv
+from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling
 
 FAMILY = "flydsl.tdm_gemm"
 # Claimed only where tier I passes (tests/test_flydsl_tdm_gemm.py).

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from inductor_ext.templates.base import KernelSource, Tile
+from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates import linear
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.triton import gemm
@@ -124,7 +124,7 @@ def {name}(
 """
 
 _INDUCTOR = """\
-{{{{def_kernel("A", "B")}}}}
+{{{{def_kernel({inputs})}}}}
     # inductor_ext template: triton.tdm_gemm
     M = {{{{size("A", 0)}}}}
     N = {{{{size("B", 1)}}}}
@@ -133,9 +133,17 @@ _INDUCTOR = """\
         return
     stride_am = {{{{stride("A", 0)}}}}
     stride_bn = {{{{stride("B", 1)}}}}
-{body}\
+{body}{scale}\
     {{{{store_output(("idx_m", "idx_n"), "acc", "mask", val_shape=("BLOCK_M", "BLOCK_N"))}}}}
 """
+# _scaled_mm: the fp32 scales are template inputs, applied to the accumulator before the epilogue
+# (a bias is then Inductor's epilogue, like addmm's).
+_INDUCTOR_SCALE = {
+    "none": "",
+    "tensor": "    acc = acc * tl.load(SA) * tl.load(SB)\n",
+    "row": ("    acc = acc * tl.load(SA + idx_m * {{{{stride(\"SA\", 0)}}}}, mask=idx_m < M, other=0.0) \\\n"
+            "        * tl.load(SB + idx_n * {{{{stride(\"SB\", 1)}}}}, mask=idx_n < N, other=0.0)\n"),
+}
 
 
 def kernel_name(problem: TdmGemmProblem, config: GemmConfig) -> str:
@@ -169,9 +177,13 @@ def render(problem: TdmGemmProblem, config: GemmConfig, target: str = "gfx1250")
                         launch=launch_options(problem, config))
 
 
-def inductor_source() -> str:
-    """The template text for Inductor's TritonTemplate (mm / addmm: the bias is an epilogue)."""
-    return _INDUCTOR.format(body=BODY)
+def inductor_source(scaling: str = "none") -> str:
+    """The template text for Inductor's TritonTemplate. ``scaling="none"``: mm / addmm (the bias is
+    an epilogue); "tensor" / "row": _scaled_mm, with inputs A, B, SA, SB (the scales)."""
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling {scaling!r} not in {tuple(SCALINGS)}")
+    inputs = '"A", "B"' if scaling == "none" else '"A", "B", "SA", "SB"'
+    return _INDUCTOR.format(body=BODY, inputs=inputs, scale=_INDUCTOR_SCALE[scaling].format())
 
 
 def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any) -> "torch.Tensor":
@@ -195,5 +207,5 @@ def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any)
     return c
 
 
-__all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "TdmGemmProblem", "TdmGemmConfig", "Tile", "problem_for",
+__all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "TdmGemmProblem", "TdmGemmConfig", "problem_for",
            "supports", "configs", "config_from_tile", "constexprs", "render", "inductor_source", "run"]
