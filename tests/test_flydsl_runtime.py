@@ -93,3 +93,38 @@ def test_hsaco_bytes_unescapes_mlir_strings() -> None:
     assert flydsl.hsaco_bytes(text) == b'\x7fELF\\x"y\x00'
     with pytest.raises(flydsl.FlyDslCompileError, match="no gpu.binary"):
         flydsl.hsaco_bytes("module {}")
+
+
+# Each FlyDSL family's run() (tier D) with CPU stand-ins under COMPILE_ONLY: FlyDSL traces the
+# launcher with exactly the arguments run() builds, so a misordered or mistyped argument fails here.
+DRY_RUNS = {
+    "gemm_addmm": ("inductor_ext.templates.flydsl.gemm", "GemmProblem", "GemmConfig", "gfx950",
+                   {"m": 40, "n": 24, "k": 64, "dtype": "bfloat16", "b_k_major": True, "bias": True},
+                   {"block_m": 64, "block_n": 64, "block_k": 64, "waves_m": 2, "waves_n": 2},
+                   [((24,), "bfloat16", False), ((40, 64), "bfloat16", False), ((24, 64), "bfloat16", True)]),
+    "grouped_mm": ("inductor_ext.templates.flydsl.grouped_mm", "GroupedMmProblem", "GroupedMmConfig", "gfx1250",
+                   {"t": 40, "n": 24, "k": 64, "groups": 3},
+                   {"block_m": 64, "block_n": 64, "block_k": 64, "waves_m": 2, "waves_n": 2},
+                   [((40, 64), "bfloat16", False), ((3, 64, 24), "bfloat16", False), ((10, 20, 40), "offs", False)]),
+    "mx_fp8": ("inductor_ext.templates.flydsl.mx_scaled_mm", "MxScaledMmProblem", "MxScaledMmConfig", "gfx950",
+               {"m": 40, "n": 24, "k": 128, "scale_layout": "plain"},
+               {"block_m": 64, "block_n": 64, "block_k": 128, "waves_m": 2, "waves_n": 2},
+               [((40, 128), "float8_e4m3fn", False), ((24, 128), "float8_e4m3fn", True),
+                ((40, 4), "float8_e8m0fnu", False), ((24, 4), "float8_e8m0fnu", False)]),
+    "tdm_fp8": ("inductor_ext.templates.flydsl.tdm_gemm", "TdmGemmProblem", "TdmGemmConfig", "gfx1250",
+                {"m": 40, "n": 24, "k": 128, "dtype": "float8_e4m3fn", "scaling": "tensor"},
+                {"block_m": 64, "block_n": 64, "block_k": 128, "waves_m": 2, "waves_n": 2},
+                [((40, 128), "float8_e4m3fn", False), ((24, 128), "float8_e4m3fn", True), ((1,), "float32", False),
+                 ((1,), "float32", False)]),
+}
+
+
+@pytest.mark.isa
+def test_run_passes_what_the_launcher_takes(probes_on_path: None, isa_cache: str | None) -> None:
+    jobs = [flydsl.FlyJob("probe_kernels:dry_run_job",
+                          {"family": mod, "problem_cls": pc, "config_cls": cc, "target": target, "problem": p,
+                           "config": c, "tensors": tensors}, target, f"dry_run_{name}",
+                          key={"family_sources": flydsl._module_sha(f"{mod}:run")})  # recompile when run() changes
+            for name, (mod, pc, cc, target, p, c, tensors) in DRY_RUNS.items()]
+    for (name, spec), asm in zip(DRY_RUNS.items(), flydsl.compile_jobs(jobs, cache=isa_cache)):
+        assert re.search(r"v_(mfma|wmma)", asm["amdgcn"]), name

@@ -36,3 +36,40 @@ def tanh_job(job):
 
 def broken_job(job):
     raise ValueError("this builder fails on purpose")
+
+
+class DryRun:
+    """A family's ``run()`` on CPU tensors under COMPILE_ONLY: FlyDSL compiles the launcher with the
+    very arguments ``run()`` passes (a wrong count or type fails here) and launches nothing."""
+
+    def __init__(self, family, problem, config, target, tensors):
+        self.family, self.call = family, (problem, config, target, *tensors)
+
+    def __call__(self):
+        self.out = self.family.run(*self.call)
+
+    @property
+    def _last_compiled(self):
+        (launcher,) = [f for f in _launchers(self.family) if f._last_compiled is not None]
+        return launcher._last_compiled
+
+
+def _launchers(family):
+    import gc
+
+    return [o for o in gc.get_objects() if type(o).__name__ == "JitFunction"
+            and getattr(o, "func", None) is not None and o.func.__module__ == family.__name__]
+
+
+def dry_run_job(job):
+    import importlib
+
+    family = importlib.import_module(job["family"])
+    problem = getattr(family, job["problem_cls"])(**job["problem"])
+    config = getattr(family, job["config_cls"])(**job["config"])
+    tensors = []
+    for spec in job["tensors"]:
+        shape, dtype, transpose = spec
+        t = torch.zeros(shape, dtype=getattr(torch, dtype)) if dtype != "offs" else torch.tensor(shape, dtype=torch.int32)
+        tensors.append(t.t() if transpose else t)
+    return DryRun(family, problem, config, job["target"], tensors), ()

@@ -67,11 +67,12 @@ def aligned(nbytes: int, *tensors: Any) -> bool:
 
 
 def stream() -> Any:
-    """The current PyTorch stream, as FlyDSL takes it."""
+    """The current PyTorch stream, as FlyDSL takes it (the null stream where there is no GPU: a
+    compile-only dry run of ``run``)."""
     import flydsl.expr as fx
     import torch
 
-    return fx.Stream(torch.cuda.current_stream())
+    return fx.Stream(torch.cuda.current_stream() if torch.cuda.is_available() else None)
 
 
 # ------------------------------------------------------------------ render and tier I, shared
