@@ -96,7 +96,8 @@ def _time_interleaved(fns: dict[str, Callable[[], Any]], device: str, reps: int)
 def run(device: str | None = None, dump_dir: str | None = None, interpret: bool = False,
         reps: int = 20, out: Callable[[str], None] = print) -> dict[str, Any]:
     from inductor_ext import dumps, presets
-    from inductor_ext.lowering import ext_choices, pass_base
+    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering.passes import base as pass_base
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     # The interpreter runs kernels in numpy: keep the problem small there.

@@ -1,7 +1,8 @@
 """Kernel dumps: every generated kernel's source plus index.json saying where it came from.
 
 Kernels are read from Inductor's output code (also on an FX graph cache hit), so what is dumped
-is exactly what runs. Each entry names the kernel, its template and config, the FX nodes it
+is exactly what runs: Inductor's own Triton and C++ kernels, and each device codegen's (Metal,
+SYCL) through its own ``describe_kernels``. Each entry names the kernel, its template and config, the FX nodes it
 computes, the user's file:line for them, and ext's autotune decision for GEMMs.
 """
 
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import torch
+
+from inductor_ext import codegen as codegens
+from inductor_ext.codegen import KernelInfo
 
 INDEX = "index.json"
 
@@ -48,24 +52,45 @@ def _is_user_file(path: str) -> bool:
     return f"{os.sep}torch{os.sep}" not in path
 
 
+def inductor_kernels(code: str) -> list[KernelInfo]:
+    """Inductor's own kernels in an output module: Triton and C++ (``async_compile.triton/cpp``)."""
+    found = []
+    for match in _KERNEL_RE.finditer(code):
+        triton = match.group("kind") == "triton"
+        found.append(KernelInfo(name=match.group("name"), language="triton" if triton else "cpp",
+                                source=match.group("source"), suffix=".py" if triton else ".cpp",
+                                header=_comment_block_before(code, match.start())))
+    return found
+
+
+def kernel_infos(code: str) -> list[KernelInfo]:
+    """Every kernel in an output module: Inductor's own, then each device codegen's (Metal,
+    SYCL, ...), found through the codegen's own description of its output."""
+    infos = inductor_kernels(code)
+    for codegen in codegens.available().values():
+        infos += codegen.describe_kernels(code)
+    return infos
+
+
 def parse_output_code(code: str) -> list[dict[str, Any]]:
     """The kernels in an Inductor output module, with the comment block that precedes each."""
     kernels = []
-    for match in _KERNEL_RE.finditer(code):
-        header = _comment_block_before(code, match.start())
-        source = match.group("source")
+    for info in kernel_infos(code):
+        source = info.source
         template = _TEMPLATE_RE.search(source)
         is_template = "@triton_heuristics.template(" in source
         config = {k: v.strip() for k, v in _CONSTEXPR_RE.findall(source)} if is_template else {}
         config.update({k: int(v) for k, v in _LAUNCH_RE.findall(source[:2000])} if is_template else {})
-        aten = _ATEN_RE.search(header)
+        aten = _ATEN_RE.search(info.header)
         kernels.append({
-            "kernel": match.group("name"),
-            "language": "triton" if match.group("kind") == "triton" else "cpp",
+            "kernel": info.name,
+            "language": info.language,
             "template": template.group(1) if template else ("inductor template" if is_template else None),
             "config": config,
-            "fx_nodes": list(dict.fromkeys(_FRAGMENT_NODE_RE.findall(header))),
+            "properties": dict(info.properties),
+            "fx_nodes": list(dict.fromkeys(_FRAGMENT_NODE_RE.findall(info.header))),
             "aten_ops": [a.strip() for a in aten.group(1).split(",")] if aten else [],
+            "suffix": info.suffix,
             "source": source,
         })
     return kernels
@@ -135,8 +160,7 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
     decisions = list(decisions)
     entries = []
     for k in parse_output_code(code):
-        suffix = ".py" if k["language"] == "triton" else ".cpp"
-        path = folder / f"{k['kernel']}{suffix}"
+        path = folder / f"{k['kernel']}{k.pop('suffix')}"
         path.write_text(k.pop("source"))
         k["file"] = str(path.relative_to(root))
         k["asm_files"] = []

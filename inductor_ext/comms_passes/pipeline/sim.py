@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from torch.distributed.pipelining.schedules import _Action, _ComputationType
 
-from inductor_ext.comms_passes.pipeline_ir import (
+from inductor_ext.comms_passes.pipeline.ir import (
     COMPUTE, DEFAULT_COSTS, DEFAULT_P2P_LATENCY, _infer_topology, _parts, PlanDeadlockError,
     RECVS, SENDS, _Topology, _transfer, WAITS,
 )

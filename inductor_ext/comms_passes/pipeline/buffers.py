@@ -11,7 +11,7 @@ from typing import Any
 
 from torch.distributed.pipelining.schedules import _Action, _ComputationType
 
-from inductor_ext.comms_passes.pipeline_ir import (
+from inductor_ext.comms_passes.pipeline.ir import (
     B, BufferInterval, BufferKey, F, I, _key, OUT_ACT, OUT_GRAD, _parts, RECV_ACT, RECV_B,
     RECV_F, RECV_GRAD, SENDS, _size_fn, SizeSpec, Slot, _Topology, _transfer, W, WAIT_SEND_B,
     WAIT_SEND_F, WAITS,

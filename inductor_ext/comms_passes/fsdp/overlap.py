@@ -31,8 +31,9 @@ Guarantees (checked by tests/test_comms.py):
 * decisions depend only on the graph and the config (never the rank, host or timing);
 * the estimated peak memory of the result stays within ``memory_budget`` of the input's.
 
-Settings come from ``OverlapSettings`` (defaults below); the ExtConfig target picks the datasheet
-(sm_90a -> H100, sm_100a -> B200, gfx950 -> MI355X, otherwise H100). ``configure(...)`` overrides
+Settings come from ``OverlapSettings`` (defaults below), set by ``options={"fsdp_overlap": {...}}``
+(this module registers that option); the ExtConfig target's datasheet (``targets``: sm_90a ->
+H200, sm_100a -> B200, gfx950 -> MI355X) feeds the cost model, H100 for a target without one. ``configure(...)`` overrides
 settings for passes built inside its ``with`` block; the settings are part of the pass uuid.
 """
 
@@ -57,16 +58,15 @@ from inductor_ext.comms_passes.cost_model import (
     AnalyticalCostModel, CostModel, Timeline, collective_info, is_view_like, is_wait, memory_profile, simulate,
     wait_collective,
 )
-from inductor_ext.config import ExtConfig
-from inductor_ext.lowering.pass_base import ExtGraphPass
-from inductor_ext.lowering.pass_manager import register_pass
+from inductor_ext import targets
+from inductor_ext.config import ExtConfig, ExtOptionError, OptionSpec, register_option
+from inductor_ext.lowering.passes.base import ExtGraphPass
 
 log = logging.getLogger("inductor_ext.passes.fsdp_overlap")
 
 aten = torch.ops.aten
 c10d = torch.ops._c10d_functional
 
-_TARGET_GPU = {"sm_90a": "H100", "sm_100a": "B200", "gfx950": "MI355X"}
 # A plan whose exposed communication is within this fraction of the least found competes on
 # makespan (see optimize).
 EXPOSED_TOLERANCE = 0.02
@@ -124,6 +124,20 @@ class OverlapSettings:
         return dict(values)
 
 
+OPTION = "fsdp_overlap"
+
+
+def _check_option(key: str, value: Any) -> dict[str, Any]:
+    try:
+        return OverlapSettings.check(value)
+    except ValueError as e:
+        raise ExtOptionError(f"options[{key!r}]: {e}") from None
+
+
+register_option(OPTION, OptionSpec("settings of the fsdp_overlap pass, e.g. {'bucket_cap_bytes': 64 << 20, "
+                                   "'max_prefetch': 2, 'memory_budget_ratio': 0.1}", _check_option))
+
+
 _overrides: list[dict[str, Any]] = []
 
 
@@ -144,13 +158,14 @@ def configure(**overrides: Any) -> Iterator[None]:
 def current_settings(config: ExtConfig | None = None) -> OverlapSettings:
     values: dict[str, Any] = {}
     if config is not None:
-        values.update(config.fsdp_overlap)  # options={"fsdp_overlap": {...}}; configure() wins
+        values.update(config.plugin_options.get(OPTION, {}))  # options={"fsdp_overlap": {...}}; configure() wins
     for o in _overrides:
         values.update(o)
     s = OverlapSettings(**values)
     if s.gpu is None:
         target = getattr(config, "target", "") if config is not None else ""
-        s = dataclasses.replace(s, gpu=_TARGET_GPU.get(target, "H100"))
+        sheet = targets.datasheet(target)
+        s = dataclasses.replace(s, gpu=sheet.name if sheet is not None else "H100")
     return s
 
 
@@ -219,7 +234,6 @@ def auto_bucket_cap(model: AnalyticalCostModel, group_size: int = 8) -> int:
 # The pass
 # ----------------------------------------------------------------------------------------------
 
-@register_pass
 class FsdpOverlapPass(ExtGraphPass):
     name = "fsdp_overlap"
     stage = "post_grad_post"

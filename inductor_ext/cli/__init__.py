@@ -1,4 +1,4 @@
-"""The ``inductor-ext`` command: presets, dumps and the demo."""
+"""The ``inductor-ext`` command: presets, dumps, tune, asm, comms and the demo."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import sys
+
+from inductor_ext.cli import asm
 
 
 def _presets(args: argparse.Namespace) -> int:
@@ -67,7 +69,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _comms(args: argparse.Namespace) -> int:
-    from inductor_ext.comms_passes import report
+    from inductor_ext.cli import comms_report as report
 
     return report.main(args.rest)
 
@@ -104,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("action", choices=("report",))
     c.add_argument("rest", nargs=argparse.REMAINDER, help="options of the report (see: comms report --help)")
     c.set_defaults(func=_comms)
+
+    asm.add_parser(sub)
 
     m = sub.add_parser("demo", help="compile a small decoder block with backend='ext', check it and time it")
     m.add_argument("--device", help="cpu or cuda (default: cuda when available)")

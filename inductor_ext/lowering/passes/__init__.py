@@ -1,21 +1,27 @@
-"""Places ext passes at their Inductor stage: one CustomGraphPass slot per stage, passes in order."""
+"""The graph-pass registry, and where each pass runs: one CustomGraphPass slot per stage.
+
+Passes are found through the ``inductor_ext.passes`` entry-point group (``pyproject.toml``:
+``name = "module:PassClass"``), so a pass in any package, ours or a user's, is one file plus
+one line of metadata; :func:`register_pass` adds one at run time. Each pass module owns its
+settings: one that takes any registers its option with ``config.register_option`` at import.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import importlib
+from importlib.metadata import entry_points
 from typing import Any
 
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering.pass_base import STAGES, ExtGraphPass
+from inductor_ext.lowering.passes.base import STAGES, ExtGraphPass
 
-# Modules holding one pass each, imported on first use; each registers its pass class.
-PASS_MODULES: tuple[str, ...] = ("inductor_ext.lowering.nvfp4_alpha_fold", "inductor_ext.comms_passes.fsdp_overlap")
+ENTRY_POINT_GROUP = "inductor_ext.passes"
 
 _registry: dict[str, type[ExtGraphPass]] = {}
+_loaded = False
 
 
 def register_pass(cls: type[ExtGraphPass]) -> type[ExtGraphPass]:
@@ -25,6 +31,20 @@ def register_pass(cls: type[ExtGraphPass]) -> type[ExtGraphPass]:
     _registry[cls.name] = cls
     return cls
 
+
+def available_passes() -> dict[str, type[ExtGraphPass]]:
+    """Every pass by name: the entry points (loaded once), then run-time registrations."""
+    global _loaded
+    if not _loaded:
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            cls = ep.load()
+            if getattr(cls, "name", None) != ep.name:
+                raise ValueError(f"entry point {ep.name!r} = {ep.value!r} names a pass called {getattr(cls, 'name', None)!r}")
+            register_pass(cls)
+        _loaded = True
+    return dict(_registry)
+
+
 # Inductor's config slot for each stage.
 STAGE_SLOTS = {
     "pre_grad": "pre_grad_custom_pass",
@@ -33,12 +53,6 @@ STAGE_SLOTS = {
     "post_grad_pre": "post_grad_custom_pre_pass",
     "post_grad_post": "post_grad_custom_post_pass",
 }
-
-
-def available_passes() -> dict[str, type[ExtGraphPass]]:
-    for module_name in PASS_MODULES:
-        importlib.import_module(module_name)
-    return dict(_registry)
 
 
 class StagePasses(CustomGraphPass):

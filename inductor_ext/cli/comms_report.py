@@ -501,9 +501,9 @@ def run_report(*, layers: int = 16, dim: int = 2048, ffn: int = 8192, heads: int
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from inductor_ext import presets
-    from inductor_ext.comms_passes.data_parallel import data_parallel
-    from inductor_ext.comms_passes.fsdp_overlap import FsdpOverlapPass, auto_bucket_cap, current_settings
-    from inductor_ext.lowering.pass_manager import StagePasses
+    from inductor_ext.comms_passes.fsdp.data_parallel import data_parallel
+    from inductor_ext.comms_passes.fsdp.overlap import FsdpOverlapPass, auto_bucket_cap, current_settings
+    from inductor_ext.lowering.passes import StagePasses
 
     cfg = LlamaConfig(vocab=vocab, dim=dim, layers=layers, heads=heads, kv_heads=kv_heads, ffn=ffn, seq=seq)
     cm = AnalyticalCostModel(gpu, default_world_size=world)

@@ -13,10 +13,10 @@ from torch.distributed.pipelining import schedules as _sched
 from torch.distributed.pipelining._utils import PipeliningMetadataError
 from torch.distributed.pipelining.schedules import _Action
 
-from inductor_ext.comms_passes.pipeline_ir import (
+from inductor_ext.comms_passes.pipeline.ir import (
     BufferKey, COMPUTE, _key, _parts, RECV_ACT, RECV_GRAD, schedule_compute_order, SLOT_BACKED,
 )
-from inductor_ext.comms_passes.pipeline_buffers import (
+from inductor_ext.comms_passes.pipeline.buffers import (
     BufferPlan, PipelineBufferPlan,
 )
 

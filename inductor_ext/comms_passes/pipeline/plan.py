@@ -54,30 +54,30 @@ from typing import Any
 from torch.distributed.pipelining import schedules as _sched
 from torch.distributed.pipelining.schedules import _Action, _ComputationType
 
-from inductor_ext.comms_passes.pipeline_ir import (  # noqa: F401 (public API re-exported below)
+from inductor_ext.comms_passes.pipeline.ir import (  # noqa: F401 (public API re-exported below)
     activation_bytes, BufferInterval, BufferKey, COMPUTE, DEFAULT_P2P_LATENCY, _has_comms,
     _infer_topology, _key, lower_compute_schedule, OUT_ACT, OUT_GRAD, _parts, PlanDeadlockError,
     POLICIES, RECV_ACT, RECV_B, RECV_GRAD, RECVS, RESHARD, schedule_compute_order, SEND_B,
     SEND_F, SENDS, SizeSpec, Slot, static_schedule, _Topology, torch_single_stage_actions,
     _transfer, UNSHARD, WAIT_SEND_B, WAIT_SEND_F, WAITS,
 )
-from inductor_ext.comms_passes.pipeline_sim import (  # noqa: F401 (public API re-exported below)
+from inductor_ext.comms_passes.pipeline.sim import (  # noqa: F401 (public API re-exported below)
     p2p_order_violations, simulate, _Trace,
 )
-from inductor_ext.comms_passes.pipeline_buffers import (  # noqa: F401 (public API re-exported below)
+from inductor_ext.comms_passes.pipeline.buffers import (  # noqa: F401 (public API re-exported below)
     buffer_intervals, BufferPlan, colour_intervals, _live_peak, max_overlap, PipelineBufferPlan,
     _rank_plan,
 )
-from inductor_ext.comms_passes.pipeline_runtime import (  # noqa: F401 (public API re-exported below)
+from inductor_ext.comms_passes.pipeline.runtime import (  # noqa: F401 (public API re-exported below)
     apply_plan,
 )
 
 # Kept importable from here as before the split (not in __all__): action kinds, the default
 # relative costs and the handle apply_plan returns.
-from inductor_ext.comms_passes.pipeline_ir import (  # noqa: F401,E402
+from inductor_ext.comms_passes.pipeline.ir import (  # noqa: F401,E402
     B, DEFAULT_COSTS, F, I, OVERLAP_F_B, RECV_F, REDUCE_GRAD, SLOT_BACKED, W, WAIT_REDUCE_GRAD,
 )
-from inductor_ext.comms_passes.pipeline_runtime import PlanHandle  # noqa: F401,E402
+from inductor_ext.comms_passes.pipeline.runtime import PlanHandle  # noqa: F401,E402
 
 __all__ = [
     "BufferKey",

@@ -23,8 +23,7 @@ import torch
 from torch.fx import Graph, Node
 
 from inductor_ext.kernels import nvfp4_ops  # registers torch.ops.inductor_ext.nvfp4_gemm
-from inductor_ext.lowering.pass_base import ExtGraphPass
-from inductor_ext.lowering.pass_manager import register_pass
+from inductor_ext.lowering.passes.base import ExtGraphPass
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -155,7 +154,6 @@ def _identify(region: set[Node], upcast: Node, downcast: Node, dtype: torch.dtyp
     return matches[0] if len(matches) == 1 else None
 
 
-@register_pass
 class NvFp4AlphaFold(ExtGraphPass):
     name = "nvfp4_alpha_fold"
     stage = "post_grad_pre"
