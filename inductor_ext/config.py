@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -55,8 +56,10 @@ def _optional_path(key: str, value: Any) -> str | None:
 
 
 def _non_negative_float(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a number >= 0 (0.05 means 5% faster than ATen)")
+    # NaN compares false with everything: a NaN margin would silently disable the margin rule.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a finite number >= 0 "
+                             "(0.05 means 5% faster than ATen)")
     return float(value)
 
 
