@@ -174,3 +174,26 @@ def test_dumps_show_has_a_module_column(nested_dump, capsys):
     assert cli.main(["dumps", "show", str(nested_dump)]) == 0
     table = capsys.readouterr().out
     assert "module" in table.splitlines()[0].split() and "mlp.down_proj (Linear)" in table
+
+
+def test_device_codegen_kernels_are_found_through_their_own_description(monkeypatch, tmp_path):
+    """A codegen's kernels (Metal, SYCL) are not Triton or C++: dumps list them because the
+    codegen describes its own output, not because one regex knows every language."""
+    from inductor_ext import codegen as codegens
+    from inductor_ext.codegen import DeviceCodegen, KernelInfo
+
+    code = OUTPUT_CODE + "\nmetal_k0 = msl_kernel('kernel void k0(device float* x [[buffer(0)]]) {}')\n"
+
+    def describe(text):
+        return [KernelInfo("metal_k0", "msl", "kernel void k0(device float* x [[buffer(0)]]) {}", ".metal",
+                           {"threadgroup": 256})] if "msl_kernel(" in text else []
+
+    fake = DeviceCodegen("fakemetal", ("mps",), "msl", describe_kernels=describe)
+    monkeypatch.setattr(codegens, "available", lambda: {"fakemetal": fake})
+    kernels = {k["kernel"]: k for k in dumps.parse_output_code(code)}
+    assert set(kernels) == {"triton_tem_fused_addmm_relu_0", "cpp_fused_mul_1", "metal_k0"}
+    assert kernels["metal_k0"]["language"] == "msl" and kernels["metal_k0"]["properties"] == {"threadgroup": 256}
+    graph = torch.fx.symbolic_trace(lambda x: x)
+    entries = dumps.write(tmp_path, "g0", code, graph, [])
+    assert (tmp_path / "g0" / "metal_k0.metal").read_text().startswith("kernel void k0")
+    assert {e["kernel"] for e in entries} >= {"metal_k0"}
