@@ -66,9 +66,12 @@ namespace metal {
     int i = 0;                                                                                       \
     (mcpu::put(v, i, a), ...);                                                                       \
   }                                                                                                  \
-  template <class U, enable_if_t<!is_same_v<U, T>, bool> = true>                                     \
-  constexpr explicit vec(const vec<U, N>& o) : v{} {                                                 \
-    for (int i = 0; i < N; i++) v[i] = T(o.v[i]);                                                    \
+  /* conversion from a vector (or swizzle) of another element type: explicit, as in MSL */       \
+  template <class S, enable_if_t<mcpu::is_veclike<S> && mcpu::count_of<S> == N &&                    \
+                                     !is_same_v<mcpu::elem_of<S>, T>, bool> = true>                  \
+  constexpr explicit vec(const S& s) : v{} {                                                         \
+    mcpu::vec_of<S> o = s;                                                                           \
+    for (int i = 0; i < N; i++) v[i] = T(o[i]);                                                      \
   }                                                                                                  \
   /* swizzle members assign component-wise, so the union cannot copy-assign: copy the values */   \
   constexpr vec& operator=(const vec& o) {                                                           \
