@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from inductor_ext.runtime.metal_cpu.msl import Kernel, Param
-
-MAX_THREADS_PER_THREADGROUP = 1024  # Apple GPUs
-SIMD_WIDTH = 32
+from inductor_ext.targets.apple import MAX_THREADS_PER_THREADGROUP, SIMD_WIDTH
 _PAGE = mmap.PAGESIZE
 _ALIGN = 16  # buffers start 16-byte aligned, as MTLBuffer contents with offsets kernels rely on
 _SLACK_BYTE = 0xA5
@@ -47,7 +45,8 @@ class MetalLaunchError(RuntimeError):
 
 
 class _Launch(ctypes.Structure):
-    _fields_ = [("buffers", ctypes.POINTER(ctypes.c_void_p)), ("nbuffers", ctypes.c_int32),
+    _fields_ = [("stacks", ctypes.c_void_p), ("stack_stride", ctypes.c_uint64), ("stack_bytes", ctypes.c_uint64),
+                ("buffers", ctypes.POINTER(ctypes.c_void_p)), ("nbuffers", ctypes.c_int32),
                 ("threads", ctypes.c_uint32 * 3), ("group", ctypes.c_uint32 * 3), ("checked", ctypes.c_int32),
                 ("error", ctypes.c_char_p), ("error_bytes", ctypes.c_int32), ("fault_address", ctypes.c_uint64)]
 
@@ -91,6 +90,31 @@ def _map(nbytes: int) -> int:
     return addr
 
 
+_STACK_BYTES = 128 * 1024  # per kernel thread
+_stacks: int | None = None
+
+
+def _stack_pool() -> int:
+    """Fiber stacks for the threads of one threadgroup, each after an inaccessible page; mapped
+    once per process and shared by every library (each guard page is a mapping of its own)."""
+    global _stacks
+    if _stacks is None:
+        stride = _STACK_BYTES + _PAGE
+        base = _map(MAX_THREADS_PER_THREADGROUP * stride)
+        for i in range(MAX_THREADS_PER_THREADGROUP):
+            _libc.mprotect(base + i * stride, _PAGE, _PROT_NONE)
+        _stacks = base
+    return _stacks
+
+
+def _in_stack_guard(address: int) -> bool:
+    if _stacks is None:
+        return False
+    offset = address - _stacks
+    stride = _STACK_BYTES + _PAGE
+    return 0 <= offset < MAX_THREADS_PER_THREADGROUP * stride and offset % stride < _PAGE
+
+
 def _mirror(region: _Region) -> None:
     """Copy the region into a mapping with an inaccessible page right after its last byte
     (rounded to 16) and one before its page."""
@@ -115,6 +139,9 @@ def _slack_damage(region: _Region) -> str | None:
 
 
 def _fault_owner(regions: Sequence[_Region], address: int) -> str:
+    if _in_stack_guard(address):
+        return (f"a kernel thread overflowed its {_STACK_BYTES // 1024} KiB stack (large thread-local arrays or deep "
+                "recursion)")
     for r in regions:
         if r.mirror_base <= address < r.mirror_base + r.mirror_len:
             offset = address - r.data
@@ -263,8 +290,9 @@ class BoundLaunch:
         return damage
 
     def fault_owner(self, address: int) -> str:
-        return _fault_owner(self.regions, address) if self.checked else (
-            "the launch was unchecked, so the buffer is unknown; run it with checked=True")
+        if self.checked or _in_stack_guard(address):
+            return _fault_owner(self.regions, address)
+        return "the launch was unchecked, so the buffer is unknown; run it with checked=True"
 
     def reported_errors(self) -> list[str]:
         """Messages the kernel wrote with TORCH_REPORT_ERROR into the error buffer."""
@@ -302,7 +330,8 @@ def dispatch(library: Any, kernel: Kernel, args: Sequence[Any], threads: tuple[i
     err = ctypes.create_string_buffer(2048)
     with _dispatch_lock:
         pointers = bound.pointers()
-        launch = _Launch(ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), len(bound.slots),
+        launch = _Launch(_stack_pool(), _STACK_BYTES + _PAGE, _STACK_BYTES,
+                         ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), len(bound.slots),
                          (ctypes.c_uint32 * 3)(*threads), (ctypes.c_uint32 * 3)(*group), int(checked),
                          ctypes.cast(err, ctypes.c_char_p), len(err), 0)
         rc = library.mcpu_dispatch(getattr(library, f"mcpu_thread_{kernel.name}"), ctypes.byref(launch))

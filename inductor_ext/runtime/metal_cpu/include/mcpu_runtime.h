@@ -28,7 +28,6 @@
 #endif
 #define MCPU_DEPOSIT_BYTES 64  // largest value a lane hands to a SIMD collective
 #define MCPU_MAX_THREADS 1024  // Apple GPUs: at most 1024 threads per threadgroup
-#define MCPU_STACK_BYTES (256 * 1024)
 
 namespace mcpu {
 
@@ -48,6 +47,9 @@ struct ThreadInfo {
 
 // What Python passes to mcpu_dispatch (mirrored by ctypes in launch.py).
 struct Launch {
+  char* stacks;            // MCPU_MAX_THREADS fiber stacks, one every stack_stride bytes, each
+  uint64_t stack_stride;   // stack_bytes long after a guard page; shared by every library of
+  uint64_t stack_bytes;    // the process (launch.py maps them once)
   void** buffers;
   int32_t nbuffers;
   uint32_t threads[3];     // threads per grid
@@ -77,6 +79,7 @@ struct Fiber {
   ucontext_t ctx;
 #endif
   char* stack;
+  size_t stack_bytes;
   State state;
   Site site;
   ThreadInfo info;
@@ -145,11 +148,11 @@ mcpu_ctx_switch:
 static void fiber_main();
 
 static void start_fiber(Fiber* f) {
-  char* top = f->stack + MCPU_STACK_BYTES;
+  char* top = f->stack + f->stack_bytes;
 #ifdef MCPU_UCONTEXT
   getcontext(&f->ctx);
   f->ctx.uc_stack.ss_sp = f->stack;
-  f->ctx.uc_stack.ss_size = MCPU_STACK_BYTES;
+  f->ctx.uc_stack.ss_size = f->stack_bytes;
   f->ctx.uc_link = nullptr;
   makecontext(&f->ctx, (void (*)())fiber_main, 0);
   (void)top;
@@ -373,25 +376,6 @@ static void on_fault(int sig, siginfo_t* info, void*) {
   siglongjmp(g_fault_jump, sig);
 }
 
-static char* g_stacks = nullptr;
-static int g_stack_count = 0;
-static const size_t kStackStride = MCPU_STACK_BYTES + 4096;  // a guard page below each stack
-
-static bool ensure_stacks(int n) {
-  if (n <= g_stack_count) return true;
-  if (g_stacks) munmap(g_stacks, kStackStride * g_stack_count);
-  void* m = mmap(nullptr, kStackStride * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (m == MAP_FAILED) {
-    g_stacks = nullptr;
-    g_stack_count = 0;
-    return false;
-  }
-  g_stacks = static_cast<char*>(m);
-  for (int i = 0; i < n; i++) mprotect(g_stacks + i * kStackStride, 4096, PROT_NONE);
-  g_stack_count = n;
-  return true;
-}
-
 static uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
 // Thread-position attributes of the threads of threadgroup `gpos` whose actual size is `size`
@@ -443,11 +427,10 @@ static int dispatch(ThreadFn fn, Launch* L) {
              MCPU_MAX_THREADS);
     return 1;
   }
-  if (!ensure_stacks(MCPU_MAX_THREADS)) {
-    snprintf(L->error, L->error_bytes, "could not map fiber stacks");
-    return 1;
+  for (int i = 0; i < MCPU_MAX_THREADS; i++) {
+    fibers[i].stack = L->stacks + i * L->stack_stride + (L->stack_stride - L->stack_bytes);
+    fibers[i].stack_bytes = L->stack_bytes;
   }
-  for (int i = 0; i < MCPU_MAX_THREADS; i++) fibers[i].stack = g_stacks + i * kStackStride + 4096;
 
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);

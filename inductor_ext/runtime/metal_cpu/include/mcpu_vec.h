@@ -38,6 +38,16 @@ template <class T, int M, int... I> struct vec_traits<swz<T, M, I...>> {
   static constexpr int n = int(sizeof...(I));
   typedef T elem;
 };
+}  // namespace mcpu
+namespace metal {
+template <class T, int N> struct packed_vec;
+}
+namespace mcpu {
+template <class T, int N> struct vec_traits<metal::packed_vec<T, N>> {
+  static constexpr bool is_vec = true;
+  static constexpr int n = N;
+  typedef T elem;
+};
 template <class X> constexpr bool is_veclike = vec_traits<metal::remove_cvref_t<X>>::is_vec;
 template <class X> constexpr int count_of = vec_traits<metal::remove_cvref_t<X>>::n;
 template <class X> using elem_of = typename vec_traits<metal::remove_cvref_t<X>>::elem;
