@@ -8,17 +8,14 @@ Element types by torch dtype name, as kernels see the bytes:
   nearest even, as torch does);
 - float8_e4m3fn ``uchar``, decoded in-kernel exactly as ``c10/metal/float8.h`` decodes it: the
   exponent and mantissa bits moved into a half and scaled by 2^8, S.1111.111 is NaN.
-Vector loads use packed types, so rows need no alignment beyond their element.
+Loads are ``load1(p)`` / ``load4(p)`` overloaded on the storage type (each storage type stands
+for one dtype); vector loads use packed types, so rows need no alignment beyond their element.
 """
 
 from __future__ import annotations
 
 STORAGE = {"float32": "float", "float16": "half", "bfloat16": "ushort", "float8_e4m3fn": "uchar"}
 OUT_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat"}
-_PACKED4 = {"float32": "packed_float4", "float16": "packed_half4", "bfloat16": "packed_ushort4",
-            "float8_e4m3fn": "packed_uchar4"}
-_TO_FLOAT = {"float32": "float({x})", "float16": "float({x})", "bfloat16": "bf16_to_float({x})",
-             "float8_e4m3fn": "e4m3_to_float({x})"}
 
 HEADER = """\
 #include <metal_stdlib>
@@ -40,6 +37,22 @@ static inline float erf_approx(float x) {
                     + 0.254829592f) * t * exp(-x * x);
   return copysign(y, x);
 }
+
+// Elements as float, by storage type: float, half, bfloat16 bits (ushort), e4m3 (uchar).
+static inline float load1(const device float* p) { return *p; }
+static inline float load1(const device half* p) { return float(*p); }
+static inline float load1(const device ushort* p) { return bf16_to_float(*p); }
+static inline float load1(const device uchar* p) { return e4m3_to_float(*p); }
+static inline float4 load4(const device float* p) { return float4(*(const device packed_float4*)p); }
+static inline float4 load4(const device half* p) { return float4(*(const device packed_half4*)p); }
+static inline float4 load4(const device ushort* p) {
+  const packed_ushort4 v = *(const device packed_ushort4*)p;
+  return float4(bf16_to_float(v[0]), bf16_to_float(v[1]), bf16_to_float(v[2]), bf16_to_float(v[3]));
+}
+static inline float4 load4(const device uchar* p) {
+  const packed_uchar4 v = *(const device packed_uchar4*)p;
+  return float4(e4m3_to_float(v[0]), e4m3_to_float(v[1]), e4m3_to_float(v[2]), e4m3_to_float(v[3]));
+}
 """
 
 ACTIVATIONS = {
@@ -54,18 +67,6 @@ def storage(dtype: str) -> str:
     return STORAGE[dtype]
 
 
-def load1(dtype: str, ptr: str) -> str:
-    """MSL expression: the element at ``ptr`` as float."""
-    return _TO_FLOAT[dtype].format(x=f"*({ptr})")
-
-
-def load4(dtype: str, ptr: str) -> str:
-    """MSL expression: the 4 consecutive elements at ``ptr`` as a float4."""
-    packed = f"(*(const device {_PACKED4[dtype]}*)({ptr}))"
-    if dtype in ("float32", "float16"):
-        return f"float4({packed})"
-    conv = _TO_FLOAT[dtype]
-    return f"float4({', '.join(conv.format(x=f'{packed}[{i}]') for i in range(4))})"
 
 
 def store(dtype: str, value: str) -> str:
@@ -77,7 +78,12 @@ def activation(name: str | None, x: str) -> str:
     return ACTIVATIONS[name].format(x=x)
 
 
-def gemv_body(*, a: str, b: str, rows: int, columns: int, vec: int) -> str:
+def clamp_column(n: str) -> str:
+    """MSL: column ``n`` clamped to N - 1 (columns past N are computed, never stored)."""
+    return f"({n} < N ? {n} : N - 1)"
+
+
+def gemv_body(*, rows: int, columns: int, vec: int) -> str:
     """The gemv main loop and reduction. Expects ``arow[rows]`` / ``bcol[columns]`` pointers at
     k = 0 (clamped to valid rows and columns), ``K`` and ``lane``; leaves ``acc[rows][columns]``
     holding the full dot products in every lane."""
@@ -90,18 +96,18 @@ def gemv_body(*, a: str, b: str, rows: int, columns: int, vec: int) -> str:
   for (long k = long(lane) * {vec}; k < K; k += {32 * vec}) {{
     if (k + {vec} <= K) {{
       for (int s = 0; s < {steps}; s++) {{
-        float4 w[{columns}];
-        for (int c = 0; c < {columns}; c++) w[c] = {load4(b, "bcol[c] + k + 4 * s")};
+        float4 bv[{columns}];
+        for (int c = 0; c < {columns}; c++) bv[c] = load4(bcol[c] + k + 4 * s);
         for (int r = 0; r < {rows}; r++) {{
-          float4 x = {load4(a, "arow[r] + k + 4 * s")};
-          for (int c = 0; c < {columns}; c++) acc[r][c] += dot(x, w[c]);
+          const float4 av = load4(arow[r] + k + 4 * s);
+          for (int c = 0; c < {columns}; c++) acc[r][c] += dot(av, bv[c]);
         }}
       }}
     }} else {{
       for (long kk = k; kk < K; kk++) {{
         for (int r = 0; r < {rows}; r++) {{
-          float x = {load1(a, "arow[r] + kk")};
-          for (int c = 0; c < {columns}; c++) acc[r][c] += x * {load1(b, "bcol[c] + kk")};
+          const float av = load1(arow[r] + kk);
+          for (int c = 0; c < {columns}; c++) acc[r][c] += av * load1(bcol[c] + kk);
         }}
       }}
     }}

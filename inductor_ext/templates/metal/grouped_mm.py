@@ -94,7 +94,7 @@ def _source(problem: Problem, c: Config) -> str:
     params = [f"device {_msl.OUT_TYPE[o]}* out", f"const device {_msl.storage(t)}* a",
               f"const device {_msl.storage(t)}* b", "const device int* offs"]
     params += [f"constant long& {s}" for s in ("G", "N", "K", "stride_am", "stride_bg", "stride_bn", "stride_om")]
-    body = _msl.gemv_body(a=t, b=t, rows=1, columns=c.columns, vec=c.vec)
+    body = _msl.gemv_body(rows=1, columns=c.columns, vec=c.vec)
     return f"""{_msl.HEADER}
 // {FAMILY}: one row per threadgroup row, {c.simdgroups} SIMD groups x {c.columns} columns, {c.vec} k per lane.
 kernel void grouped_mm_gemv(
@@ -113,7 +113,7 @@ kernel void grouped_mm_gemv(
   const device {_msl.storage(t)}* arow[1] = {{a + row * stride_am}};
   const device {_msl.storage(t)}* bcol[{c.columns}];
   // Columns past N compute on column N - 1 and are never stored.
-  for (int c = 0; c < {c.columns}; c++) bcol[c] = b + g * stride_bg + min(n_first + c, N - 1) * stride_bn;
+  for (int c = 0; c < {c.columns}; c++) bcol[c] = b + g * stride_bg + {_msl.clamp_column('n_first + c')} * stride_bn;
 {body}\
   if (lane == 0)
     for (int c = 0; c < {c.columns}; c++)

@@ -100,9 +100,9 @@ def _source(problem: Problem, c: Config) -> str:
         params.append("constant long& stride_bias")
     value = "acc[r][c]"
     if problem.bias:
-        value = f"{value} + {_msl.load1(t, 'bias + n * stride_bias')}"
+        value = f"{value} + load1(bias + n * stride_bias)"
     result = _msl.store(t, _msl.activation(problem.activation, "v"))
-    body = _msl.gemv_body(a=t, b=t, rows=problem.m, columns=c.columns, vec=c.vec)
+    body = _msl.gemv_body(rows=problem.m, columns=c.columns, vec=c.vec)
     return f"""{_msl.HEADER}
 // {FAMILY}: {problem.m} rows, {c.simdgroups} SIMD groups x {c.columns} columns per threadgroup, {c.vec} k per lane.
 kernel void linear_gemv(
@@ -112,7 +112,7 @@ kernel void linear_gemv(
   const device {_msl.storage(t)}* bcol[{c.columns}];
   for (int r = 0; r < {problem.m}; r++) arow[r] = x + r * stride_xm;
   // Columns past N compute on column N - 1 and are never stored.
-  for (int c = 0; c < {c.columns}; c++) bcol[c] = w + min(n_first + c, N - 1) * stride_wn;
+  for (int c = 0; c < {c.columns}; c++) bcol[c] = w + {_msl.clamp_column('n_first + c')} * stride_wn;
 {body}\
   if (lane == 0) {{
     for (int r = 0; r < {problem.m}; r++)

@@ -141,7 +141,7 @@ def _epilogue(problem: Problem, row: str, col: str, acc: str) -> str:
              else f"scale_a[{row} * stride_sa] * scale_b[{col} * stride_sb]")
     value = f"{acc} * ({scale})"
     if problem.bias:
-        value = f"{value} + {_msl.load1(problem.out_dtype, f'bias + {col} * stride_bias')}"
+        value = f"{value} + load1(bias + {col} * stride_bias)"
     return _msl.store(problem.out_dtype, value)
 
 
@@ -160,7 +160,7 @@ def _params(problem: Problem, strides: list[str]) -> list[str]:
 
 def _render_gemv(problem: Problem, c: Config) -> str:
     params = _params(problem, ["stride_am", "stride_bn", "stride_om"])
-    body = _msl.gemv_body(a="float8_e4m3fn", b="float8_e4m3fn", rows=problem.m, columns=c.columns, vec=c.vec)
+    body = _msl.gemv_body(rows=problem.m, columns=c.columns, vec=c.vec)
     return f"""{_msl.HEADER}
 // {FAMILY} gemv: {problem.m} rows, {c.simdgroups} SIMD groups x {c.columns} columns per threadgroup, {c.vec} k per lane.
 kernel void scaled_mm_gemv(
@@ -170,7 +170,7 @@ kernel void scaled_mm_gemv(
   const device uchar* bcol[{c.columns}];
   for (int r = 0; r < {problem.m}; r++) arow[r] = a + r * stride_am;
   // Columns past N compute on column N - 1 and are never stored.
-  for (int c = 0; c < {c.columns}; c++) bcol[c] = b + min(n_first + c, N - 1) * stride_bn;
+  for (int c = 0; c < {c.columns}; c++) bcol[c] = b + {_msl.clamp_column('n_first + c')} * stride_bn;
 {body}\
   if (lane == 0) {{
     for (int r = 0; r < {problem.m}; r++)

@@ -126,7 +126,7 @@ def _source(problem: Problem, c: Config) -> str:
     attrs = ("uint2 tgpos [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]], "
              "uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]], "
              "uint nsg [[simdgroups_per_threadgroup]]")
-    load = _msl.load1(t, "xr + i")
+    load = "load1(xr + i)"
     head = f"{_msl.HEADER}{_HELPERS}\n// {FAMILY}: {c.threads} threads per threadgroup, {c.chunks} threadgroup(s) per row.\n"
     if c.chunks == 1:
         return head + f"""kernel void softmax_row(
