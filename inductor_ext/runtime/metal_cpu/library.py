@@ -87,6 +87,13 @@ def compile_shader(source: str, *, checked: bool = True, defines: tuple[str, ...
     return lib
 
 
+def kernel_from_source(name: str, source: str, headers: list[str] | tuple[str, ...] = ()) -> CpuKernel:
+    """Kernel ``name`` of ``source`` with ``#include <c10/metal/<h>.h>`` for each of ``headers``
+    prepended: how Inductor's Metal kernels (registered with their header names) load on the CPU."""
+    includes = "".join(f"#include <c10/metal/{h}.h>\n" for h in sorted(headers))
+    return getattr(compile_shader(includes + source), name)
+
+
 def run(msl_source: str, kernel_name: str, grid: Any, threadgroup: Any, *args: Any, checked: bool = True) -> None:
     """Run ``kernel_name`` of ``msl_source`` over ``grid`` threadgroups (an int or 1-3 tuple,
     as dispatchThreadgroups) of ``threadgroup`` threads each, with ``args`` (CPU tensors and

@@ -1,0 +1,75 @@
+"""ext's Metal codegen in interpret mode: Inductor's MPS codegen for CPU tensors, each kernel run
+by the Metal-on-CPU executor, entered on its own around a plain Inductor compile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from inductor_ext import codegen
+from inductor_ext.codegen.metal import CODEGEN
+
+pytestmark = pytest.mark.metal_cpu
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """The one field of ExtConfig the codegen reads."""
+
+    interpret: bool
+
+
+def _compile_with_metal(fn, *args):
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    with CODEGEN.install(StandIn(interpret=True)):
+        out, codes = run_and_get_code(torch.compile(fn, backend="inductor"), *args)
+    return out, codes[0]
+
+
+def rms_norm_swiglu(x, w_norm, w_gate, w_up):
+    h = F.rms_norm(x, (x.shape[-1],), w_norm)
+    return F.silu(h @ w_gate) * (h @ w_up), x.softmax(-1).amax(-1)
+
+
+def test_registered_and_usable_here():
+    assert codegen.get("metal") is CODEGEN and CODEGEN.language == "msl"
+    assert CODEGEN.missing() is None
+
+
+def test_interpret_generates_metal_for_cpu_tensors():
+    torch.manual_seed(0)
+    args = (torch.randn(6, 96), torch.rand(96) + 0.5, torch.randn(96, 40), torch.randn(96, 40))
+    out, code = _compile_with_metal(rms_norm_swiglu, *args)
+    for got, want in zip(out, rms_norm_swiglu(*args)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert "metal_cpu_kernel(" in code and "cpp_fused" not in code
+    kernels = CODEGEN.describe_kernels(code)
+    assert kernels and all(k.language == "msl" and "kernel void" in k.source for k in kernels)
+    assert any("threadgroup_sum" in k.source for k in kernels)  # the RMSNorm reduction
+    assert any("rms_norm" in k.header or "pow" in k.header or "mean" in k.header for k in kernels), \
+        [k.header for k in kernels]
+
+
+def test_install_restores_inductor_cpu_codegen():
+    from torch._inductor.codegen import common
+
+    common.init_backend_registration()
+    before = common.device_codegens["cpu"]
+    with CODEGEN.install(StandIn(interpret=True)):
+        assert common.device_codegens["cpu"] is not before
+    assert common.device_codegens["cpu"] is before
+    with CODEGEN.install(StandIn(interpret=False)):  # on a Mac, Inductor's own Metal codegen serves
+        assert common.device_codegens["cpu"] is before
+
+
+def test_describe_kernels_reads_inductors_own_mps_output():
+    from inductor_ext.testing.metal_cpu import inductor_mps_wrapper
+
+    code = inductor_mps_wrapper(lambda x: x.sum(-1), torch.randn(4, 300))
+    (kernel,) = CODEGEN.describe_kernels(code)
+    assert kernel.name == "generated_kernel_0" and kernel.source.startswith("#include <c10/metal/reduction_utils.h>")
