@@ -394,12 +394,64 @@ def test_helion_metal_add_and_softmax(helion_kernels):
     assert any("helion_red::tg_max" in src for src in sources)
 
 
-def test_helion_metal_matmul_uses_mpp_which_is_refused(helion_kernels):
-    """Helion's Metal matmul is Metal 4 MPP matmul2d, which the executor does not model: a
-    clear refusal, not a wrong result."""
+@pytest.mark.parametrize("m, k, n", [(64, 64, 64), (40, 50, 70)])
+def test_helion_metal_matmul_through_mpp(helion_kernels, m, k, n):
+    """Helion's Metal matmul is Metal 4 MPP matmul2d into a cooperative tensor, 8 execution
+    groups of 4 SIMD groups per threadgroup; edge tiles rely on MPP's bounds checks."""
     _, _, matmul = helion_kernels
-    with metal_cpu.cpu_compile_shader(), pytest.raises(MslUnsupported, match="MetalPerformancePrimitives"):
-        matmul(torch.randn(64, 64), torch.randn(64, 64))
+    sources: list[str] = []
+    x, y = torch.randn(m, k), torch.randn(k, n)
+    with metal_cpu.cpu_compile_shader(sources=sources):
+        got = matmul(x, y)
+    assert "matmul2d<" in sources[-1] and "get_destination_cooperative_tensor" in sources[-1]
+    torch.testing.assert_close(got, x @ y, rtol=1e-5, atol=1e-4)
+
+
+MPP = r"""
+#include <metal_stdlib>
+#include <metal_tensor>
+#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>
+using namespace metal;
+using namespace mpp::tensor_ops;
+
+// C = relu(relu(C + A @ B^T) + bias) with B stored [N, K] (transpose_right), 32 x 16 tiles:
+// C loaded into a cooperative tensor, k accumulated in steps of 8, bias added by element index.
+kernel void mpp_linear(device float* a [[buffer(0)]], device float* b [[buffer(1)]], device float* bias [[buffer(2)]],
+                       device float* c [[buffer(3)]], constant int& M [[buffer(4)]], constant int& N [[buffer(5)]],
+                       constant int& K [[buffer(6)]], uint2 tg [[threadgroup_position_in_grid]]) {
+  auto A = tensor<device float, dextents<int32_t, 2>, tensor_inline>(a, dextents<int32_t, 2>(K, M));
+  auto B = tensor<device float, dextents<int32_t, 2>, tensor_inline>(b, dextents<int32_t, 2>(K, N));
+  auto C = tensor<device float, dextents<int32_t, 2>, tensor_inline>(c, dextents<int32_t, 2>(N, M));
+  auto Bias = tensor<device float, dextents<int32_t, 2>, tensor_inline>(bias, dextents<int32_t, 2>(N, 1));
+  constexpr auto desc = matmul2d_descriptor(32, 16, 8, false, true, false, matmul2d_descriptor::mode::multiply_accumulate);
+  matmul2d<desc, execution_simdgroups<2>> op;
+  auto acc = op.get_destination_cooperative_tensor<decltype(A.slice(0, 0)), decltype(B.slice(0, 0)), float>();
+  acc.load(C.slice(tg.x * 16, tg.y * 32));
+  for (int k = 0; k < K; k += 8) op.run(A.slice(k, tg.y * 32), B.slice(k, tg.x * 16), acc);
+  auto bias_t = op.get_destination_cooperative_tensor<decltype(A.slice(0, 0)), decltype(B.slice(0, 0)), float>();
+  for (uint16_t i = 0; i < bias_t.get_capacity(); ++i) {
+    auto idx = bias_t.get_multidimensional_index(i);
+    bias_t[i] = idx[0] + tg.x * 16 < uint(N) ? bias[idx[0] + tg.x * 16] : 0.0f;
+  }
+  for (auto it = acc.begin(); it != acc.end(); it++) *it = max(*it, 0.0f);
+  for (uint16_t i = 0; i < acc.get_capacity(); ++i) if (acc.get_mask(i)) acc[i] = max(acc[i] + bias_t[i], 0.0f);
+  acc.store(C.slice(tg.x * 16, tg.y * 32));
+}
+"""
+
+
+def test_mpp_matmul2d_cooperative_tensor_epilogue():
+    m, n, k = 45, 37, 29  # edge tiles in every dimension, K not a multiple of the k step
+    a, b, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    c0 = torch.randn(m, n)
+    c = c0.clone()
+    metal_cpu.run(MPP, "mpp_linear", (3, 2), 64, a, b, bias, c, m, n, k)
+    torch.testing.assert_close(c, torch.relu(torch.relu(c0 + a @ b.T) + bias), rtol=1e-5, atol=1e-5)
+
+
+def test_mpp_execution_group_must_divide_the_threadgroup():
+    with pytest.raises(MetalLaunchError, match=r"execution_simdgroups<2> in a threadgroup of 3 SIMD groups"):
+        metal_cpu.run(MPP, "mpp_linear", 1, 96, torch.zeros(4), torch.zeros(4), torch.zeros(2), torch.zeros(4), 2, 2, 2)
 
 
 # ------------------------------------------------------------------------ errors
@@ -453,7 +505,8 @@ def test_read_of_inactive_simd_lane_is_an_error():
     ("kernel void k(texture2d<float> t [[texture(0)]]) {}", "textures"),
     ("kernel void k(device float* o [[buffer(0)]]) { simdgroup_float8x8 m; }", "simdgroup matrices"),
     ("kernel void k(threadgroup float* t [[threadgroup(0)]]) {}", "threadgroup-memory kernel arguments"),
-    ("#include <metal_tensor>\nkernel void k(device float* o [[buffer(0)]]) {}", "Metal 4 tensors"),
+    ("kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {}\n"
+     "constant bool f [[function_constant(0)]];", "function constants"),
 ])
 def test_unsupported_msl_is_refused(source, feature):
     with pytest.raises(MslUnsupported, match=feature):

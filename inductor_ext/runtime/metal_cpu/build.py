@@ -12,6 +12,7 @@ import functools
 import hashlib
 import itertools
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -20,10 +21,11 @@ from inductor_ext.runtime import toolchain
 
 SHIM_DIR = Path(__file__).with_name("include")
 
-# -fsingle-precision-constant: MSL floating literals are float; -fsigned-char: MSL char is
-# signed; no exceptions (fibers never unwind); -w: MSL idioms warn in C++ (ignored attributes).
-FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fsingle-precision-constant", "-fsigned-char",
-         "-fno-exceptions", "-fno-rtti", "-fno-strict-aliasing", "-D__METAL__=1", "-D__METAL_VERSION__=310")
+# C++20: Metal 4's tensor ops take a descriptor as a template argument; -fsingle-precision-constant:
+# MSL floating literals are float; -fsigned-char: MSL char is signed; no exceptions (fibers never
+# unwind); -w: MSL idioms warn in C++ (ignored attributes).
+FLAGS = ("-std=c++20", "-O2", "-fPIC", "-shared", "-w", "-fsingle-precision-constant", "-fsigned-char",
+         "-fno-exceptions", "-fno-rtti", "-fno-strict-aliasing", "-D__METAL__=1", "-D__METAL_VERSION__=310", "-D__HAVE_TENSOR__=1")
 
 
 class MetalCompileError(RuntimeError):
@@ -44,7 +46,7 @@ def _swizzles(n: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _shim_text() -> dict[str, str]:
-    files = {p.name: p.read_text() for p in sorted(SHIM_DIR.iterdir()) if p.is_file()}
+    files = {str(p.relative_to(SHIM_DIR)): p.read_text() for p in sorted(SHIM_DIR.rglob("*")) if p.is_file()}
     for n in (2, 3, 4):
         files[f"mcpu_swizzles_{n}.inc"] = _swizzles(n)
     return files
@@ -71,13 +73,12 @@ def include_dir() -> Path:
     if not target.is_dir():
         tmp = Path(tempfile.mkdtemp(prefix="include-", dir=cache_root()))
         for name, text in _shim_text().items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_text(text)
         try:
             os.rename(tmp, target)
         except OSError:  # another process won the race
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
+            shutil.rmtree(tmp)
     return target
 
 

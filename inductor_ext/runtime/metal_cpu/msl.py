@@ -43,8 +43,6 @@ ZERO_ATTRIBUTES = ("grid_origin",)
 # MSL the executor cannot run: (pattern in code, what it is). Checked before compiling so the
 # error names the feature instead of a g++ message about a missing declaration.
 UNSUPPORTED = (
-    (r"#\s*include\s*<metal_tensor>|MetalPerformancePrimitives|\bmpp\s*::",
-     "Metal 4 tensors and MetalPerformancePrimitives (tensor_ops::matmul2d)"),
     (r"\bsimdgroup_(?:float|half|bfloat)\d+x\d+\b|\bsimdgroup_matrix\b|\bsimdgroup_multiply(?:_accumulate)?\b"
      r"|\bsimdgroup_load\b|\bsimdgroup_store\b", "simdgroup matrices (simdgroup_matrix, simdgroup_load/store/multiply)"),
     (r"\b(?:texture[123]d|texture2d_ms|texturecube|texture\w*_array|depth\w*2d|texture_buffer)\s*<", "textures"),
