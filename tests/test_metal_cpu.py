@@ -454,6 +454,45 @@ def test_mpp_execution_group_must_divide_the_threadgroup():
         metal_cpu.run(MPP, "mpp_linear", 1, 96, torch.zeros(4), torch.zeros(4), torch.zeros(2), torch.zeros(4), 2, 2, 2)
 
 
+SIMDGROUP_MATRIX = r"""
+#include <metal_stdlib>
+using namespace metal;
+
+// C[16, 16] = 2 * (A[16, 16] @ B^T) with B given [16, 16] row-major and loaded transposed: one SIMD
+// group, 2 x 2 output tiles, k in two steps of 8; A's tiles staged through threadgroup memory.
+kernel void mma(device float* c [[buffer(0)]], const device half* a [[buffer(1)]], const device half* b [[buffer(2)]],
+                uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup half As[16 * 16];
+  for (uint i = lane; i < 256; i += 32) As[i] = a[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_float8x8 acc[2][2];
+  for (int i = 0; i < 2; i++) for (int j = 0; j < 2; j++) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (int k = 0; k < 16; k += 8) {
+    simdgroup_half8x8 ta[2], tb[2];
+    for (int i = 0; i < 2; i++) simdgroup_load(ta[i], As, 16, ulong2(k, 8 * i));
+    for (int j = 0; j < 2; j++) simdgroup_load(tb[j], b, 16, ulong2(k, 8 * j), true);
+    for (int i = 0; i < 2; i++) for (int j = 0; j < 2; j++) simdgroup_multiply_accumulate(acc[i][j], ta[i], tb[j], acc[i][j]);
+  }
+  for (int i = 0; i < 2; i++) for (int j = 0; j < 2; j++) {
+    acc[i][j].thread_elements() *= 2.0f;
+    simdgroup_store(acc[i][j], c, 16, ulong2(8 * j, 8 * i));
+  }
+}
+"""
+
+
+def test_simdgroup_matrix_multiply():
+    a, b = torch.randn(16, 16).half(), torch.randn(16, 16).half()
+    c = torch.zeros(16, 16)
+    metal_cpu.run(SIMDGROUP_MATRIX, "mma", 1, 32, c, a, b)
+    torch.testing.assert_close(c, 2 * (a.float() @ b.float().T), rtol=1e-5, atol=1e-4)
+
+
+def test_simdgroup_matrix_needs_every_lane():
+    with pytest.raises(MetalLaunchError, match="simdgroup_multiply_accumulate with SIMD lanes inactive"):
+        metal_cpu.run(SIMDGROUP_MATRIX, "mma", 1, 16, torch.zeros(256), torch.zeros(256).half(), torch.zeros(256).half())
+
+
 # ------------------------------------------------------------------------ errors
 def test_divergent_barrier_thread_finished():
     src = """kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {
@@ -503,7 +542,7 @@ def test_read_of_inactive_simd_lane_is_an_error():
 
 @pytest.mark.parametrize("source, feature", [
     ("kernel void k(texture2d<float> t [[texture(0)]]) {}", "textures"),
-    ("kernel void k(device float* o [[buffer(0)]]) { simdgroup_float8x8 m; }", "simdgroup matrices"),
+    ("kernel void k(device float* o [[buffer(0)]]) { simdgroup_float4x4 m; }", "simdgroup matrices other than 8x8"),
     ("kernel void k(threadgroup float* t [[threadgroup(0)]]) {}", "threadgroup-memory kernel arguments"),
     ("kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {}\n"
      "constant bool f [[function_constant(0)]];", "function constants"),
@@ -541,6 +580,30 @@ def test_required_threads_per_threadgroup_is_enforced():
     src = "[[required_threads_per_threadgroup(64, 1, 1)]] kernel void k(device float* o [[buffer(0)]]) {}"
     with pytest.raises(MetalLaunchError, match="requires threadgroups of 64x1x1"):
         metal_cpu.run(src, "k", 1, 32, torch.zeros(1))
+
+
+def test_threadgroup_declarations_become_shared_statics():
+    from inductor_ext.runtime.metal_cpu import msl
+
+    src = """kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+      threadgroup float a[4 * 8], b[2];  // sizes with '*'
+      threadgroup float* p = a;
+      o[i] = 1.5h;
+    }"""
+    unit = msl.analyze(src).source
+    assert "static float a[4 * 8], b[2]; ::mcpu::threadgroup_var(&a, sizeof(a)); ::mcpu::threadgroup_var(&b, sizeof(b));" in unit
+    assert "threadgroup float* p = a;" in unit and "half(1.5f)" in unit
+    assert unit.count("\n") >= src.count("\n")  # line numbers kept for compile errors
+
+
+def test_host_named_template_kernels():
+    src = """template <typename T> kernel void fill(device T* o [[buffer(0)]], constant float& v [[buffer(1)]],
+                                              uint i [[thread_position_in_grid]]) { o[i] = T(v * 2); }
+    template [[host_name("fill_half")]] kernel void fill<half>(device half* o [[buffer(0)]],
+        constant float& v [[buffer(1)]], uint i [[thread_position_in_grid]]);"""
+    out = torch.zeros(8, dtype=torch.float16)
+    metal_cpu.run(src, "fill_half", 1, 8, out, 1.25)
+    assert out.tolist() == [2.5] * 8
 
 
 # ------------------------------------------------------------------------ compile cache, fibers

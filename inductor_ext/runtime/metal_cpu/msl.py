@@ -43,8 +43,8 @@ ZERO_ATTRIBUTES = ("grid_origin",)
 # MSL the executor cannot run: (pattern in code, what it is). Checked before compiling so the
 # error names the feature instead of a g++ message about a missing declaration.
 UNSUPPORTED = (
-    (r"\bsimdgroup_(?:float|half|bfloat)\d+x\d+\b|\bsimdgroup_matrix\b|\bsimdgroup_multiply(?:_accumulate)?\b"
-     r"|\bsimdgroup_load\b|\bsimdgroup_store\b", "simdgroup matrices (simdgroup_matrix, simdgroup_load/store/multiply)"),
+    (r"\bsimdgroup_(?:float|half|bfloat)(?!8x8\b)\d+x\d+\b|\bsimdgroup_matrix\s*<\s*\w+\s*,\s*(?!8\s*,\s*8\s*>)",
+     "simdgroup matrices other than 8x8"),
     (r"\b(?:texture[123]d|texture2d_ms|texturecube|texture\w*_array|depth\w*2d|texture_buffer)\s*<", "textures"),
     (r"\bsampler\b", "samplers"),
     (r"\bimageblock\b|\bthreadgroup_imageblock\b", "imageblocks"),
@@ -303,9 +303,10 @@ def _rewrite_threadgroup(source: str, code: str) -> str:
     depth_at = _brace_depths(code)
     for m in _TG_DECL.finditer(code):
         decl = m.group("decl")
-        if depth_at[m.start()] == 0 or "*" in decl or "&" in decl:
+        declared = re.sub(r"\[[^\]]*\]", "", re.sub(r"=.*", "", decl, flags=re.S))  # without sizes, initialisers
+        if depth_at[m.start()] == 0 or "*" in declared or "&" in declared:
             continue  # namespace scope, or a pointer/reference: the keyword is only a qualifier
-        declarators = _split_top_level(re.sub(r"=.*", "", decl))
+        declarators = _split_top_level(re.sub(r"=.*", "", decl, flags=re.S))
         names = []
         for i, d in enumerate(declarators):
             nm = re.match(r".*?([A-Za-z_]\w*)\s*(?:\[.*\])?\s*$", d if i else d, re.S)

@@ -5,6 +5,7 @@
 #pragma once
 #include "mcpu_runtime.h"
 #include "mcpu_sync.h"
+#include "mcpu_simdgroup_matrix.h"
 
 namespace mcpu {
 // A thread-position attribute converted to the type its kernel parameter declares.
