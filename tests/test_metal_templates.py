@@ -48,6 +48,8 @@ GOLDEN_CASES = {
                                          scaled_mm.Config("gemv", 4, 2, 8)),
     "scaled_mm_tiled_tensorwise_fp32": (scaled_mm, scaled_mm.Problem(64, 512, 512, "tensorwise", "float32"),
                                         scaled_mm.Config("tiled", block_m=64, block_n=64, block_k=16)),
+    "scaled_mm_mma_rowwise_bf16": (scaled_mm, scaled_mm.Problem(128, 4096, 4096, "rowwise", "bfloat16", True),
+                                   scaled_mm.Config("tiled", block_m=64, block_n=64, block_k=32, mma=True)),
     "linear_gemv_bf16_bias_silu": (linear_gemv, linear_gemv.Problem(1, 4096, 4096, "bfloat16", True, "silu"),
                                    linear_gemv.Config(4, 2, 8)),
     "grouped_mm_gemv_bf16": (grouped_mm, grouped_mm.Problem(8, 1408, 2048, 64, "bfloat16"), grouped_mm.Config(4, 2, 8)),
@@ -109,13 +111,12 @@ def test_scaled_mm_e4m3_decode_is_exact():
     codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8).view(torch.float8_e4m3fn)
     k = codes.numel()
     eye = torch.eye(k).to(torch.float8_e4m3fn)  # B = I: out row = the decoded codes
-    for m, path in ((1, "gemv"), (5, "tiled")):
+    for m, config in ((1, scaled_mm.Config("gemv")), (5, scaled_mm.Config("tiled")),
+                      (5, scaled_mm.Config("tiled", block_m=32, block_n=32, block_k=32, mma=True))):
         a = codes.view(1, k).expand(m, k).contiguous()
         problem = scaled_mm.Problem(m, k, k, "tensorwise", "float32")
-        got = scaled_mm.run(problem, scaled_mm.configs(problem, "mps")[0], "mps", a, eye.t(), torch.tensor(1.0),
-                            torch.tensor(1.0))
-        assert scaled_mm.configs(problem, "mps")[0].path == path
-        assert torch.equal(got, codes.float().view(1, k).expand(m, k)), path
+        got = scaled_mm.run(problem, config, "mps", a, eye.t(), torch.tensor(1.0), torch.tensor(1.0))
+        assert torch.equal(got, codes.float().view(1, k).expand(m, k)), config
 
 
 def test_scaled_mm_refusals():
@@ -131,6 +132,10 @@ def test_scaled_mm_refusals():
     assert "empty" in scaled_mm.supports(scaled_mm.Problem(0, 8, 16, "tensorwise"))
     with pytest.raises(ValueError, match="gemv path serves M <= 4"):
         scaled_mm.render(scaled_mm.Problem(8, 8, 16, "tensorwise"), scaled_mm.Config("gemv"), "mps")
+    with pytest.raises(ValueError, match="bytes of threadgroup memory"):
+        scaled_mm.render(scaled_mm.Problem(8, 8, 16, "tensorwise"),
+                         scaled_mm.Config("tiled", block_m=128, block_n=128, block_k=32, mma=True, warps_m=4, warps_n=4),
+                         "mps")
 
 
 # ------------------------------------------------------------------------ linear gemv

@@ -6,7 +6,10 @@ Two paths, chosen by M:
   lanes split K, ``vec`` bytes of A and B per lane per step (packed loads), ``simd_sum`` at the
   end. B must be contiguous along K (``_scaled_mm`` requires column-major B anyway).
 - tiled (M > 4): ``block_m x block_n`` output tiles per threadgroup, K in ``block_k`` steps
-  decoded into threadgroup memory, ``thread_m x thread_n`` outputs per thread; any strides.
+  decoded into threadgroup memory; any strides. Either SIMT (``thread_m x thread_n`` outputs
+  per thread) or, with ``mma``, 8x8 simdgroup matrices: e4m3 decodes exactly to half, so the
+  tiles are staged as half and multiplied into float accumulators, one ``block_m / warps_m x
+  block_n / warps_n`` sub-tile per SIMD group, staged through threadgroup memory for the epilogue.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from inductor_ext.targets.apple import THREADGROUP_MEMORY_BYTES
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.metal import _msl
@@ -52,11 +56,16 @@ class Config:
     block_k: int = 16
     thread_m: int = 4
     thread_n: int = 4
+    mma: bool = False  # tiled: simdgroup matrices, warps_m x warps_n SIMD groups
+    warps_m: int = 2
+    warps_n: int = 2
 
     @property
     def threads(self) -> int:
         if self.path == "gemv":
             return 32 * self.simdgroups
+        if self.mma:
+            return 32 * self.warps_m * self.warps_n
         return (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
 
 
@@ -108,8 +117,9 @@ def supports(problem: Problem) -> str | None:
 
 
 _GEMV = (Config("gemv", 4, 2, 8), Config("gemv", 8, 1, 8), Config("gemv", 2, 4, 4))
-_TILED = (Config("tiled", block_m=64, block_n=64, block_k=16), Config("tiled", block_m=32, block_n=32, block_k=16),
-          Config("tiled", block_m=64, block_n=32, block_k=32))
+_TILED = (Config("tiled", block_m=64, block_n=64, block_k=32, mma=True),
+          Config("tiled", block_m=32, block_n=32, block_k=32, mma=True, warps_m=2, warps_n=2),
+          Config("tiled", block_m=64, block_n=64, block_k=16), Config("tiled", block_m=32, block_n=32, block_k=16))
 
 
 def configs(problem: Problem, target: str) -> list[Config]:
@@ -128,6 +138,13 @@ def _check(problem: Problem, config: Config) -> None:
                              f"M={problem.m}, k-contiguous={problem.k_contiguous}")
         if config.vec % 4 or config.threads > 1024:
             raise ValueError(f"bad gemv config {config}")
+    elif config.path == "tiled" and config.mma:
+        sub_m, sub_n = config.block_m // config.warps_m, config.block_n // config.warps_n
+        smem = 2 * (config.block_m + config.block_n) * config.block_k + 4 * config.block_m * config.block_n
+        if (sub_m % 8 or sub_n % 8 or config.block_k % 8 or config.block_m % config.warps_m
+                or config.block_n % config.warps_n or config.threads > 1024 or smem > THREADGROUP_MEMORY_BYTES):
+            raise ValueError(f"bad mma config {config}: 8x8 multiples per SIMD group, at most 1024 threads and "
+                             f"{THREADGROUP_MEMORY_BYTES} bytes of threadgroup memory ({smem})")
     elif config.path == "tiled":
         if config.block_m % config.thread_m or config.block_n % config.thread_n or config.threads > 1024:
             raise ValueError(f"bad tiled config {config}")
@@ -228,6 +245,56 @@ kernel void scaled_mm_tiled(
 """
 
 
+def _render_mma(problem: Problem, c: Config) -> str:
+    params = _params(problem, ["stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_om"])
+    sub_m, sub_n = c.block_m // c.warps_m, c.block_n // c.warps_n
+    fm, fn = sub_m // 8, sub_n // 8
+    return f"""{_msl.HEADER}
+// {FAMILY} tiled with simdgroup matrices: {c.block_m}x{c.block_n} outputs per threadgroup, {c.warps_m}x{c.warps_n} SIMD groups of
+// {sub_m}x{sub_n} ({fm}x{fn} 8x8 accumulators each), k steps of {c.block_k}; e4m3 -> half is exact.
+kernel void scaled_mm_mma(
+    {_msl.signature(params)}) {{
+  threadgroup half As[{c.block_m} * {c.block_k}];  // [m][k]
+  threadgroup half Bs[{c.block_k} * {c.block_n}];  // [k][n]
+  threadgroup float Cs[{c.block_m} * {c.block_n}];
+  const long m0 = long(tgpos.y) * {c.block_m}, n0 = long(tgpos.x) * {c.block_n};
+  const uint wm = sg / {c.warps_n}, wn = sg % {c.warps_n};
+  simdgroup_float8x8 acc[{fm}][{fn}];
+  for (int i = 0; i < {fm}; i++)
+    for (int j = 0; j < {fn}; j++) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (long k0 = 0; k0 < K; k0 += {c.block_k}) {{
+    for (uint i = tid; i < {c.block_m * c.block_k}; i += {c.threads}) {{
+      const uint kk = i % {c.block_k}, mm = i / {c.block_k};
+      const long gm = m0 + mm, gk = k0 + kk;
+      As[mm * {c.block_k} + kk] = half((gm < M && gk < K) ? e4m3_to_float(a[gm * stride_am + gk * stride_ak]) : 0.0f);
+    }}
+    for (uint i = tid; i < {c.block_n * c.block_k}; i += {c.threads}) {{
+      const uint kk = i % {c.block_k}, nn = i / {c.block_k};
+      const long gn = n0 + nn, gk = k0 + kk;
+      Bs[kk * {c.block_n} + nn] = half((gn < N && gk < K) ? e4m3_to_float(b[gk * stride_bk + gn * stride_bn]) : 0.0f);
+    }}
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0; kk < {c.block_k}; kk += 8) {{
+      simdgroup_half8x8 fa[{fm}], fb[{fn}];
+      for (int i = 0; i < {fm}; i++) simdgroup_load(fa[i], As, {c.block_k}, ulong2(kk, wm * {sub_m} + 8 * i));
+      for (int j = 0; j < {fn}; j++) simdgroup_load(fb[j], Bs, {c.block_n}, ulong2(wn * {sub_n} + 8 * j, kk));
+      for (int i = 0; i < {fm}; i++)
+        for (int j = 0; j < {fn}; j++) simdgroup_multiply_accumulate(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }}
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }}
+  for (int i = 0; i < {fm}; i++)
+    for (int j = 0; j < {fn}; j++)
+      simdgroup_store(acc[i][j], Cs, {c.block_n}, ulong2(wn * {sub_n} + 8 * j, wm * {sub_m} + 8 * i));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint i = tid; i < {c.block_m * c.block_n}; i += {c.threads}) {{
+    const long gm = m0 + i / {c.block_n}, gn = n0 + i % {c.block_n};
+    if (gm < M && gn < N) out[gm * stride_om + gn] = {_epilogue(problem, "gm", "gn", "Cs[i]")};
+  }}
+}}
+"""
+
+
 def _grid(problem: Problem, c: Config) -> list[int]:
     if c.path == "gemv":
         per_group = c.simdgroups * c.columns
@@ -240,8 +307,12 @@ def render(problem: Problem, config: Config, target: str) -> KernelSource:
     if reason:
         raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
     _check(problem, config)
-    source = _render_gemv(problem, config) if config.path == "gemv" else _render_tiled(problem, config)
-    name = f"scaled_mm_{config.path}"
+    if config.path == "gemv":
+        source, name = _render_gemv(problem, config), "scaled_mm_gemv"
+    elif config.mma:
+        source, name = _render_mma(problem, config), "scaled_mm_mma"
+    else:
+        source, name = _render_tiled(problem, config), "scaled_mm_tiled"
     return KernelSource(name=name, source=source, template=FAMILY, config=asdict(config),
                         launch={"grid": _grid(problem, config), "threadgroup": [config.threads, 1, 1]},
                         language="msl")
