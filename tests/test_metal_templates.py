@@ -1,7 +1,7 @@
 """Metal template families (target mps): tier G (golden MSL under tests/golden/metal/) and tier C
 (every default config run by the Metal-on-CPU executor, compared with the plain-torch references
 in inductor_ext.kernels at odd shapes, with tolerances of about one unit in the last place of
-the output dtype)."""
+the output dtype). On a Mac the same numerics tests also run on the GPU (tier D, ``device``)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,21 @@ FAMILIES = (scaled_mm, linear_gemv, grouped_mm, softmax)
 # About one unit in the last place of each output dtype (fp32: accumulation order).
 TOL = {torch.bfloat16: dict(rtol=2**-7, atol=1e-5), torch.float16: dict(rtol=2**-10, atol=1e-5),
        torch.float32: dict(rtol=2e-5, atol=1e-6)}
+
+
+DEVICES = ["cpu", pytest.param("mps", marks=[pytest.mark.device, pytest.mark.skipif(
+    not torch.backends.mps.is_available(), reason="needs an Apple GPU (MPS); the cpu case runs the same kernels")])]
+
+
+def on(device: str, *tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """The tensors on ``device``, strides and storage offsets kept (their whole storage moves)."""
+    def move(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None or device == "cpu":
+            return t
+        flat = torch.as_strided(t, (t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+        return torch.as_strided(flat.to(device), t.shape, t.stride(), t.storage_offset())
+
+    return [move(t) for t in tensors]
 
 
 def spec_of(t: torch.Tensor) -> TensorSpec:
@@ -88,7 +103,8 @@ SCALED_CASES = [  # m, n, k, scaling, out dtype, bias, B layout
 
 
 @pytest.mark.parametrize("m, n, k, scaling, out_dtype, bias, layout", SCALED_CASES)
-def test_scaled_mm_matches_reference(m, n, k, scaling, out_dtype, bias, layout):
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_mm_matches_reference(device, m, n, k, scaling, out_dtype, bias, layout):
     torch.manual_seed(m * 1000 + n)
     a, w, b, sa, sb = _fp8_operands(m, n, k, scaling, layout)
     bias_t = torch.randn(n).to(out_dtype) if bias else None
@@ -101,7 +117,7 @@ def test_scaled_mm_matches_reference(m, n, k, scaling, out_dtype, bias, layout):
     want = scaled_mm_reference(a, w, alpha=sa * sb, bias=bias_t, out_dtype=out_dtype)
     torch.testing.assert_close(torch._scaled_mm(a, b, sa, sb, bias=bias_t, out_dtype=out_dtype), want, **TOL[out_dtype])
     for config in cfgs:
-        got = scaled_mm.run(problem, config, "mps", a, b, sa, sb, bias_t)
+        got = scaled_mm.run(problem, config, "mps", *on(device, a, b, sa, sb, bias_t)).cpu()
         assert got.dtype == out_dtype
         torch.testing.assert_close(got, want, **TOL[out_dtype], msg=lambda s: f"{config}: {s}")
 
@@ -148,7 +164,8 @@ LINEAR_CASES = [  # m, n, k, dtype, bias, activation
 
 
 @pytest.mark.parametrize("m, n, k, dtype, bias, act", LINEAR_CASES)
-def test_linear_gemv_matches_reference(m, n, k, dtype, bias, act):
+@pytest.mark.parametrize("device", DEVICES)
+def test_linear_gemv_matches_reference(device, m, n, k, dtype, bias, act):
     torch.manual_seed(n * 7 + k)
     x = strided(m, k, dtype)
     w = torch.randn(n, k + 5).to(dtype)[:, :k]  # weight rows strided too
@@ -160,7 +177,7 @@ def test_linear_gemv_matches_reference(m, n, k, dtype, bias, act):
     assert problem == linear_gemv.Problem(m, n, k, str(dtype).removeprefix("torch."), bias, act)
     want = scaled_mm_reference(x, w, bias=bias_t, activation=act, out_dtype=dtype)
     for config in linear_gemv.configs(problem, "mps"):
-        got = linear_gemv.run(problem, config, "mps", x, w.t(), bias_t)
+        got = linear_gemv.run(problem, config, "mps", *on(device, x, w.t(), bias_t)).cpu()
         torch.testing.assert_close(got, want, **TOL[dtype], msg=lambda s: f"{config}: {s}")
 
 
@@ -181,7 +198,8 @@ def test_linear_gemv_refusals():
     (1, 37, 100, 3, [0, 1, 1], torch.float16),  # M=1, K % vec != 0, odd N
     (16, 33, 96, 8, [2, 4, 6, 8, 10, 12, 14, 16], torch.float32),
 ])
-def test_grouped_mm_matches_reference(rows, n, k, groups, offs, dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_mm_matches_reference(device, rows, n, k, groups, offs, dtype):
     torch.manual_seed(rows + n)
     a = strided(rows, k, dtype)
     w = torch.randn(groups, n, k).to(dtype)
@@ -194,7 +212,7 @@ def test_grouped_mm_matches_reference(rows, n, k, groups, offs, dtype):
     if dtype == torch.bfloat16 and k % 16 == 0:  # torch's own kernel (needs 16-byte strides): rows in groups only
         torch.testing.assert_close(torch._grouped_mm(a.contiguous(), b, offs=offs_t)[:offs[-1]], want[:offs[-1]])
     for config in grouped_mm.configs(problem, "mps"):
-        got = grouped_mm.run(problem, config, "mps", a, b, offs_t)
+        got = grouped_mm.run(problem, config, "mps", *on(device, a, b, offs_t)).cpu()
         torch.testing.assert_close(got, want, **TOL[dtype], msg=lambda s: f"{config}: {s}")
 
 
@@ -214,7 +232,8 @@ def test_grouped_mm_refusals():
     (3, 5003, torch.bfloat16, torch.bfloat16),
     (2, 32000, torch.float16, torch.float32),  # half_to_float
 ])
-def test_softmax_matches_reference(rows, n, dtype, out_dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_matches_reference(device, rows, n, dtype, out_dtype):
     torch.manual_seed(n)
     x = strided(rows, n, dtype, scale=6.0)
     x[0, 7] = float("-inf")  # masked logit: probability 0
@@ -224,7 +243,7 @@ def test_softmax_matches_reference(rows, n, dtype, out_dtype):
     assert problem.rows == rows and problem.n == n and problem.result_dtype == str(out_dtype).removeprefix("torch.")
     want = softmax_reference(x, out_dtype=out_dtype)
     for config in softmax.configs(problem, "mps"):
-        got = softmax.run(problem, config, "mps", x)
+        got = softmax.run(problem, config, "mps", *on(device, x)).cpu()
         assert got.dtype == out_dtype and got[0, 7] == 0
         torch.testing.assert_close(got, want, **TOL[out_dtype], msg=lambda s: f"{config}: {s}")
 
