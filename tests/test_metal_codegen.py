@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from inductor_ext import codegen
 from inductor_ext.codegen.metal import CODEGEN
+from inductor_ext.runtime.metal_cpu import MetalLaunchError
 
 pytestmark = pytest.mark.metal_cpu
 
@@ -55,6 +56,18 @@ def test_interpret_generates_metal_for_cpu_tensors():
         [k.header for k in kernels]
 
 
+def test_kernel_reported_errors_are_raised():
+    """Inductor's index bounds checks report through c10's error buffer (error_buf_idx)."""
+    torch._dynamo.reset()
+    x = torch.randn(10, 4)
+    with CODEGEN.install(StandIn(interpret=True)):
+        gather = torch.compile(lambda x, i: x[i] * 2, backend="inductor")
+        torch.testing.assert_close(gather(x, torch.tensor([1, 3, 9])), x[[1, 3, 9]] * 2)
+        with pytest.raises(MetalLaunchError, match=r"reported: Index 12 out of range \[0, 10\) \(line \d+ of "
+                                                   r"generated_kernel_\d+ in kernel.metal\) x4"):
+            gather(x, torch.tensor([1, 3, 12]))
+
+
 def test_install_restores_inductor_cpu_codegen():
     from torch._inductor.codegen import common
 
@@ -72,4 +85,5 @@ def test_describe_kernels_reads_inductors_own_mps_output():
 
     code = inductor_mps_wrapper(lambda x: x.sum(-1), torch.randn(4, 300))
     (kernel,) = CODEGEN.describe_kernels(code)
-    assert kernel.name == "generated_kernel_0" and kernel.source.startswith("#include <c10/metal/reduction_utils.h>")
+    assert kernel.name == "generated_kernel_0" and "threadgroup_sum" in kernel.source
+    assert "#include <c10/metal/reduction_utils.h>\n" in kernel.source and kernel.properties["headers"]

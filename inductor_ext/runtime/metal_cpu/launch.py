@@ -28,7 +28,9 @@ _SLACK_BYTE = 0xA5
 _PROT_NONE = 0
 
 _SCALAR_CASTS = {"fp16": "e", "bf16": "bf16", "int32": "i", "int16": "h", "int8": "b", "uint8": "B"}
-_ERROR_MESSAGES_BYTES = 4 + 30 * (128 + 128 + 250 + 4)  # c10::metal::ErrorMessages
+# c10::metal::ErrorMessages: uint count, then 30 x {char file[128], func[128], message[250]; uint line}
+_ERROR_SLOTS, _ERROR_SLOT_BYTES = 30, 512
+_ERROR_MESSAGES_BYTES = 4 + _ERROR_SLOTS * _ERROR_SLOT_BYTES
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -299,15 +301,18 @@ class BoundLaunch:
         if self.error_buf is None:
             return []
         raw = self.error_buf.raw
-        count = min(struct.unpack_from("<I", raw, 0)[0], 30)
-        messages = []
-        for i in range(count):
-            base = 4 + i * 510
+        count = struct.unpack_from("<I", raw, 0)[0]
+        messages: dict[str, int] = {}
+        for i in range(min(count, _ERROR_SLOTS)):
+            base = 4 + i * _ERROR_SLOT_BYTES
             file, func, message = (raw[base + o:base + o + n].split(b"\0")[0].decode(errors="replace")
                                    for o, n in ((0, 128), (128, 128), (256, 250)))
             line = struct.unpack_from("<I", raw, base + 508)[0]
-            messages.append(f"{message} (at {file}:{line} in {func})")
-        return messages
+            text = f"{message} (line {line} of {func} in {file.rsplit('/', 1)[-1]})"
+            messages[text] = messages.get(text, 0) + 1
+        return [f"{text}{f' x{n}' if n > 1 else ''}" for text, n in messages.items()] + (
+            [f"and {count - _ERROR_SLOTS} more"] if count > _ERROR_SLOTS else [])
+
 
 
 def dispatch(library: Any, kernel: Kernel, args: Sequence[Any], threads: tuple[int, int, int],
