@@ -141,8 +141,6 @@ def code_only(source: str) -> str:
             # keep the quotes so that tokens around stay apart
             out[i + 1:j - 1] = " " * max(0, j - i - 2)
             i = j
-        elif c == "#":  # preprocessor lines other than #include/#if stay visible to the scans
-            i += 1
         else:
             i += 1
     return "".join(out)
@@ -220,9 +218,9 @@ def _parse_params(text: str, kernel_name: str, line: int) -> tuple[Param, ...]:
         if attr is None or attr.startswith("buffer"):
             if "*" not in ptype and "&" not in ptype:
                 raise MslSignatureError(
-                    f"kernel {kernel_name} (line {line}): parameter {pname!r} of type {ptype!r} has no "
-                    "attribute and is neither a pointer nor a reference; Metal binds buffers only to "
-                    "device/constant pointers and references")
+                    f"kernel {kernel_name} (line {line}): buffer parameter {pname!r} of type {ptype!r} is "
+                    "neither a pointer nor a reference; Metal binds buffers only to device/constant pointers "
+                    "and references")
             if attr is None:
                 while implicit in explicit:
                     implicit += 1

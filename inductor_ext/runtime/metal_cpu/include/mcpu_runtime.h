@@ -16,8 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #if !defined(__x86_64__) || defined(MCPU_USE_UCONTEXT)
 #include <ucontext.h>
 #define MCPU_UCONTEXT 1
