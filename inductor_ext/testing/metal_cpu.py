@@ -49,6 +49,7 @@ def cpu_compile_shader(*, checked: bool = True, sources: list[str] | None = None
 def inductor_mps_wrapper(fn: Callable[..., Any], *example_inputs: torch.Tensor) -> str:
     """The Python wrapper module Inductor's MPS codegen writes for ``fn`` (its Metal kernels
     inside), generated on this machine from fake ``mps`` tensors shaped like the inputs."""
+    from torch._inductor.codegen.mps import MetalKernel
     from torch._inductor.debug import DebugContext
     from torch._inductor.decomposition import select_decomp_table
     from torch._inductor.graph import GraphLowering
@@ -56,7 +57,10 @@ def inductor_mps_wrapper(fn: Callable[..., Any], *example_inputs: torch.Tensor) 
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    with mps_device_stubs():
+    from torch.utils._ordered_set import OrderedSet
+
+    # torch 2.15's MetalKernel keeps headers in a class-level set every kernel adds to: start clean.
+    with mps_device_stubs(), mock.patch.object(MetalKernel, "headers", OrderedSet(["utils"])):
         mode = FakeTensorMode()
         with mode:
             fake = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="mps") for t in example_inputs]

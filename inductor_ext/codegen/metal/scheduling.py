@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch._inductor.codegen.mps import MetalScheduling
+from torch._inductor.codegen.mps import MetalKernel, MetalScheduling
+from torch.utils._ordered_set import OrderedSet
 from torch._inductor.utils import get_kernel_metadata
 from torch._inductor.virtualized import V
 
@@ -14,8 +15,19 @@ LOADER = "metal_cpu_kernel"  # the name the output code calls to load a kernel
 _IMPORT = f"from inductor_ext.runtime.metal_cpu import kernel_from_source as {LOADER}"
 
 
+class MetalCpuKernel(MetalKernel):
+    """MetalKernel with headers of its own: torch 2.15 keeps them in a class-level set that every
+    kernel adds to, so one kernel's error buffer would leak into every later kernel's signature."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.headers = OrderedSet(MetalKernel.headers)
+        super().__init__(*args, **kwargs)
+
+
 class MetalCpuScheduling(MetalScheduling):
     """MetalScheduling whose kernels load through ``runtime.metal_cpu.kernel_from_source``."""
+
+    kernel_type = MetalCpuKernel
 
     def define_kernel(self, src_code: str, node_schedule: list[Any], kernel: Any) -> str:
         wrapper = V.graph.wrapper_code
