@@ -213,7 +213,7 @@ def bench_kernels(args: argparse.Namespace) -> list[dict[str, Any]]:
         if timed:
             entry["aten"] = measure(aten, args.device, args.reps)
         for config in family.configs(problem, "mps"):
-            run = lambda config=config: family.run(problem, config, "mps", *targs)  # noqa: E731
+            run = lambda config=config: family.call(problem, config, "mps", *targs)  # noqa: E731
             got = run().cpu()
             row: dict[str, Any] = {"config": repr(config), "max_abs_diff_vs_reference": (got.float() - want.float()).abs().max().item()}
             if timed:

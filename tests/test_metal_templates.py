@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from inductor_ext.templates import registry
+
 from inductor_ext.kernels.grouped_gemm import grouped_mm_reference
 from inductor_ext.kernels.scaled_gemm import scaled_mm_reference
 from inductor_ext.kernels.softmax import softmax_reference
@@ -53,8 +55,9 @@ def strided(rows: int, cols: int, dtype: torch.dtype, scale: float = 1.0) -> tor
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.FAMILY)
 def test_family_protocol(family):
     assert family.TARGETS == ("mps",) and family.CHOICE_KIND == "extern" and family.OPS
-    for name in ("problem_for", "supports", "configs", "render", "run", "Problem", "Config"):
+    for name in ("problem_for", "supports", "configs", "render", "call", "ALL_CONFIGS", "Problem", "Config"):
         assert hasattr(family, name), name
+    registry.check(family)  # what the registry requires of a family
 
 
 # ------------------------------------------------------------------------ tier G
@@ -117,7 +120,7 @@ def test_scaled_mm_matches_reference(device, m, n, k, scaling, out_dtype, bias, 
     want = scaled_mm_reference(a, w, alpha=sa * sb, bias=bias_t, out_dtype=out_dtype)
     torch.testing.assert_close(torch._scaled_mm(a, b, sa, sb, bias=bias_t, out_dtype=out_dtype), want, **TOL[out_dtype])
     for config in cfgs:
-        got = scaled_mm.run(problem, config, "mps", *on(device, a, b, sa, sb, bias_t)).cpu()
+        got = scaled_mm.call(problem, config, "mps", *on(device, a, b, sa, sb, bias_t)).cpu()
         assert got.dtype == out_dtype
         torch.testing.assert_close(got, want, **TOL[out_dtype], msg=lambda s: f"{config}: {s}")
 
@@ -131,7 +134,7 @@ def test_scaled_mm_e4m3_decode_is_exact():
                       (5, scaled_mm.Config("tiled", block_m=32, block_n=32, block_k=32, mma=True))):
         a = codes.view(1, k).expand(m, k).contiguous()
         problem = scaled_mm.Problem(m, k, k, "tensorwise", "float32")
-        got = scaled_mm.run(problem, config, "mps", a, eye.t(), torch.tensor(1.0), torch.tensor(1.0))
+        got = scaled_mm.call(problem, config, "mps", a, eye.t(), torch.tensor(1.0), torch.tensor(1.0))
         assert torch.equal(got, codes.float().view(1, k).expand(m, k)), config
 
 
@@ -177,7 +180,7 @@ def test_linear_gemv_matches_reference(device, m, n, k, dtype, bias, act):
     assert problem == linear_gemv.Problem(m, n, k, str(dtype).removeprefix("torch."), bias, act)
     want = scaled_mm_reference(x, w, bias=bias_t, activation=act, out_dtype=dtype)
     for config in linear_gemv.configs(problem, "mps"):
-        got = linear_gemv.run(problem, config, "mps", *on(device, x, w.t(), bias_t)).cpu()
+        got = linear_gemv.call(problem, config, "mps", *on(device, x, w.t(), bias_t)).cpu()
         torch.testing.assert_close(got, want, **TOL[dtype], msg=lambda s: f"{config}: {s}")
 
 
@@ -212,7 +215,7 @@ def test_grouped_mm_matches_reference(device, rows, n, k, groups, offs, dtype):
     if dtype == torch.bfloat16 and k % 16 == 0:  # torch's own kernel (needs 16-byte strides): rows in groups only
         torch.testing.assert_close(torch._grouped_mm(a.contiguous(), b, offs=offs_t)[:offs[-1]], want[:offs[-1]])
     for config in grouped_mm.configs(problem, "mps"):
-        got = grouped_mm.run(problem, config, "mps", *on(device, a, b, offs_t)).cpu()
+        got = grouped_mm.call(problem, config, "mps", *on(device, a, b, offs_t)).cpu()
         torch.testing.assert_close(got, want, **TOL[dtype], msg=lambda s: f"{config}: {s}")
 
 
@@ -243,7 +246,7 @@ def test_softmax_matches_reference(device, rows, n, dtype, out_dtype):
     assert problem.rows == rows and problem.n == n and problem.result_dtype == str(out_dtype).removeprefix("torch.")
     want = softmax_reference(x, out_dtype=out_dtype)
     for config in softmax.configs(problem, "mps"):
-        got = softmax.run(problem, config, "mps", *on(device, x)).cpu()
+        got = softmax.call(problem, config, "mps", *on(device, x)).cpu()
         assert got.dtype == out_dtype and got[0, 7] == 0
         torch.testing.assert_close(got, want, **TOL[out_dtype], msg=lambda s: f"{config}: {s}")
 
@@ -253,7 +256,7 @@ def test_softmax_nan_row_is_nan():
     x[1, 100] = float("nan")
     problem = softmax.Problem(2, 4096)
     for config in softmax.configs(problem, "mps"):
-        got = softmax.run(problem, config, "mps", x)
+        got = softmax.call(problem, config, "mps", x)
         assert got[1].isnan().all() and not got[0].isnan().any()
 
 

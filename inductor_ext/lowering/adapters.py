@@ -80,7 +80,7 @@ def _append_triton(family: ModuleType, choices: list[Any], prepared: Prepared, c
 
 
 def extern_name(family: ModuleType, config: Any) -> str:
-    return f"ext_{family.FAMILY.replace('.', '_')}_{config.name()}"
+    return f"ext_{family.FAMILY.replace('.', '_')}_{registry.config_name(config)}"
 
 
 def extern_choice(family: ModuleType, config: Any) -> ExternKernelChoice:
@@ -114,7 +114,7 @@ def _append_extern(family: ModuleType, choices: list[Any], prepared: Prepared, c
     else:
         kwargs = {"problem": registry.problem_json(prepared.problem), "target": target}
     choice = extern_choice(family, config).bind(prepared.inputs, prepared.layout, **kwargs)
-    choice.description = f"{family.FAMILY} {config.name()}"  # what dumps show as its config
+    choice.description = f"{family.FAMILY} {registry.config_name(config)}"  # what dumps show as its config
     choices.append(choice)
     return choice
 

@@ -22,7 +22,7 @@ from inductor_ext.templates.family import CHOICE_KINDS
 # What every family module defines, and what each choice kind adds.
 _REQUIRED = ("FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "Problem", "Config", "problem_for", "supports", "configs",
              "render")
-_BY_KIND = {"triton_template": ("inductor_source", "inductor_kwargs"), "extern": ("run", "ALL_CONFIGS")}
+_BY_KIND = {"triton_template": ("inductor_source", "inductor_kwargs"), "extern": ("call", "ALL_CONFIGS")}
 
 
 class FamilyError(TypeError):
@@ -75,6 +75,13 @@ def for_op(op: str, target: str) -> list[ModuleType]:
 def slug(family: str) -> str:
     """``"triton.nvfp4_gemm"`` -> ``"nvfp4_gemm"``: the family's op part, used in kernel names."""
     return family.split(".", 1)[1]
+
+
+def config_name(config: Any) -> str:
+    """``config.name()`` when the family defines one, else its fields (``threads1024_chunks1``)."""
+    if hasattr(config, "name"):
+        return config.name()
+    return "_".join(f"{k}{str(v).lower()}" for k, v in dataclasses.asdict(config).items())
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

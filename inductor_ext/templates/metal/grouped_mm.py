@@ -81,6 +81,7 @@ def supports(problem: Problem) -> str | None:
 
 
 _CONFIGS = (Config(4, 2, 8), Config(8, 1, 8), Config(2, 4, 8))
+ALL_CONFIGS = _CONFIGS  # every config a compiled graph may call (registered by name)
 
 
 def configs(problem: Problem, target: str) -> list[Config]:
@@ -134,7 +135,7 @@ def render(problem: Problem, config: Config, target: str) -> KernelSource:
                         language="msl")
 
 
-def run(problem: Problem, config: Config, target: str, a: "torch.Tensor", b: "torch.Tensor",
+def call(problem: Problem, config: Config, target: str, a: "torch.Tensor", b: "torch.Tensor",
         offs: "torch.Tensor") -> "torch.Tensor":
     """``torch._grouped_mm(a, b, offs=offs, out_dtype=problem.result_dtype)``."""
     import torch

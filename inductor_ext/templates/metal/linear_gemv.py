@@ -81,6 +81,7 @@ def supports(problem: Problem) -> str | None:
 
 
 _CONFIGS = (Config(4, 2, 8), Config(8, 1, 8), Config(2, 4, 8), Config(4, 1, 4))
+ALL_CONFIGS = _CONFIGS  # every config a compiled graph may call (registered by name)
 
 
 def configs(problem: Problem, target: str) -> list[Config]:
@@ -139,7 +140,7 @@ def render(problem: Problem, config: Config, target: str) -> KernelSource:
                         launch={"grid": grid, "threadgroup": [32 * config.simdgroups, 1, 1]}, language="msl")
 
 
-def run(problem: Problem, config: Config, target: str, x: "torch.Tensor", b: "torch.Tensor",
+def call(problem: Problem, config: Config, target: str, x: "torch.Tensor", b: "torch.Tensor",
         bias: "torch.Tensor | None" = None) -> "torch.Tensor":
     """``act(x @ b + bias)`` for ``b`` [K, N] contiguous along K (``w.t()``); bias [N] or [1, N]."""
     import torch

@@ -120,6 +120,7 @@ _GEMV = (Config("gemv", 4, 2, 8), Config("gemv", 8, 1, 8), Config("gemv", 2, 4, 
 _TILED = (Config("tiled", block_m=64, block_n=64, block_k=32, mma=True),
           Config("tiled", block_m=32, block_n=32, block_k=32, mma=True, warps_m=2, warps_n=2),
           Config("tiled", block_m=64, block_n=64, block_k=16), Config("tiled", block_m=32, block_n=32, block_k=16))
+ALL_CONFIGS = _GEMV + _TILED  # every config a compiled graph may call (registered by name)
 
 
 def configs(problem: Problem, target: str) -> list[Config]:
@@ -318,7 +319,7 @@ def render(problem: Problem, config: Config, target: str) -> KernelSource:
                         language="msl")
 
 
-def run(problem: Problem, config: Config, target: str, a: "torch.Tensor", b: "torch.Tensor",
+def call(problem: Problem, config: Config, target: str, a: "torch.Tensor", b: "torch.Tensor",
         scale_a: "torch.Tensor", scale_b: "torch.Tensor", bias: "torch.Tensor | None" = None) -> "torch.Tensor":
     """``torch._scaled_mm(a, b, scale_a, scale_b, bias, out_dtype=problem.out_dtype)``."""
     import torch

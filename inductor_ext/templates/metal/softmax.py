@@ -78,12 +78,17 @@ def supports(problem: Problem) -> str | None:
     return None
 
 
+_WHOLE = (Config(1024, 1), Config(256, 1))
+_SPLIT = (Config(256, 32), Config(256, 8))
+ALL_CONFIGS = _WHOLE + _SPLIT  # every config a compiled graph may call (registered by name)
+
+
 def configs(problem: Problem, target: str) -> list[Config]:
     """Split rows across threadgroups when there are too few rows to fill the GPU."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not one of {TARGETS}")
-    whole = [Config(1024, 1), Config(256, 1)]
-    split = [Config(256, c) for c in (32, 8) if problem.n >= c * 1024]
+    whole = list(_WHOLE)
+    split = [c for c in _SPLIT if problem.n >= c.chunks * 1024]
     return split + whole if problem.rows < 8 else whole + split
 
 
@@ -196,7 +201,7 @@ def render(problem: Problem, config: Config, target: str) -> KernelSource:
                         language="msl")
 
 
-def run(problem: Problem, config: Config, target: str, x: "torch.Tensor") -> "torch.Tensor":
+def call(problem: Problem, config: Config, target: str, x: "torch.Tensor") -> "torch.Tensor":
     """``softmax(x, -1)`` in ``problem.result_dtype``; x's rows may be strided (last dim contiguous)."""
     import torch
 
