@@ -12,7 +12,7 @@ from inductor_ext.templates.family import OpSpec
 
 FAMILY = "fake.mm"
 TARGETS = ("cpu",)
-OPS = ("mm", "addmm")
+OPS = ("mm", "addmm", "grouped_mm")
 CHOICE_KIND = "extern"
 RUNS_ON_CPU = True
 calls: list[tuple] = []
@@ -26,6 +26,7 @@ class Problem:
     addmm: bool = False
     alpha: float = 1.0
     beta: float = 1.0
+    groups: int = 0  # grouped_mm: mat_a [M, K] rows split by offs over G weights [G, K, N]
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,11 @@ ALL_CONFIGS = (Config(1), Config(2))
 
 
 def problem_for(spec: OpSpec) -> Problem | str:
+    if spec.op == "grouped_mm":
+        a, b, offs, bias = spec.inputs
+        if offs is None or len(a.shape) != 2 or len(b.shape) != 3:
+            return "only 2-D x 3-D grouped_mm with offs"
+        return Problem(a.shape[0], b.shape[2], a.shape[1], groups=b.shape[0])
     a, b = spec.inputs[-2:]
     if a.dtype != "float32":
         return f"{FAMILY} serves float32 only, not {a.dtype}"
@@ -62,6 +68,9 @@ def render(problem: Problem, config: Config, target: str) -> KernelSource:
 
 def call(problem: Problem, config: Config, target: str, *tensors: torch.Tensor) -> torch.Tensor:
     calls.append((problem, config, target))
+    if problem.groups:
+        a, b, offs = tensors
+        return torch._grouped_mm(a, b, offs=offs)
     a, b = tensors[-2:]
     # split K in `split` parts: a different summation order, same math
     parts = torch.chunk(torch.arange(problem.k), config.split)

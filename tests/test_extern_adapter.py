@@ -31,3 +31,9 @@ def test_wrapper_calls_the_winner_with_problem_and_target(compiled):
 
 def test_numbers_are_the_layers(compiled):
     assert compiled["max_err"] < 1e-5
+
+
+def test_grouped_mm_is_offered_through_exts_lowering(compiled):
+    grouped = compiled["grouped"]
+    assert grouped["op"] == "grouped_mm" and grouped["candidates"][0] == "_grouped_mm"
+    assert grouped["winner"].startswith("ext_fake_mm_") and grouped["called"] and grouped["exact"]

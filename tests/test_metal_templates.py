@@ -111,7 +111,7 @@ def test_scaled_mm_matches_reference(device, m, n, k, scaling, out_dtype, bias, 
     torch.manual_seed(m * 1000 + n)
     a, w, b, sa, sb = _fp8_operands(m, n, k, scaling, layout)
     bias_t = torch.randn(n).to(out_dtype) if bias else None
-    spec = OpSpec("_scaled_mm", (spec_of(a), spec_of(b), spec_of(sa), spec_of(sb), bias_t is not None and spec_of(bias_t) or None),
+    spec = OpSpec("scaled_mm", (spec_of(a), spec_of(b), spec_of(sa), spec_of(sb), bias_t is not None and spec_of(bias_t) or None),
                   TensorSpec((m, n), (n, 1), str(out_dtype).removeprefix("torch.")), device_type="mps")
     problem = scaled_mm.problem_for(spec)
     assert isinstance(problem, scaled_mm.Problem) and problem.scaling == scaling
@@ -143,11 +143,11 @@ def test_scaled_mm_refusals():
     b = torch.zeros(16, 8, dtype=torch.float8_e5m2)
     out = TensorSpec((2, 8), (8, 1), "bfloat16")
     s = spec_of(torch.tensor(1.0))
-    assert "float8_e4m3fn" in scaled_mm.problem_for(OpSpec("_scaled_mm", (spec_of(a), spec_of(b), s, s), out))
+    assert "float8_e4m3fn" in scaled_mm.problem_for(OpSpec("scaled_mm", (spec_of(a), spec_of(b), s, s), out))
     a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
     blockwise = spec_of(torch.ones(2, 4))
     assert "neither tensorwise nor rowwise" in scaled_mm.problem_for(
-        OpSpec("_scaled_mm", (spec_of(a8), spec_of(b8), blockwise, s), out))
+        OpSpec("scaled_mm", (spec_of(a8), spec_of(b8), blockwise, s), out))
     assert "empty" in scaled_mm.supports(scaled_mm.Problem(0, 8, 16, "tensorwise"))
     with pytest.raises(ValueError, match="gemv path serves M <= 4"):
         scaled_mm.render(scaled_mm.Problem(8, 8, 16, "tensorwise"), scaled_mm.Config("gemv"), "mps")
@@ -209,7 +209,7 @@ def test_grouped_mm_matches_reference(device, rows, n, k, groups, offs, dtype):
     b = w.transpose(-2, -1)  # [G, K, N], contiguous along K
     offs_t = torch.tensor(offs, dtype=torch.int32)
     out_spec = TensorSpec((rows, n), (n, 1), str(dtype).removeprefix("torch."))
-    problem = grouped_mm.problem_for(OpSpec("_grouped_mm", (spec_of(a), spec_of(b), spec_of(offs_t)), out_spec))
+    problem = grouped_mm.problem_for(OpSpec("grouped_mm", (spec_of(a), spec_of(b), spec_of(offs_t)), out_spec))
     assert problem == grouped_mm.Problem(rows, n, k, groups, str(dtype).removeprefix("torch."))
     want = grouped_mm_reference(a, b, offs_t)
     if dtype == torch.bfloat16 and k % 16 == 0:  # torch's own kernel (needs 16-byte strides): rows in groups only
@@ -223,10 +223,10 @@ def test_grouped_mm_refusals():
     a, b = torch.zeros(100, 16, dtype=torch.bfloat16), torch.zeros(4, 8, 16, dtype=torch.bfloat16).transpose(-2, -1)
     offs = torch.tensor([25, 50, 75, 100], dtype=torch.int32)
     out = TensorSpec((100, 8), (8, 1), "bfloat16")
-    problem = grouped_mm.problem_for(OpSpec("_grouped_mm", (spec_of(a), spec_of(b), spec_of(offs)), out))
+    problem = grouped_mm.problem_for(OpSpec("grouped_mm", (spec_of(a), spec_of(b), spec_of(offs)), out))
     assert "prefill" in grouped_mm.supports(problem)
     assert "contiguous along K" in grouped_mm.problem_for(
-        OpSpec("_grouped_mm", (spec_of(a), spec_of(b.contiguous()), spec_of(offs)), out))
+        OpSpec("grouped_mm", (spec_of(a), spec_of(b.contiguous()), spec_of(offs)), out))
 
 
 # ------------------------------------------------------------------------ softmax

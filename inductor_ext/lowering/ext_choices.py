@@ -26,7 +26,7 @@ from inductor_ext import targets
 from inductor_ext.autotune import pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import adapters, cutedsl_nvfp4, nvfp4_gemm, op_specs, pdl_consumers
+from inductor_ext.lowering import adapters, cutedsl_nvfp4, grouped_mm, nvfp4_gemm, op_specs, pdl_consumers
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
@@ -34,7 +34,7 @@ from inductor_ext.templates.base import module_source_hash
 log = logging.getLogger("inductor_ext.autotune")
 
 # Lowering modules whose text shapes the generated code of every family (part of the cache key).
-_LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4)
+_LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4, grouped_mm)
 
 
 def available_templates() -> dict[str, ModuleType]:
@@ -78,6 +78,10 @@ class ExtChoices(InductorChoices):
 
     def uuid(self) -> str:
         return hashlib.sha256("|".join([self.config.to_json(), templates_hash(self.config)]).encode()).hexdigest()
+
+    def serves(self, op_name: str) -> bool:
+        """Whether this compile offers any template family for ``op_name``."""
+        return self.config.autotune != "off" and any(op_name in registry.get(f).OPS for f in self.config.templates)
 
     def get_template_configs(self, kernel_inputs: Any, templates: list[Any], op_name: str,
                              kwarg_overrides: dict[str, dict[str, Any]] | None = None) -> list[Any]:

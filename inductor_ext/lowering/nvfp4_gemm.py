@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 from torch._inductor import ir
-from torch._inductor.kernel_inputs import KernelInputs
 from torch._inductor.lowering import fallback_handler, lowerings, register_lowering
 from torch._inductor.select_algorithm import ExternKernelChoice, autotune_select_algorithm
 from torch._inductor.virtualized import V
 
 from inductor_ext.kernels import nvfp4_ops  # noqa: F401  (defines the op lowered here)
+from inductor_ext.lowering.kernel_inputs import FixedKernelInputs
 
 prims = torch.ops.prims
 OP = torch.ops.inductor_ext.nvfp4_gemm.default
@@ -25,18 +25,8 @@ ATEN_CHOICE = ExternKernelChoice(OP, name="nvfp4_gemm_aten", has_out_variant=Fal
 _ROUND = fallback_handler(torch.ops.aten._to_copy.default, add_to_fallback_set=False)
 
 
-class NvFp4KernelInputs(KernelInputs):
-    """The nvfp4_gemm inputs (a, b, scale_a, scale_b, alpha[, bias]) and its output layout."""
-
-    def __init__(self, nodes: list[Any], layout: ir.Layout, scalars: dict[str, Any]) -> None:
-        super().__init__(nodes, scalars=scalars)
-        self._layout = layout
-
-    def out_dtype(self) -> torch.dtype:
-        return self._layout.dtype
-
-    def output_layout(self, flexible: bool = True) -> ir.Layout:
-        return self._layout
+# The nvfp4_gemm inputs (a, b, scale_a, scale_b, alpha[, bias]) and its output layout.
+NvFp4KernelInputs = FixedKernelInputs
 
 
 @register_lowering(OP, type_promotion_kind=None)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 FAMILY = "metal.grouped_mm"
 TARGETS = ("mps",)
-OPS = ("_grouped_mm",)
+OPS = ("grouped_mm",)  # Inductor's lowering name (lowering/op_specs.py)
 CHOICE_KIND = "extern"
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -51,8 +51,8 @@ class Config:
 
 def problem_for(spec: OpSpec) -> Problem | str:
     """``_grouped_mm(mat_a, mat_b, offs, bias=None, out_dtype=None)`` in the 2-D x 3-D layout."""
-    if spec.op != "_grouped_mm":
-        return f"op {spec.op} is not _grouped_mm"
+    if spec.op != "grouped_mm":
+        return f"op {spec.op} is not grouped_mm"
     a, b, offs, bias = (*spec.inputs, None, None, None, None)[:4]
     if a is None or b is None or offs is None:
         return "needs mat_a, mat_b and offs"

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 FAMILY = "metal.scaled_mm"
 TARGETS = ("mps",)
-OPS = ("_scaled_mm",)
+OPS = ("scaled_mm",)  # Inductor's lowering name (lowering/op_specs.py)
 CHOICE_KIND = "extern"
 
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -78,8 +78,8 @@ def _numel(t: TensorSpec) -> int:
 
 def problem_for(spec: OpSpec) -> Problem | str:
     """``_scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype, ...)``."""
-    if spec.op != "_scaled_mm":
-        return f"op {spec.op} is not _scaled_mm"
+    if spec.op != "scaled_mm":
+        return f"op {spec.op} is not scaled_mm"
     a, b, scale_a, scale_b, *rest = (*spec.inputs, None, None)
     bias, scale_result = rest[0], rest[1]
     if a is None or b is None or scale_a is None or scale_b is None:
