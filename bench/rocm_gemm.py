@@ -102,8 +102,8 @@ def dense(arch: str, dev: str, shapes: list[tuple[int, int, int]], device: bool)
                 gemm.render(problem, config, arch)
                 print(json.dumps({"family": gemm.FAMILY, "case": case, "config": config.name(), "smoke": "rendered"}))
                 continue
-            rows.append(_row(gemm.FAMILY, case, config, gemm.run(problem, config, arch, a, b),
-                             matmul.mm_reference(a, b), 2e-2, lambda: gemm.run(problem, config, arch, a, b),
+            rows.append(_row(gemm.FAMILY, case, config, gemm.call(problem, config, arch, a, b),
+                             matmul.mm_reference(a, b), 2e-2, lambda: gemm.call(problem, config, arch, a, b),
                              lambda: torch.mm(a, b), device))
     return rows
 
@@ -125,9 +125,9 @@ def grouped(arch: str, dev: str, device: bool) -> list[dict]:
             print(json.dumps({"family": gm.FAMILY, "case": case, "config": config.name(), "smoke": "rendered"}))
             continue
         end = int(offs[-1])
-        got = gm.run(problem, config, arch, a, w, offs)[:end]
+        got = gm.call(problem, config, arch, a, w, offs)[:end]
         want = matmul.grouped_mm_reference(a.cpu(), w.cpu(), offs.cpu())[:end]
-        rows.append(_row(gm.FAMILY, case, config, got.cpu(), want, 2e-2, lambda: gm.run(problem, config, arch, a, w, offs),
+        rows.append(_row(gm.FAMILY, case, config, got.cpu(), want, 2e-2, lambda: gm.call(problem, config, arch, a, w, offs),
                          lambda: torch._grouped_mm(a, w, offs=offs), device))
     return rows
 
@@ -150,9 +150,9 @@ def mx_cases(dev: str, shapes: list[tuple[int, int, int]], device: bool) -> list
             a, w = xq.qdata.view(dt).to(dev), wq.qdata.view(dt).to(dev)
             sa, sb = (to_blocked(q.scales).to(dev) for q in (xq, wq))
             want = scaled_gemm.scaled_mm_reference(xq, wq, out_dtype=torch.float32)
-            got = mxf.run(problem, config, "gfx950", a, w.t(), sa, sb)
+            got = mxf.call(problem, config, "gfx950", a, w.t(), sa, sb)
             rows.append(_row(mxf.FAMILY, case, config, got.cpu(), want, 2e-2,
-                             lambda: mxf.run(problem, config, "gfx950", a, w.t(), sa, sb),
+                             lambda: mxf.call(problem, config, "gfx950", a, w.t(), sa, sb),
                              lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16), device))
     return rows
 
@@ -169,7 +169,7 @@ def tdm_cases(dev: str, shapes: list[tuple[int, int, int]], device: bool) -> lis
             w = torch.randn(n, k, device=dev) * (4 if fp8 else 1)
             x, w = x.to(getattr(torch, dtype)), w.to(getattr(torch, dtype))
             sa = sb = torch.tensor(1.0, device=dev)
-            for fam in (ftdm, ttdm):
+            for fam, launch in ((ftdm, ftdm.call), (ttdm, ttdm.run)):
                 problem = fam.TdmGemmProblem(m, n, k, dtype, "bfloat16", scaling="tensor" if fp8 else "none")
                 config = fam.configs(problem, "gfx1250")[0]
                 case = f"{dtype} {m}x{n}x{k}"
@@ -178,7 +178,7 @@ def tdm_cases(dev: str, shapes: list[tuple[int, int, int]], device: bool) -> lis
                 if not device:
                     if fam is ttdm and m * n * k <= 16 * 16 * 128:  # the interpreter runs the Triton one
                         config = ttdm.INTERPRETER_CONFIGS[0]
-                        got = fam.run(problem, config, "gfx1250", *args)
+                        got = launch(problem, config, "gfx1250", *args)
                         rows.append(_row(fam.FAMILY, case + " (interpreter)", config, got, want, 2e-2, None, None, False))
                     else:
                         fam.render(problem, config)
@@ -186,8 +186,8 @@ def tdm_cases(dev: str, shapes: list[tuple[int, int, int]], device: bool) -> lis
                     continue
                 aten = (lambda: torch._scaled_mm(x, w.t(), sa, sb, out_dtype=torch.bfloat16)) if fp8 else \
                     (lambda: torch.mm(x, w.t()))
-                rows.append(_row(fam.FAMILY, case, config, fam.run(problem, config, "gfx1250", *args).cpu(), want, 2e-2,
-                                 lambda: fam.run(problem, config, "gfx1250", *args), aten, device))
+                rows.append(_row(fam.FAMILY, case, config, launch(problem, config, "gfx1250", *args).cpu(), want, 2e-2,
+                                 lambda: launch(problem, config, "gfx1250", *args), aten, device))
     return rows
 
 
@@ -200,12 +200,12 @@ def norm_cases(dev: str, device: bool) -> list[dict]:
         w = torch.randn(n, device=dev, dtype=torch.bfloat16)
         p = rmsnorm.RmsNormProblem(rows_, n, "bfloat16", 1e-6)
         c = rmsnorm.configs(p, "gfx950")[0]
-        rows.append(_row(rmsnorm.FAMILY, f"{rows_}x{n}", c, rmsnorm.run(p, c, "gfx950", x, w).cpu(),
-                         norms.rms_norm_reference(x.cpu(), w.cpu()), 2e-2, lambda: rmsnorm.run(p, c, "gfx950", x, w),
+        rows.append(_row(rmsnorm.FAMILY, f"{rows_}x{n}", c, rmsnorm.call(p, c, "gfx950", x, w).cpu(),
+                         norms.rms_norm_reference(x.cpu(), w.cpu()), 2e-2, lambda: rmsnorm.call(p, c, "gfx950", x, w),
                          lambda: torch.nn.functional.rms_norm(x, (n,), w, 1e-6), device))
         ps = softmax.SoftmaxProblem(rows_, n, "bfloat16")
-        rows.append(_row(softmax.FAMILY, f"{rows_}x{n}", c, softmax.run(ps, c, "gfx950", x).cpu(),
-                         norms.softmax_reference(x.cpu()), 2e-2, lambda: softmax.run(ps, c, "gfx950", x),
+        rows.append(_row(softmax.FAMILY, f"{rows_}x{n}", c, softmax.call(ps, c, "gfx950", x).cpu(),
+                         norms.softmax_reference(x.cpu()), 2e-2, lambda: softmax.call(ps, c, "gfx950", x),
                          lambda: torch.softmax(x, -1), device))
     return rows
 
@@ -219,7 +219,7 @@ def main() -> None:
     shapes = [GEMM_SHAPES[0], GEMM_SHAPES[2], GEMM_SHAPES[-1]] if args.quick or args.smoke else GEMM_SHAPES
     if args.smoke:
         arch, dev, device = "smoke", "cpu", False
-        from inductor_ext.testing.triton_interp import apply_interpreter_fixes
+        from inductor_ext.runtime.triton_interp import apply_interpreter_fixes
 
         apply_interpreter_fixes()
     else:

@@ -20,6 +20,7 @@ from _nvfp4_e2e_script import NvFp4Linear, reference_scaled_mm
 
 template.DEVICE_TYPES = ("cuda", "cpu")
 template.TARGETS = ("sm_100a", "cpu")
+template.RUNS_ON_CPU = True  # this process's CPU kernel of the op (below) stands in for the GPU
 _fake_quack_gemm.calls = []
 quack.gemm.gemm = _fake_quack_gemm
 

@@ -49,10 +49,10 @@ def test_problem_for() -> None:
     a, w = torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(4, 48, 32, dtype=torch.bfloat16)
     offs = torch.empty(4, dtype=torch.int32)
     out = TensorSpec((64, 48), (48, 1), "bfloat16")
-    p = gm.problem_for(OpSpec("_grouped_mm", (_ts(a), _ts(w.transpose(1, 2)), _ts(offs)), out))
+    p = gm.problem_for(OpSpec("grouped_mm", (_ts(a), _ts(w.transpose(1, 2)), _ts(offs)), out))
     assert (p.t, p.n, p.k, p.groups, p.a_k_major, p.b_k_major, p.vec_ok) == (64, 48, 32, 4, True, True, True)
-    assert "ragged MoE form" in gm.problem_for(OpSpec("_grouped_mm", (_ts(a), _ts(a.t()), _ts(offs)), out))
-    assert "int32" in gm.problem_for(OpSpec("_grouped_mm", (_ts(a), _ts(w.transpose(1, 2)), _ts(offs.long())), out))
+    assert "ragged MoE form" in gm.problem_for(OpSpec("grouped_mm", (_ts(a), _ts(a.t()), _ts(offs)), out))
+    assert "int32" in gm.problem_for(OpSpec("grouped_mm", (_ts(a), _ts(w.transpose(1, 2)), _ts(offs.long())), out))
 
 
 def _flat(t: torch.Tensor) -> np.ndarray:
@@ -81,7 +81,7 @@ def test_model_respects_groups(case: str, ak: bool, bk: bool) -> None:
     a_l = a if ak else a.t().contiguous().t()
     b_l = b.transpose(1, 2).contiguous().transpose(1, 2) if bk else b
     offs_t = torch.tensor(offs, dtype=torch.int32)
-    problem = gm.problem_for(OpSpec("_grouped_mm", (_ts(a_l), _ts(b_l), _ts(offs_t)), TensorSpec((rows, n), (n, 1), "bfloat16")))
+    problem = gm.problem_for(OpSpec("grouped_mm", (_ts(a_l), _ts(b_l), _ts(offs_t)), TensorSpec((rows, n), (n, 1), "bfloat16")))
     assert problem.b_k_major == bk and (problem.a_k_major == ak or rows == 1)  # one row: both layouts
     config = gm.configs(problem, "gfx950")[0]
     t = gm.tiling(problem, config)

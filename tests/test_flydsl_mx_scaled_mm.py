@@ -70,7 +70,7 @@ def _spec(m: int, n: int, k: int, fmt: str = "float8_e4m3fn", scales: str = "blo
         sb = _ts((cdiv(n, 128) * 128 * cdiv(kb, 4) * 4,), (1,), scale_dtype)
     else:
         sa, sb = _ts((m, kb), (kb, 1), scale_dtype), _ts((n, kb), (kb, 1), scale_dtype)
-    return OpSpec("_scaled_mm", (_ts((m, kk), (kk, 1), fmt), _ts((kk, n), b_stride or (1, kk), fmt), sa, sb, None, None),
+    return OpSpec("scaled_mm", (_ts((m, kk), (kk, 1), fmt), _ts((kk, n), b_stride or (1, kk), fmt), sa, sb, None, None),
                   _ts((m, n), (n, 1), out), device_type="cuda")
 
 
@@ -88,7 +88,7 @@ def test_problem_for() -> None:
 def test_every_config_is_a_valid_tiling() -> None:
     for fmt, table in mx._CONFIGS.items():
         for config in table:
-            assert mx.config_reason(Problem(64, 64, 256, fmt), config) is None, (fmt, config)
+            assert mx.config_supports(Problem(64, 64, 256, fmt), config) is None, (fmt, config)
 
 
 # ---------------------------------------------------------------------- host-side model

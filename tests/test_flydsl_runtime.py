@@ -95,8 +95,8 @@ def test_hsaco_bytes_unescapes_mlir_strings() -> None:
         flydsl.hsaco_bytes("module {}")
 
 
-# Each FlyDSL family's run() (tier D) with CPU stand-ins under COMPILE_ONLY: FlyDSL traces the
-# launcher with exactly the arguments run() builds, so a misordered or mistyped argument fails here.
+# Each FlyDSL family's call() (tier D) with CPU stand-ins under COMPILE_ONLY: FlyDSL traces the
+# launcher with exactly the arguments call() builds, so a misordered or mistyped argument fails here.
 DRY_RUNS = {
     "gemm_addmm": ("inductor_ext.templates.flydsl.gemm", "GemmProblem", "GemmConfig", "gfx950",
                    {"m": 40, "n": 24, "k": 64, "dtype": "bfloat16", "b_k_major": True, "bias": True},
@@ -124,7 +124,7 @@ def test_run_passes_what_the_launcher_takes(probes_on_path: None, isa_cache: str
     jobs = [flydsl.FlyJob("probe_kernels:dry_run_job",
                           {"family": mod, "problem_cls": pc, "config_cls": cc, "target": target, "problem": p,
                            "config": c, "tensors": tensors}, target, f"dry_run_{name}",
-                          key={"family_sources": flydsl._module_sha(f"{mod}:run")})  # recompile when run() changes
+                          key={"family_sources": flydsl._module_sha(f"{mod}:call")})  # recompile when call() changes
             for name, (mod, pc, cc, target, p, c, tensors) in DRY_RUNS.items()]
     for (name, spec), asm in zip(DRY_RUNS.items(), flydsl.compile_jobs(jobs, cache=isa_cache)):
         assert re.search(r"v_(mfma|wmma)", asm["amdgcn"]), name

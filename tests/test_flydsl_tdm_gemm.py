@@ -70,20 +70,20 @@ def test_problem_for() -> None:
     assert "multiple of 32" in tg.problem_for(OpSpec("mm", (_ts(x[:, :200]), _ts(w[:, :200].t())), out))
     x8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
     one = torch.empty((), dtype=torch.float32)
-    p = tg.problem_for(OpSpec("_scaled_mm", (_ts(x8), _ts(w8.t()), _ts(one), _ts(one), None, None), out))
+    p = tg.problem_for(OpSpec("scaled_mm", (_ts(x8), _ts(w8.t()), _ts(one), _ts(one), None, None), out))
     assert (p.dtype, p.scaling, p.out_dtype) == ("float8_e4m3fn", "tensor", "bfloat16")
-    p = tg.problem_for(OpSpec("_scaled_mm", (_ts(x8), _ts(w8.t()), _ts(torch.empty(10, 1)), _ts(torch.empty(1, 96)),
+    p = tg.problem_for(OpSpec("scaled_mm", (_ts(x8), _ts(w8.t()), _ts(torch.empty(10, 1)), _ts(torch.empty(1, 96)),
                                              None, None), out))
     assert p.scaling == "row"
     e8 = torch.empty(10, 8, dtype=torch.float8_e8m0fnu)
-    assert "mx_scaled_mm" in tg.problem_for(OpSpec("_scaled_mm", (_ts(x8), _ts(w8.t()), _ts(e8), _ts(e8), None, None), out))
+    assert "mx_scaled_mm" in tg.problem_for(OpSpec("scaled_mm", (_ts(x8), _ts(w8.t()), _ts(e8), _ts(e8), None, None), out))
 
 
 def test_every_config_is_valid_and_k_fits() -> None:
     for table, dtype in ((tg._CONFIGS_16, "bfloat16"), (tg._CONFIGS_8, "float8_e4m3fn")):
         problem = Problem(64, 64, 512, dtype, "bfloat16", scaling="none" if dtype != "float8_e4m3fn" else "tensor")
         for config in table:
-            assert tg.config_reason(problem, config) is None, config
+            assert tg.config_supports(problem, config) is None, config
     assert all(96 % c.block_k == 0 for c in tg.configs(Problem(64, 64, 96), "gfx1250"))
 
 
@@ -160,4 +160,4 @@ def test_model_refuses_a_k_tail() -> None:
     t = tg.tiling(Problem(16, 16, 96), Config(16, 64, 64, 1, 2))
     with pytest.raises(AssertionError, match="past K"):
         run_gemm(t, _operand(torch.ones(16, 96), 16), _operand(torch.ones(16, 96), 16), 16, 16, 96)
-    assert "multiple of block_k" in tg.config_reason(Problem(16, 16, 96), Config(16, 64, 64, 1, 2))
+    assert "multiple of block_k" in tg.config_supports(Problem(16, 16, 96), Config(16, 64, 64, 1, 2))

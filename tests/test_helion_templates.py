@@ -20,7 +20,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from inductor_ext.kernels.norms import rms_norm_reference, softmax_reference  # noqa: E402
-from inductor_ext.targets import amd  # noqa: E402
 from inductor_ext.templates.family import OpSpec, TensorSpec  # noqa: E402
 from inductor_ext.templates.helion import rmsnorm, softmax  # noqa: E402
 from inductor_ext.testing import golden, isa  # noqa: E402
@@ -41,8 +40,7 @@ def test_generated_source_golden(family, problem, backend: str) -> None:
 
 # -------------------------------------------------------------------------------- tier I ISA
 
-FACTS = amd.INSTRUCTIONS["gfx950"]
-ISA = {name: (family, [FACTS[f] for f in amd.FAMILY_INSTRUCTIONS[family.FAMILY, "gfx950"]])
+ISA = {name: (family, [pattern for _, pattern in family.KEY_INSTRUCTIONS["gfx950"]])
        for name, family in (("rmsnorm", rmsnorm), ("softmax", softmax))}
 
 
@@ -98,13 +96,13 @@ def test_problem_for() -> None:
                          ids=["one_row_bf16", "3d_fp16", "odd_fp32"])
 @pytest.mark.parametrize("block_m", [1, 4])
 def test_interp_rmsnorm(shape: tuple[int, ...], dtype: torch.dtype, block_m: int) -> None:
-    from inductor_ext.testing.triton_interp import interpreter_fixes
+    from inductor_ext.runtime.triton_interp import interpreter_fixes
 
     g = torch.Generator().manual_seed(sum(shape))
     x, w = torch.randn(shape, generator=g).to(dtype), torch.randn(shape[-1], generator=g).to(dtype)
     problem = rmsnorm.RmsNormProblem(x.numel() // shape[-1], shape[-1], str(dtype).removeprefix("torch."), 1e-5)
     with interpreter_fixes():
-        out = rmsnorm.run(problem, rmsnorm.RmsNormConfig(block_m), "gfx950", x, w)
+        out = rmsnorm.call(problem, rmsnorm.RmsNormConfig(block_m), "gfx950", x, w)
     tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
     torch.testing.assert_close(out, rms_norm_reference(x, w, 1e-5), rtol=tol, atol=tol)
 
@@ -114,11 +112,11 @@ def test_interp_rmsnorm(shape: tuple[int, ...], dtype: torch.dtype, block_m: int
 @pytest.mark.parametrize("shape,dtype", [((1, 1000), torch.bfloat16), ((3, 5, 96), torch.float16), ((7, 33), torch.float32)],
                          ids=["one_row_bf16", "3d_fp16", "odd_fp32"])
 def test_interp_softmax(shape: tuple[int, ...], dtype: torch.dtype) -> None:
-    from inductor_ext.testing.triton_interp import interpreter_fixes
+    from inductor_ext.runtime.triton_interp import interpreter_fixes
 
     x = (torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 4).to(dtype)
     problem = softmax.SoftmaxProblem(x.numel() // shape[-1], shape[-1], str(dtype).removeprefix("torch."))
     with interpreter_fixes():
-        out = softmax.run(problem, rmsnorm.RmsNormConfig(1), "gfx950", x)
+        out = softmax.call(problem, rmsnorm.RmsNormConfig(1), "gfx950", x)
     tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
     torch.testing.assert_close(out, softmax_reference(x), rtol=tol, atol=tol)

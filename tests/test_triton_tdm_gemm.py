@@ -41,16 +41,21 @@ def test_render_golden(case: str) -> None:
     golden.assert_golden(GOLDEN_DIR, case, golden.snapshot(tt.render(p, tt.configs(p, "gfx1250")[0])))
 
 
-@pytest.mark.parametrize("scaling", list(tt.SCALINGS))
-def test_inductor_source_golden(scaling: str) -> None:
-    text = tt.inductor_source(scaling)
-    golden.assert_golden(GOLDEN_DIR, f"inductor_source_{scaling}", text)
+def test_inductor_source_golden() -> None:
+    """One Inductor template for mm, addmm and scaled_mm (the generic adapter builds one per family):
+    SCALING and HAS_BIAS pick the inputs and the scale step."""
+    text = tt.inductor_source()
+    golden.assert_golden(GOLDEN_DIR, "inductor_source", text)
     assert tt.BODY in text and tt.BODY in tt.render(Problem(64, 64, 64), tt.INTERPRETER_CONFIGS[0]).source
-    assert ('"SA", "SB"' in text) == (scaling != "none")
+    kwargs = tt.inductor_kwargs(Problem(64, 64, 128, "float8_e4m3fn", "bfloat16", True, scaling="row"),
+                                tt.INTERPRETER_CONFIGS[0], "gfx1250")
+    assert (kwargs["SCALING"], kwargs["HAS_BIAS"]) == (2, True)
+    kwargs = tt.inductor_kwargs(Problem(64, 64, 128, bias=True), tt.INTERPRETER_CONFIGS[0], "gfx1250")
+    assert (kwargs["SCALING"], kwargs["HAS_BIAS"]) == (0, False)  # addmm's bias is Inductor's epilogue
 
 
 def test_golden_files_all_have_a_test() -> None:
-    names = {f"{c}.expected" for c in GOLDEN} | {f"inductor_source_{s}.expected" for s in tt.SCALINGS}
+    names = {f"{c}.expected" for c in GOLDEN} | {"inductor_source.expected"}
     assert sorted(p.name for p in GOLDEN_DIR.glob("*.expected") if p.name not in names) == []
 
 
@@ -96,9 +101,9 @@ def test_problem_for() -> None:
     assert "16 bytes" in tt.problem_for(OpSpec("mm", (_ts(x[:, :100]), _ts(w[:, :100].t())), out))
     x8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
     one = torch.empty((), dtype=torch.float32)
-    p = tt.problem_for(OpSpec("_scaled_mm", (_ts(x8), _ts(w8.t()), _ts(one), _ts(one), None, None), out))
+    p = tt.problem_for(OpSpec("scaled_mm", (_ts(x8), _ts(w8.t()), _ts(one), _ts(one), None, None), out))
     assert (p.scaling, p.out_dtype) == ("tensor", "bfloat16")
-    assert "MX" in tt.problem_for(OpSpec("_scaled_mm", (_ts(x8), _ts(w8.t()), _ts(torch.empty(10, 8, dtype=torch.float8_e8m0fnu)),
+    assert "MX" in tt.problem_for(OpSpec("scaled_mm", (_ts(x8), _ts(w8.t()), _ts(torch.empty(10, 8, dtype=torch.float8_e8m0fnu)),
                                                         _ts(torch.empty(96, 8, dtype=torch.float8_e8m0fnu)), None, None), out))
     with pytest.raises(ValueError, match="not one of"):
         tt.configs(Problem(8, 8, 64), "gfx950")
@@ -123,7 +128,7 @@ def _padded(rows: int, cols: int, gen: torch.Generator, dtype: torch.dtype, pad:
 ], ids=["m1_ktail", "odd_padded", "addmm"])
 @pytest.mark.parametrize("config", tt.INTERPRETER_CONFIGS, ids=lambda c: c.name())
 def test_interp_matches_reference(dtype: torch.dtype, m: int, n: int, k: int, pad: int, bias: bool, config) -> None:
-    from inductor_ext.testing.triton_interp import interpreter_fixes
+    from inductor_ext.runtime.triton_interp import interpreter_fixes
 
     gen = torch.Generator().manual_seed(m * 1000 + n + k)
     a, w = _padded(m, k, gen, dtype, pad), _padded(n, k, gen, dtype, pad)
@@ -144,7 +149,7 @@ def test_interp_matches_reference(dtype: torch.dtype, m: int, n: int, k: int, pa
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 @pytest.mark.parametrize("m,n,k,bias", [(1, 40, 64, True), (37, 45, 160, False)], ids=["m1_bias", "odd"])
 def test_interp_fp8_scaled_mm(scaling: str, m: int, n: int, k: int, bias: bool) -> None:
-    from inductor_ext.testing.triton_interp import interpreter_fixes
+    from inductor_ext.runtime.triton_interp import interpreter_fixes
 
     gen = torch.Generator().manual_seed(m + n + k)
     a = (torch.randn(m, k, generator=gen) * 8).to(torch.float8_e4m3fn)

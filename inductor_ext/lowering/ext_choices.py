@@ -26,7 +26,7 @@ from inductor_ext import targets
 from inductor_ext.autotune import pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import adapters, cutedsl_nvfp4, grouped_mm, nvfp4_gemm, op_specs, pdl_consumers
+from inductor_ext.lowering import adapters, cutedsl_nvfp4, grouped_mm, nvfp4_gemm, op_specs, pdl_consumers, rms_norm
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
@@ -34,7 +34,7 @@ from inductor_ext.templates.base import module_source_hash
 log = logging.getLogger("inductor_ext.autotune")
 
 # Lowering modules whose text shapes the generated code of every family (part of the cache key).
-_LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4, grouped_mm)
+_LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4, grouped_mm, rms_norm)
 
 
 def available_templates() -> dict[str, ModuleType]:
@@ -103,7 +103,7 @@ class ExtChoices(InductorChoices):
         prepared = {}
         for family in families:
             module = registry.get(family)
-            reason = self._unusable_reason(kernel_inputs, module)
+            reason = self.unusable_reason(kernel_inputs.device_type, module)
             ready = adapters.prepare(module, kernel_inputs, op_name) if reason is None else reason
             if isinstance(ready, str):
                 log.info("ext: %s not offered for %s (%s %s): %s; ATen serves it",
@@ -155,17 +155,20 @@ class ExtChoices(InductorChoices):
         use = pdl_policy.use_pdl(self.config.pdl, problem.m, problem.n, problem.k, True)
         return dataclasses.replace(ready, problem=dataclasses.replace(problem, use_pdl=use))
 
-    def _unusable_reason(self, kernel_inputs: Any, module: ModuleType) -> str | None:
-        device = kernel_inputs.device_type
+    def unusable_reason(self, device: str, module: ModuleType) -> str | None:
+        """Why ``module`` cannot serve tensors on ``device`` ("cuda", "cpu"...) in this compile, or None."""
         targets = getattr(module, "TARGETS", ())
         if self.config.target not in targets:
             return f"verified for {', '.join(targets)}, not target {self.config.target}"
-        if device == "cpu" and not self.config.interpret and not getattr(module, "RUNS_ON_CPU", False):
+        if device == "cpu" and not getattr(module, "RUNS_ON_CPU", False):
+            # CPU tensors: only a family with a CPU executor, and only in interpret mode (a FlyDSL
+            # launch without a ROCm GPU would abort the process, so it is never offered there).
             executor = getattr(module, "CPU_EXECUTOR", None)
             if executor is None:
                 return f"{module.FAMILY} has no CPU executor: it runs only on its device"
-            dsl = module.FAMILY.split(".", 1)[0].capitalize()
-            return f"{dsl} templates run on CPU only with options={{'interpret': True}} ({executor})"
+            if not self.config.interpret:
+                dsl = module.FAMILY.split(".", 1)[0].capitalize()
+                return f"{dsl} templates run on CPU only with options={{'interpret': True}} ({executor})"
         if device != "cpu" and device != self.config.device_type:
             return f"preset {self.config.preset!r} is for {self.config.device_type}, not {device}"
         return None

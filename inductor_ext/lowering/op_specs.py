@@ -99,9 +99,11 @@ def _nvfp4_gemm(kernel_inputs: Any) -> OpInputs | str:
 
 
 def _scaled_mm(kernel_inputs: Any) -> OpInputs | str:
-    """Inductor's ``scaled_mm`` lowering: a, b, scale_a, scale_b[, bias] (no scale_result)."""
+    """Inductor's ``scaled_mm`` lowering: a, b, scale_a, scale_b[, bias] (no scale_result). A
+    Triton template names every input in its ``def_kernel`` (no prefix/suffix epilogue inputs): the
+    scales and the bias apply to the fp32 accumulator, before any fused epilogue."""
     nodes = tuple(kernel_inputs.nodes())
-    layout = kernel_inputs.output_layout()
+    layout = kernel_inputs.output_layout(flexible=False)  # a Triton template stores through a fixed layout
     optional = (None, None) if len(nodes) == 4 else (None,)  # bias, scale_result
     spec = _spec("scaled_mm", nodes, layout, kernel_inputs.device_type,
                  {"out_dtype": dtype_name(layout.dtype)}, optional=optional)
@@ -118,12 +120,25 @@ def _grouped_mm(kernel_inputs: Any) -> OpInputs | str:
     return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
 
 
+def _rms_norm(kernel_inputs: Any) -> OpInputs | str:
+    """ext's ``rms_norm`` lowering (lowering/rms_norm.py): input[, weight]; normalized_shape, eps."""
+    nodes = tuple(kernel_inputs.nodes())
+    layout = kernel_inputs.output_layout()
+    scalars = {"normalized_shape": list(kernel_inputs.get_scalar("normalized_shape")),
+               "eps": kernel_inputs.get_scalar("eps")}
+    spec = _spec("rms_norm", nodes, layout, kernel_inputs.device_type, scalars,
+                 optional=(None,) if len(nodes) == 1 else ())
+    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+
+
 # Inductor's op name (as passed to get_template_configs, or by our own lowerings) -> glue.
 # OpSpec.inputs per op: mm (A, B); addmm (bias, A, B); nvfp4_gemm (a, b, scale_a, scale_b,
 # alpha, bias|None); scaled_mm (a, b, scale_a, scale_b, bias|None, scale_result|None);
-# grouped_mm (mat_a, mat_b, offs|None, bias|None).
+# grouped_mm (mat_a, mat_b, offs|None, bias|None); rms_norm (input, weight|None; scalars
+# normalized_shape, eps).
 OPS: dict[str, Callable[[Any], OpInputs | str]] = {"mm": _mm, "addmm": _addmm, "nvfp4_gemm": _nvfp4_gemm,
-                                                   "scaled_mm": _scaled_mm, "grouped_mm": _grouped_mm}
+                                                   "scaled_mm": _scaled_mm, "grouped_mm": _grouped_mm,
+                                                   "rms_norm": _rms_norm}
 
 
 def op_inputs(op: str, kernel_inputs: Any) -> OpInputs | str:

@@ -21,15 +21,17 @@ layout). LLVM reports some failures only on stderr and still writes an hsaco (``
 available for ftanh``): the worker captures stderr and any ``error:`` line fails the job.
 
 Results are cached on disk (``runtime.asm_cache``) keyed by the job, the target, FlyDSL's version and
-the sources of the builder's folder, and memoised in-process. Each result maps ``amdgcn`` (the final ISA of
-every kernel, one after another), ``hsaco_b64`` (the code object, base64) and ``metadata`` (JSON:
+the code of the builder's module and what it imports of ours, and memoised in-process. Each result maps ``amdgcn`` (the target's
+``asm_key``: the final ISA of every kernel, one after another), ``hsaco_b64`` (the code object, base64) and ``metadata`` (JSON:
 kernels with their register/LDS figures, compile seconds, versions).
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -45,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from inductor_ext import targets
 from inductor_ext.runtime import asm_cache, toolchain
 from inductor_ext.runtime.harness import run_in_subprocess, worker_env as _harness_env
 
@@ -134,16 +137,67 @@ def worker_env(arch: str, dump_dir: str) -> dict[str, str]:
 # ----------------------------------------------------------------------------------- compile
 
 
-def _module_sha(entry: str) -> str:
-    """Hash of the sources next to the builder's module (its package's kernels share helpers
-    there), found without importing it: imports cost seconds."""
-    module = entry.partition(":")[0]
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.origin:
-        raise FlyDslCompileError(f"builder module {module!r} not found")
-    h = hashlib.sha256()
-    for path in sorted(Path(spec.origin).parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+def _code_of(path: Path) -> str:
+    """What a module's compiled code depends on: its syntax tree without docstrings (comments are
+    not in it), so editing prose never invalidates a compiled kernel."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _imported(tree: ast.AST, package: str) -> set[tuple[str, tuple[str, ...]]]:
+    """(module, names imported from it) for every import of ``package`` in ``tree``, anywhere
+    (builders import their DSL helpers inside functions)."""
+    found: set[tuple[str, tuple[str, ...]]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update((a.name, ()) for a in node.names if a.name.split(".")[0] == package)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] == package:
+            found.add((node.module, tuple(a.name for a in node.names)))
+    return found
+
+
+def _source(module: str) -> tuple[Path | None, bool]:
+    """(the module's .py file or None, whether it is a package); imports its parent packages only."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None, False
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None, False
+    return Path(spec.origin), spec.submodule_search_locations is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _module_sha(module: str) -> str:
+    """Hash of the code a builder's compile depends on: its module (``"pkg.mod"`` or
+    ``"pkg.mod:builder"``) and every module of our package it imports, transitively, read without
+    importing them (imports cost seconds). A kernel is rebuilt when that code changes, not when a
+    sibling family or a docstring does."""
+    module = module.partition(":")[0]
+    package = module.split(".")[0]
+    h, seen, todo = hashlib.sha256(), set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path, is_package = _source(name)
+        if path is None:
+            if name == module:
+                raise FlyDslCompileError(f"builder module {module!r} not found")
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        h.update(name.encode() + b"\0" + _code_of(path).encode() + b"\0")
+        for imported, names in sorted(_imported(tree, package)):
+            todo.append(imported)
+            if _source(imported)[1]:  # ``from pkg import mod``: mod may be a module
+                todo.extend(f"{imported}.{n}" for n in names)
     return h.hexdigest()
 
 
@@ -157,7 +211,7 @@ def _versions() -> dict[str, str]:
 def _cache_key(job: FlyJob) -> str:
     payload = json.dumps({
         "format": _CACHE_FORMAT, "builder": job.builder, "job": repr(job.job), "key": job.key, "arch": job.arch,
-        "builder_sha": _module_sha(job.builder), "runtime_sha": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "builder_sha": _module_sha(job.builder), "runtime_sha": _module_sha(__name__),
         "versions": _versions(), "python": sys.version_info[:2],
     }, sort_keys=True, default=repr)
     return hashlib.sha256(payload.encode()).hexdigest()
@@ -295,7 +349,8 @@ def _compile_one(builder: str, data: Any, name: str, arch: str, dump: Path, log:
     meta = {"name": name, "arch": arch, "builder": builder, "kernels": kernels, "compile_s": round(compile_s, 3),
             "hsaco_bytes": len(hsaco), "hsaco_sha256": hashlib.sha256(hsaco).hexdigest(), "versions": _versions(),
             "llvm_warnings": [line for line in said.splitlines() if "warning" in line][:20]}
-    return {"amdgcn": isa, "hsaco_b64": base64.b64encode(hsaco).decode(),
+    # the stage name runtime.asm_text (and the ISA gates, inductor-ext asm) read for this target
+    return {targets.get(arch).asm_key: isa, "hsaco_b64": base64.b64encode(hsaco).decode(),
             "metadata": json.dumps(meta, sort_keys=True, indent=1)}
 
 

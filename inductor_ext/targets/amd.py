@@ -6,17 +6,20 @@ from typing import Any
 
 from inductor_ext.targets.base import MX_MMA, TDM, Datasheet, Target, Vendor
 
+# The assembly stage an AMD compile's final ISA is stored under (runtime.flydsl, runtime.triton_compile).
+ASM_STAGE = "amdgcn"
+
 GFX950 = Target(
     "gfx950", "amd", "cuda", "AMD MI350/MI355 (CDNA4): v_mfma, scaled MFMA for MXFP4/MXFP8",
     capabilities=frozenset({MX_MMA}),
-    triton=("hip", "gfx950", 64), asm_key="amdgcn",
+    triton=("hip", "gfx950", 64), asm_key=ASM_STAGE,
     mma_instruction=r"v_mfma",  # v_mfma_f32_32x32x16_bf16, v_mfma_f32_32x32x2_f32
     datasheet="MI355X", multiprocessors=256,
 )
 GFX1250 = Target(
     "gfx1250", "amd", "cuda", "AMD MI450 (gfx1250): v_wmma, Tensor Data Mover",
     capabilities=frozenset({MX_MMA, TDM}),
-    triton=("hip", "gfx1250", 32), asm_key="amdgcn",
+    triton=("hip", "gfx1250", 32), asm_key=ASM_STAGE,
     mma_instruction=r"v_wmma",  # v_wmma_f32_16x16x32_bf16, v_wmma_f32_16x16x4_f32
 )
 
@@ -42,19 +45,18 @@ INSTRUCTIONS: dict[str, dict[str, str]] = {
     },
 }
 
-# What each AMD template family is claimed to emit per target (asserted at tier I by its tests;
-# ``inductor-ext asm`` shows them). Keys of INSTRUCTIONS.
-FAMILY_INSTRUCTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("flydsl.gemm", "gfx950"): ("mfma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
-    ("flydsl.gemm", "gfx1250"): ("wmma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
-    ("flydsl.grouped_mm", "gfx950"): ("mfma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
-    ("flydsl.grouped_mm", "gfx1250"): ("wmma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
-    ("flydsl.mx_scaled_mm", "gfx950"): ("mfma_mx", "global_load_16b", "global_load_1b", "lds_read_16b"),
-    ("flydsl.tdm_gemm", "gfx1250"): ("tdm_load", "tdm_wait", "wmma_bf16", "lds_read_16b"),
-    ("triton.tdm_gemm", "gfx1250"): ("tdm_load", "tdm_wait", "wmma_bf16"),
-    ("helion.rmsnorm", "gfx950"): ("sqrt", "rcp", "cross_lane", "global_load_2b", "store_2b"),
-    ("helion.softmax", "gfx950"): ("exp", "rcp", "cross_lane", "max", "store_2b"),
-}
+
+
+def key_instructions(facts: dict[str, tuple[str, ...]]) -> dict[str, list[tuple[str, str]]]:
+    """A family's ``KEY_INSTRUCTIONS`` (``templates/family.py``) from keys of :data:`INSTRUCTIONS`
+    per target: ``{"gfx950": ("mfma_bf16", ...)}`` -> ``{"gfx950": [("amdgcn", r"v_mfma_...")]}``.
+    What its tier I tests assert and ``inductor-ext asm`` shows."""
+    unknown = [(t, f) for t, names in facts.items() for f in names if f not in INSTRUCTIONS.get(t, {})]
+    if unknown:
+        raise KeyError(f"no instruction fact {unknown[0][1]!r} for {unknown[0][0]}; known: "
+                       f"{', '.join(INSTRUCTIONS.get(unknown[0][0], {}))}")
+    return {t: [(ASM_STAGE, INSTRUCTIONS[t][f]) for f in names] for t, names in facts.items()}
+
 
 # 7 Infinity Fabric links of 153.6 GB/s bidirectional each.
 DATASHEETS = {
@@ -65,14 +67,21 @@ DATASHEETS = {
 
 PRESETS = {
     "gfx950": {
-        "description": "AMD MI350/MI355 (gfx950): Triton GEMM templates (v_mfma) against hipBLASLt",
+        "description": "AMD MI350/MI355 (gfx950): Triton and FlyDSL GEMMs (v_mfma), FlyDSL ragged grouped GEMM and "
+                       "MXFP8/MXFP4 scaled GEMM (scaled MFMA), Helion RMSNorm/softmax, each against ATen",
         "target": "gfx950",
-        "passes": [], "templates": ["triton.gemm"], "autotune": "quick", "pdl": "off", "template_margin": 0.02,
+        "passes": ["rms_norm_op"],  # RMSNorm stays one op, so helion.rmsnorm is offered for it
+        "templates": ["triton.gemm", "flydsl.gemm", "flydsl.grouped_mm", "flydsl.mx_scaled_mm", "helion.rmsnorm",
+                      "helion.softmax"],
+        "autotune": "quick", "pdl": "off", "template_margin": 0.02,
     },
     "gfx1250": {
-        "description": "AMD gfx1250: Triton GEMM templates (v_wmma) against hipBLASLt",
+        "description": "AMD MI450 (gfx1250): Triton and FlyDSL GEMMs fed by the Tensor Data Mover, Triton and FlyDSL "
+                       "GEMMs (v_wmma, fp8 included), FlyDSL ragged grouped GEMM, each against ATen",
         "target": "gfx1250",
-        "passes": [], "templates": ["triton.gemm"], "autotune": "quick", "pdl": "off", "template_margin": 0.02,
+        "passes": [],
+        "templates": ["triton.gemm", "triton.tdm_gemm", "flydsl.tdm_gemm", "flydsl.gemm", "flydsl.grouped_mm"],
+        "autotune": "quick", "pdl": "off", "template_margin": 0.02,
     },
 }
 

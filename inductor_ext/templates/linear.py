@@ -1,10 +1,10 @@
 """The GEMM a Linear layer makes, ``x @ W.T`` (A (M, K) and B = W.T both contiguous along K), read
-from ``mm`` / ``addmm`` / ``_scaled_mm`` OpSpecs. Shared by the families that only serve that
+from ``mm`` / ``addmm`` / ``scaled_mm`` OpSpecs (lowering/op_specs.py has their input orders). Shared by the families that only serve that
 layout (the Tensor Data Mover GEMMs of FlyDSL and Triton): the op decoding lives here once, and
 each family's ``supports`` adds its own limits.
 
 - ``mm`` / ``addmm``: bf16/fp16, one dtype throughout, addmm's bias over N with alpha and beta;
-- ``_scaled_mm``: fp8 e4m3 with fp32 tensor-wise (one value each) or row-wise ([M, 1], [1, N])
+- ``scaled_mm`` (``aten._scaled_mm``): fp8 e4m3 with fp32 tensor-wise (one value each) or row-wise ([M, 1], [1, N])
   scales, an optional bias [N] in the output dtype; MX block scales are another family's.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import OpSpec, TensorSpec
 
-OPS = ("mm", "addmm", "_scaled_mm")
+OPS = ("mm", "addmm", "scaled_mm")
 DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 FP8_OUT_DTYPES = ("bfloat16", "float16", "float32")
 ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float32": 4}
@@ -37,16 +37,21 @@ class LinearProblem:
     use_pdl = False  # not a field: AMD has no programmatic dependent launch (Triton's launch_options reads it)
 
 
+def _over_n(bias: TensorSpec, m: int, n: int) -> bool:
+    """A bias [N], or [M, N] broadcast over rows (stride 0 along M: how Inductor's addmm passes it)."""
+    return tuple(bias.shape) == (n,) or (tuple(bias.shape) == (m, n) and (bias.stride[0] == 0 or m == 1))
+
+
 def linear_problem(spec: OpSpec, family: str) -> LinearProblem | str:
     """The problem an OpSpec describes, or why it is not an ``x @ W.T`` GEMM ``family`` serves."""
     if spec.op not in OPS:
         return f"{family} serves {OPS}, not {spec.op}"
-    if spec.op == "_scaled_mm":
+    if spec.op == "scaled_mm":
         a, b, sa, sb, bias, scale_result = (*spec.inputs, None, None, None, None, None, None)[:6]
         if a is None or b is None or sa is None or sb is None:
-            return "_scaled_mm needs A, B and both scales"
+            return "scaled_mm needs A, B and both scales"
         if a.dtype != "float8_e4m3fn" or b.dtype != a.dtype:
-            return f"{family} takes fp8 e4m3 operands for _scaled_mm, got {a.dtype}, {b.dtype}"
+            return f"{family} takes fp8 e4m3 operands for scaled_mm, got {a.dtype}, {b.dtype}"
         if sa.dtype != "float32" or sb.dtype != "float32" or scale_result is not None:
             return "fp32 tensor-wise or row-wise scales only (MX: flydsl.mx_scaled_mm), no scale_result"
         m, n = a.shape[0], b.shape[1]
@@ -56,7 +61,7 @@ def linear_problem(spec: OpSpec, family: str) -> LinearProblem | str:
             scaling = "row"
         else:
             return f"scales must be one value each or [M, 1] and [1, N]; got {sa.shape}, {sb.shape}"
-        if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != spec.out.dtype):
+        if bias is not None and (not _over_n(bias, m, n) or bias.dtype != spec.out.dtype):
             return f"bias must be [{n}] in the output dtype {spec.out.dtype}"
         problem = LinearProblem(m, n, a.shape[1], a.dtype, spec.out.dtype, bias is not None, scaling=scaling)
     else:
@@ -67,8 +72,8 @@ def linear_problem(spec: OpSpec, family: str) -> LinearProblem | str:
         dtypes = {a.dtype, b.dtype, spec.out.dtype} | ({bias.dtype} if bias is not None else set())
         if len(dtypes) != 1 or a.dtype not in ("bfloat16", "float16"):
             return f"{family} mm takes one dtype of bfloat16/float16 for A, B, bias and C; got {sorted(dtypes)}"
-        if bias is not None and (len(bias.shape) != 1 or bias.shape[0] != b.shape[1]):
-            return f"{family} adds a bias over N ([{b.shape[1]}]), got {bias.shape}"
+        if bias is not None and not _over_n(bias, a.shape[0], b.shape[1]):
+            return f"{family} adds a bias over N ([{b.shape[1]}], or broadcast over rows), got {bias.shape} {bias.stride}"
         problem = LinearProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.dtype, bias is not None,
                                 float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0)))
     if a.stride[1] != 1 or b.stride[0] != 1:
@@ -95,7 +100,7 @@ def dtype_reason(problem: LinearProblem) -> str | None:
 
 def unpack_tensors(problem: LinearProblem, tensors: tuple, family: str) -> tuple:
     """(A, B, bias, scale_a, scale_b) from a launch's tensors in the op's order: (A, B) for mm,
-    (bias, A, B) for addmm, (A, B, scale_a, scale_b[, bias[, scale_result]]) for _scaled_mm."""
+    (bias, A, B) for addmm, (A, B, scale_a, scale_b[, bias[, scale_result]]) for scaled_mm."""
     if problem.scaling == "none":
         bias, a, b = tensors if problem.bias else (None, *tensors)
         return a, b, bias, None, None

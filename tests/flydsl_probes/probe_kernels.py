@@ -39,14 +39,14 @@ def broken_job(job):
 
 
 class DryRun:
-    """A family's ``run()`` on CPU tensors under COMPILE_ONLY: FlyDSL compiles the launcher with the
-    very arguments ``run()`` passes (a wrong count or type fails here) and launches nothing."""
+    """A family's ``call()`` on CPU tensors under COMPILE_ONLY: FlyDSL compiles the launcher with the
+    very arguments ``call()`` passes (a wrong count or type fails here) and launches nothing."""
 
     def __init__(self, family, problem, config, target, tensors):
-        self.family, self.call = family, (problem, config, target, *tensors)
+        self.family, self.args = family, (problem, config, target, *tensors)
 
     def __call__(self):
-        self.out = self.family.run(*self.call)
+        self.out = self.family.call(*self.args)
 
     @property
     def _last_compiled(self):

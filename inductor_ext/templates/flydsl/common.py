@@ -66,6 +66,21 @@ def aligned(nbytes: int, *tensors: Any) -> bool:
     return all(t.data_ptr() % nbytes == 0 for t in tensors)
 
 
+def check_device(family: str, tensor: Any) -> None:
+    """FlyDSL launches only on a ROCm GPU: anywhere else a launch aborts the whole process (no
+    libamdhip64), so say so first. A compile-only build (``COMPILE_ONLY=1``: the dry runs of
+    ``call`` in the tests) traces the launcher with CPU stand-ins and launches nothing."""
+    import os
+
+    import torch
+
+    if os.environ.get("COMPILE_ONLY") == "1":
+        return
+    if tensor.device.type != "cuda" or torch.version.hip is None:
+        raise RuntimeError(f"{family} runs only on an AMD GPU under ROCm; got tensors on {tensor.device}"
+                           f"{'' if torch.version.hip else ' with a torch built without ROCm'}")
+
+
 def stream() -> Any:
     """The current PyTorch stream, as FlyDSL takes it (the null stream where there is no GPU: a
     compile-only dry run of ``run``)."""
@@ -82,20 +97,20 @@ _LAUNCHER = '''\
 {problem!r}."""
 from {problem_module} import {problem_cls}
 from {config_module} import {config_cls}
-from {module} import run
+from {module} import call
 
 PROBLEM = {problem!r}
 CONFIG = {config!r}
 
 
 def {name}(*tensors):
-    return run(PROBLEM, CONFIG, "{target}", *tensors)
+    return call(PROBLEM, CONFIG, "{target}", *tensors)
 '''
 
 
 def render_launcher(module: str, family: str, problem: Any, config: Any, target: str, name: str, tiling: Any,
                     rows: int, cols: int, reason: str | None) -> Any:
-    """A FlyDSL family's ``KernelSource``: a launcher module calling ``module.run`` (the kernel is
+    """A FlyDSL family's ``KernelSource``: a launcher module calling ``module.call`` (the kernel is
     built by the family's ``build_launcher``), with the grid, block, LDS and instruction it uses.
     ``reason`` (the family's refusal, if any) raises ValueError instead."""
     from dataclasses import asdict

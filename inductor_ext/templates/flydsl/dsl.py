@@ -1,7 +1,8 @@
 """FlyDSL building blocks the GEMM families share, called while a kernel is traced.
 
-Imports FlyDSL at load: only kernel builders import this module (inside the compile subprocess
-or a launch on a ROCm GPU), never the family modules themselves. Every index comes from
+Only kernel builders call these (inside the compile subprocess or a launch on a ROCm GPU). FlyDSL
+is imported on first use, not at load: the family registry imports every module of this folder
+in every compile, and FlyDSL's MLIR must not be loaded where CuTeDSL's is (their bindings clash). Every index comes from
 :mod:`.tiling`, so the host-side model checks the same arithmetic. No function here holds
 dynamic control flow (FlyDSL rewrites Python ``for``/``if`` only inside ``@flyc.kernel``
 bodies): the K loop lives in each kernel; these helpers are straight-line per K step.
@@ -13,20 +14,38 @@ masked without branches.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-import flydsl.expr as fx
-from flydsl._mlir.dialects import rocdl as _rocdl
-from flydsl.expr import rocdl
-from flydsl.expr.typing import T
-
 from inductor_ext.templates.flydsl.tiling import OOB_OFFSET, GemmTiling
+
+
+class _Lazy:
+    """A FlyDSL module (or one of its attributes), imported when first used."""
+
+    def __init__(self, module: str, attr: str | None = None) -> None:
+        self._module, self._attr = module, attr
+
+    def __getattr__(self, name: str) -> Any:
+        target = importlib.import_module(self._module)
+        return getattr(getattr(target, self._attr) if self._attr else target, name)
+
+
+fx = _Lazy("flydsl.expr")
+rocdl = _Lazy("flydsl.expr.rocdl")
+_rocdl = _Lazy("flydsl._mlir.dialects.rocdl")
+T = _Lazy("flydsl.expr.typing", "T")
 
 # Element IR types by the dtype names problems use; 8-bit formats travel as raw bytes.
 ELEM = {"bfloat16": lambda: T.bf16, "float16": lambda: T.f16, "float32": lambda: T.f32, "uint8": lambda: T.i8,
         "int32": lambda: T.i32}
 ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "uint8": 1, "int32": 4}
-NUMERIC = {"bfloat16": fx.BFloat16, "float16": fx.Float16, "float32": fx.Float32}
+_NUMERIC = {"bfloat16": "BFloat16", "float16": "Float16", "float32": "Float32"}
+
+
+def numeric(dtype: str) -> Any:
+    """The ``fx`` numeric type of a dtype name (``fx.BFloat16`` for "bfloat16")."""
+    return getattr(fx, _NUMERIC[dtype])
 
 
 def smem_ab(t: GemmTiling, elem: Any) -> Any:
@@ -219,7 +238,7 @@ def store_tile(t: GemmTiling, acc: list[Any], rs_c: Any, tid: Any, *, m0: Any, n
     With ``scales = (rs_a, stride_a, rs_b, stride_b)`` (fp32; stride 0: one value for all), the
     accumulator is first multiplied by ``scale_a[row] * scale_b[col]`` (``_scaled_mm``)."""
     wave_m, wave_n, lane = t.wave_of(tid)
-    esize, numeric = ELEM_BYTES[out], NUMERIC[out]
+    esize, out_type = ELEM_BYTES[out], numeric(out)
     for rm in fx.range_constexpr(t.reps_m):
         for rn in fx.range_constexpr(t.reps_n):
             vals = fx.Vector(acc[rm * t.reps_n + rn])
@@ -235,5 +254,5 @@ def store_tile(t: GemmTiling, acc: list[Any], rs_c: Any, tid: Any, *, m0: Any, n
                 if bias is not None:
                     rs_b, sbm, sbn, bdtype, *base = bias
                     b = load(ELEM[bdtype](), rs_b, ((base[0] if base else 0) + row * sbm + col * sbn) * ELEM_BYTES[bdtype], ok)
-                    value = value * alpha + fx.Float32(NUMERIC[bdtype](b).to(fx.Float32)) * beta
-                store(fx.Float32(value).to(numeric), rs_c, (row * scm + col * scn) * esize, ok)
+                    value = value * alpha + fx.Float32(numeric(bdtype)(b).to(fx.Float32)) * beta
+                store(fx.Float32(value).to(out_type), rs_c, (row * scm + col * scn) * esize, ok)

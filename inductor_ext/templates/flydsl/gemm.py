@@ -14,7 +14,7 @@ against ``kernels.gemm``).
 
 Tier I (``isa``): FlyDSL compiles the kernel for both targets without a GPU (``runtime.flydsl``) and
 the tests assert the MFMA/WMMA, the 16-byte buffer loads (or the scalar loads of ``vec=1``) and
-the 16-byte LDS reads. Tier D (``run``) launches through FlyDSL on a ROCm GPU; a first
+the 16-byte LDS reads. Tier D (``call``) launches through FlyDSL on a ROCm GPU; a first
 run must check the numerics against ``torch.mm`` (``bench/rocm_gemm.py`` does, before timing).
 """
 
@@ -24,6 +24,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
+from inductor_ext.targets import amd
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
@@ -64,6 +65,14 @@ class GemmConfig:
 
     def name(self) -> str:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.waves_m}x{self.waves_n}_v{self.vec}"
+
+
+Problem, Config = GemmProblem, GemmConfig
+# What tier I asserts and ``inductor-ext asm`` shows (keys of targets.amd.INSTRUCTIONS).
+KEY_INSTRUCTIONS = amd.key_instructions({
+    "gfx950": ("mfma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
+    "gfx1250": ("wmma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
+})
 
 
 def tiling(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> GemmTiling:
@@ -123,7 +132,8 @@ def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
     return common.fitting(table, problem.m, problem.n)
 
 
-def config_reason(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
+def config_supports(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
+    """None when ``config`` can compute ``problem`` on ``target``, else why not."""
     if config.vec > 1 and not problem.vec_ok:
         return f"config {config.name()} loads 16 bytes at once; these strides need vec=1"
     return tiling(problem, config, target).reason()
@@ -139,7 +149,7 @@ def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
 def render(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
     name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
     return common.render_launcher(__name__, FAMILY, problem, config, target, name, tiling(problem, config, target),
-                                  problem.m, problem.n, supports(problem) or config_reason(problem, config, target))
+                                  problem.m, problem.n, supports(problem) or config_supports(problem, config, target))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -163,7 +173,7 @@ def build_launcher(dtype: str, a_k_major: bool, b_k_major: bool, bias: bool, con
     if reason:
         raise ValueError(f"{FAMILY}: {reason}")
 
-    Smem = dsl.smem_ab(t, dsl.NUMERIC[dtype])
+    Smem = dsl.smem_ab(t, dsl.numeric(dtype))
 
     @flyc.kernel
     def flydsl_gemm(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, BIAS: fx.Tensor, M: fx.Int32, N: fx.Int32,
@@ -208,25 +218,26 @@ def _compile_job(job: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
     return launch, (c, a, b, x, 64, 64, 64, 64, 1, 1, 64, 64, 1, 0, 1, 1 << 13, 1 << 13, 1 << 13, 128, 1.0, 1.0)
 
 
-def isa(problem: GemmProblem, config: GemmConfig, target: str = "gfx950", *,
-        cache: str | None = None) -> dict[str, str]:
+def compile_asm(problem: GemmProblem, config: GemmConfig, target: str = "gfx950", *,
+                cache: str | None = None) -> dict[str, str]:
     """The compiled kernel for ``target`` without a GPU: ``amdgcn`` (final ISA), ``hsaco_b64``,
     ``metadata`` (see ``runtime.flydsl``). Only the static variant matters (M, N, K are runtime)."""
     return isa_many([(problem, config, target)], cache=cache)[0]
 
 
 def isa_many(jobs: list[tuple[GemmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: config_reason(p, c, t),
+    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: config_supports(p, c, t),
                               static=lambda p: replace(p, m=1, n=1, k=1, vec_ok=True, alpha=1.0, beta=1.0),
                               name=kernel_name, cache=cache)
 
 
-def run(problem: GemmProblem, config: GemmConfig, target: str, *tensors: Any) -> Any:
+def call(problem: GemmProblem, config: GemmConfig, target: str, *tensors: Any) -> Any:
     """Launch on a gfx950 or gfx1250 GPU (tier D). ``tensors``: (A, B) for mm, (bias, A, B) for addmm, in the
     op's argument order; returns C (M, N) in the input dtype."""
     import torch
 
     bias, a, b = (tensors if problem.bias else (None, *tensors))
+    common.check_device(FAMILY, a)
     m, k = a.shape
     n = b.shape[1]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)

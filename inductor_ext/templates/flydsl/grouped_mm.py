@@ -15,7 +15,7 @@ layouts of A (K- or T-contiguous) and of each B[g] (K- or N-contiguous) are serv
 Tier I: compiled for gfx950 and gfx1250; the tests assert the MFMA/WMMA and the loads. The host-side model
 (``testing/flydsl_model.py``) runs this grid with the tiling's own index functions: writes once,
 group boundaries (empty groups, a group ending inside a tile, rows past ``offs[-1]``), numerics vs
-``kernels.matmul.grouped_mm_reference``. Tier D (``run``) needs a ROCm GPU.
+``kernels.matmul.grouped_mm_reference``. Tier D (``call``) needs a ROCm GPU.
 """
 
 # No "from __future__ import annotations": FlyDSL reads the kernels' and structs' annotations as objects.
@@ -23,6 +23,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
+from inductor_ext.targets import amd
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
@@ -33,7 +34,7 @@ from inductor_ext.templates.flydsl.tiling import GemmTiling
 FAMILY = "flydsl.grouped_mm"
 # Claimed only where tier I passes (tests/test_flydsl_grouped_mm.py).
 TARGETS = ("gfx950", "gfx1250")
-OPS = ("_grouped_mm",)
+OPS = ("grouped_mm",)  # ext's lowering of aten._grouped_mm (lowering/grouped_mm.py)
 CHOICE_KIND = "extern"
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -56,12 +57,19 @@ class GroupedMmProblem:
     bias: bool = False
 
 
+Problem, Config = GroupedMmProblem, GroupedMmConfig
+KEY_INSTRUCTIONS = amd.key_instructions({
+    "gfx950": ("mfma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
+    "gfx1250": ("wmma_bf16", "global_load_16b", "lds_read_16b", "store_2b"),
+})
+
+
 def tiling(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> GemmTiling:
     return gemm.tiling(_as_gemm(problem), config, target)
 
 
 def problem_for(spec: OpSpec) -> GroupedMmProblem | str:
-    """``_grouped_mm(mat_a, mat_b, offs, bias, out_dtype)`` with a 2-D ragged A and a 3-D B."""
+    """``grouped_mm`` (mat_a, mat_b, offs, bias; ``out_dtype``) with a 2-D ragged A and a 3-D B."""
     if spec.op not in OPS:
         return f"{FAMILY} serves {OPS}, not {spec.op}"
     a, b, offs, bias = (*spec.inputs, None, None, None, None)[:4]
@@ -111,8 +119,13 @@ def _as_gemm(problem: GroupedMmProblem) -> GemmProblem:
                        problem.vec_ok)
 
 
-def config_reason(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
-    return gemm.config_reason(_as_gemm(problem), config, target)
+def config_supports(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
+    return gemm.config_supports(_as_gemm(problem), config, target)
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> GroupedMmProblem:
+    """``inductor-ext asm``'s problem for an MxNxK shape: M tokens over 8 experts, (K, N) weights."""
+    return GroupedMmProblem(m, n, k, 8, dtype or "bfloat16", dtype or "bfloat16")
 
 
 # ------------------------------------------------------------------------------------ render
@@ -126,7 +139,7 @@ def kernel_name(problem: GroupedMmProblem, config: GemmConfig) -> str:
 def render(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
     name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
     return common.render_launcher(__name__, FAMILY, problem, config, target, name, tiling(problem, config, target),
-                                  problem.t, problem.n, supports(problem) or config_reason(problem, config, target))
+                                  problem.t, problem.n, supports(problem) or config_supports(problem, config, target))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -147,7 +160,7 @@ def build_launcher(dtype: str, out_dtype: str, a_k_major: bool, b_k_major: bool,
     if reason:
         raise ValueError(f"{FAMILY}: {reason}")
 
-    Smem = dsl.smem_ab(t, dsl.NUMERIC[dtype])
+    Smem = dsl.smem_ab(t, dsl.numeric(dtype))
 
     @flyc.kernel
     def flydsl_grouped_mm(C: fx.Tensor, A: fx.Tensor, B: fx.Tensor, OFFS: fx.Tensor, BIAS: fx.Tensor, T: fx.Int32,
@@ -209,23 +222,25 @@ def _compile_job(job: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
                     1 << 17, 1 << 20, 32, 1 << 18, 1 << 12)
 
 
-def isa(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950", *,
-        cache: str | None = None) -> dict[str, str]:
+def compile_asm(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950", *,
+                cache: str | None = None) -> dict[str, str]:
+    """The compiled kernel for ``target`` (``amdgcn``, ``hsaco_b64``, ``metadata``); sizes are runtime."""
     return isa_many([(problem, config, target)], cache=cache)[0]
 
 
 def isa_many(jobs: list[tuple[GroupedMmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
     return common.compile_isa(__name__, FAMILY, TARGETS, jobs,
-                              reason=lambda p, c, t: supports(p) or config_reason(p, c, t),
+                              reason=lambda p, c, t: supports(p) or config_supports(p, c, t),
                               static=lambda p: replace(p, t=1, n=1, k=1, groups=1, vec_ok=True), name=kernel_name,
                               cache=cache)
 
 
-def run(problem: GroupedMmProblem, config: GemmConfig, target: str, a: Any, b: Any, offs: Any, bias: Any = None,
-        *rest: Any) -> Any:
-    """Launch on a gfx950 or gfx1250 GPU (tier D), in ``_grouped_mm``'s argument order."""
+def call(problem: GroupedMmProblem, config: GemmConfig, target: str, a: Any, b: Any, offs: Any, bias: Any = None,
+         *rest: Any) -> Any:
+    """Launch on a gfx950 or gfx1250 GPU (tier D), in ``grouped_mm``'s argument order."""
     import torch
 
+    common.check_device(FAMILY, a)
     t, k = a.shape
     g, _, n = b.shape
     c = torch.empty((t, n), dtype=getattr(torch, problem.out_dtype), device=a.device)

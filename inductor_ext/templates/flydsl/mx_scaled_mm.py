@@ -14,7 +14,7 @@ staged in LDS as bytes; the K tail is masked with zero bytes and zero scales. In
 :mod:`.tiling` (scale addresses included), checked by ``testing/flydsl_model.py``.
 
 Tier I: compiled for gfx950 without a GPU; the tests assert ``v_mfma_scale_f32_16x16x128_f8f6f4``
-and the 16-byte loads. Tier D (``run``): launches through FlyDSL on a ROCm GPU; a first run must
+and the 16-byte loads. Tier D (``call``): launches through FlyDSL on a ROCm GPU; a first run must
 check the numerics against ``kernels.scaled_gemm.scaled_mm_reference`` (bench/rocm_gemm.py) and,
 with it, the assumed lane layout of the scaled MFMA (32 consecutive K per lane, scale per lane).
 """
@@ -24,6 +24,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
+from inductor_ext.targets import amd
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
@@ -32,7 +33,7 @@ from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling, cdiv
 FAMILY = "flydsl.mx_scaled_mm"
 # Claimed only where tier I passes (tests/test_flydsl_mx_scaled_mm.py).
 TARGETS = ("gfx950",)
-OPS = ("_scaled_mm",)
+OPS = ("scaled_mm",)  # Inductor's lowering of aten._scaled_mm (lowering/op_specs.py)
 CHOICE_KIND = "extern"
 
 FORMATS = {"fp8_e4m3": (8, 0), "fp4_e2m1": (4, 4)}  # bits per element, the instruction's format code
@@ -71,6 +72,10 @@ class MxScaledMmConfig:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.waves_m}x{self.waves_n}"
 
 
+Problem, Config = MxScaledMmProblem, MxScaledMmConfig
+KEY_INSTRUCTIONS = amd.key_instructions({"gfx950": ("mfma_mx", "global_load_16b", "global_load_1b", "lds_read_16b")})
+
+
 def tiling(problem: MxScaledMmProblem, config: MxScaledMmConfig) -> GemmTiling:
     # 16-byte global loads: 16 fp8 or 32 fp4 elements
     return GemmTiling(config.block_m, config.block_n, config.block_k, config.waves_m, config.waves_n,
@@ -90,7 +95,7 @@ def _scale_layout(spec_rows: int, k: int, scale: Any) -> str | None:
 
 
 def problem_for(spec: OpSpec) -> MxScaledMmProblem | str:
-    """The problem for a ``_scaled_mm`` OpSpec (self, mat2, scale_a, scale_b, bias, scale_result)."""
+    """The problem for a ``scaled_mm`` OpSpec (a, b, scale_a, scale_b, bias, scale_result)."""
     if spec.op not in OPS:
         return f"{FAMILY} serves {OPS}, not {spec.op}"
     a, b, sa, sb, *rest = (*spec.inputs, None, None)
@@ -150,8 +155,19 @@ def configs(problem: MxScaledMmProblem, target: str) -> list[MxScaledMmConfig]:
     return common.fitting(_CONFIGS[problem.fmt], problem.m, problem.n)
 
 
-def config_reason(problem: MxScaledMmProblem, config: MxScaledMmConfig) -> str | None:
+ALL_CONFIGS = tuple(dict.fromkeys(c for table in _CONFIGS.values() for c in table))
+
+
+def config_supports(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx950") -> str | None:
     return tiling(problem, config).reason()
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> MxScaledMmProblem | str:
+    """``inductor-ext asm``'s problem for an MxNxK shape: MXFP8 (``--dtype fp4_e2m1`` for MXFP4)."""
+    fmt = TORCH_FORMATS.get(dtype or "", dtype or "fp8_e4m3")
+    if fmt not in FORMATS:
+        return f"--dtype {dtype!r}: use one of {', '.join([*FORMATS, *TORCH_FORMATS])}"
+    return MxScaledMmProblem(m, n, k, fmt)
 
 
 # ------------------------------------------------------------------------------------ render
@@ -163,7 +179,7 @@ def kernel_name(problem: MxScaledMmProblem, config: MxScaledMmConfig) -> str:
 
 def render(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx950") -> KernelSource:
     return common.render_launcher(__name__, FAMILY, problem, config, target, kernel_name(problem, config),
-                                  tiling(problem, config), problem.m, problem.n, supports(problem) or config_reason(problem, config))
+                                  tiling(problem, config), problem.m, problem.n, supports(problem) or config_supports(problem, config))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -257,23 +273,24 @@ def _compile_job(job: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
                     1 << 16, 1 << 16, 2048, 2048, 1 << 17, 512)
 
 
-def isa(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx950", *,
-        cache: str | None = None) -> dict[str, str]:
+def compile_asm(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx950", *,
+                cache: str | None = None) -> dict[str, str]:
     """The compiled kernel for gfx950 (``amdgcn``, ``hsaco_b64``, ``metadata``); M, N, K are runtime."""
     return isa_many([(problem, config, target)], cache=cache)[0]
 
 
 def isa_many(jobs: list[tuple[MxScaledMmProblem, MxScaledMmConfig, str]], *,
              cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_reason(p, c),
+    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_supports(p, c),
                               static=lambda p: replace(p, m=1, n=1, k=BLOCK), name=kernel_name, cache=cache)
 
 
-def run(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str, a: Any, b: Any, scale_a: Any,
-        scale_b: Any, bias: Any = None, *rest: Any) -> Any:
+def call(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str, a: Any, b: Any, scale_a: Any,
+         scale_b: Any, bias: Any = None, *rest: Any) -> Any:
     """Launch on a gfx950 GPU (tier D), in ``_scaled_mm``'s argument order (scale_result must be None)."""
     import torch
 
+    common.check_device(FAMILY, a)
     if any(r is not None for r in rest):
         raise ValueError(f"{FAMILY}: scale_result is not supported with MX scaling")
     m, n, k = problem.m, problem.n, problem.k

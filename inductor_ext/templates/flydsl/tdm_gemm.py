@@ -17,7 +17,7 @@ pipeline is the next step once a gfx1250 can time it.
 Tier I: compiled for gfx1250 without a GPU; the tests assert ``tensor_load_to_lds``,
 ``s_wait_tensorcnt`` and the WMMA. The host-side model stages tiles the way the descriptors split
 them between waves (FlyDSL's ``compute_warp_distribution``) and checks writes, K coverage and
-numerics. Tier D (``run``) needs an MI450; a first run must check numerics against ``torch.mm`` /
+numerics. Tier D (``call``) needs an MI450; a first run must check numerics against ``torch.mm`` /
 ``torch._scaled_mm`` (bench/rocm_gemm.py), which also checks the assumed WMMA accumulator layout.
 """
 
@@ -26,6 +26,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
+from inductor_ext.targets import amd
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates import linear
 from inductor_ext.templates.family import OpSpec
@@ -56,6 +57,10 @@ class TdmGemmConfig:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.waves_m}x{self.waves_n}"
 
 
+Problem, Config = TdmGemmProblem, TdmGemmConfig
+KEY_INSTRUCTIONS = amd.key_instructions({"gfx1250": ("tdm_load", "tdm_wait", "wmma_bf16", "lds_read_16b")})
+
+
 def _bits(problem: TdmGemmProblem) -> int:
     return _BITS[problem.dtype]
 
@@ -67,7 +72,7 @@ def tiling(problem: TdmGemmProblem, config: TdmGemmConfig) -> GemmTiling:
 
 
 def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
-    """The problem for an ``mm`` / ``addmm`` / ``_scaled_mm`` OpSpec (``x @ W.T``), or why not served."""
+    """The problem for an ``mm`` / ``addmm`` / ``scaled_mm`` OpSpec (``x @ W.T``), or why not served."""
     problem = linear.linear_problem(spec, FAMILY)
     return problem if isinstance(problem, str) else supports(problem) or problem
 
@@ -97,7 +102,10 @@ def configs(problem: TdmGemmProblem, target: str) -> list[TdmGemmConfig]:
         [c for c in table if problem.k % c.block_k == 0][-1:]
 
 
-def config_reason(problem: TdmGemmProblem, config: TdmGemmConfig) -> str | None:
+ALL_CONFIGS = tuple(dict.fromkeys(_CONFIGS_16 + _CONFIGS_8))
+
+
+def config_supports(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250") -> str | None:
     if problem.k % config.block_k:
         return f"K={problem.k} is not a multiple of block_k={config.block_k}"
     t = tiling(problem, config)
@@ -117,7 +125,7 @@ def kernel_name(problem: TdmGemmProblem, config: TdmGemmConfig) -> str:
 
 def render(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250") -> KernelSource:
     return common.render_launcher(__name__, FAMILY, problem, config, target, kernel_name(problem, config),
-                                  tiling(problem, config), problem.m, problem.n, supports(problem) or config_reason(problem, config))
+                                  tiling(problem, config), problem.m, problem.n, supports(problem) or config_supports(problem, config))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -138,7 +146,7 @@ def build_launcher(dtype: str, out_dtype: str, bias: bool, scaling: str, config:
     if reason:
         raise ValueError(f"{FAMILY}: {reason}")
     store = "uint8" if t.elem_bits == 8 else dtype
-    smem_elem = fx.Uint8 if t.elem_bits == 8 else dsl.NUMERIC[dtype]
+    smem_elem = fx.Uint8 if t.elem_bits == 8 else dsl.numeric(dtype)
 
     Smem = dsl.smem_ab(t, smem_elem)
 
@@ -196,24 +204,25 @@ def _compile_job(job: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
     return launch, (c, a, b, x, sa, sb, 256, 256, 256, 256, 256, 256, 1, 1, 1, 1, 1 << 17, 512, 1024, 1024, 1.0, 1.0)
 
 
-def isa(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250", *,
-        cache: str | None = None) -> dict[str, str]:
+def compile_asm(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250", *,
+                cache: str | None = None) -> dict[str, str]:
     return isa_many([(problem, config, target)], cache=cache)[0]
 
 
 def isa_many(jobs: list[tuple[TdmGemmProblem, TdmGemmConfig, str]], *,
              cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_reason(p, c),
+    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_supports(p, c),
                               static=lambda p: replace(p, m=1, n=1, k=4096, alpha=1.0, beta=1.0), name=kernel_name,
                               cache=cache)
 
 
-def run(problem: TdmGemmProblem, config: TdmGemmConfig, target: str, *tensors: Any) -> Any:
+def call(problem: TdmGemmProblem, config: TdmGemmConfig, target: str, *tensors: Any) -> Any:
     """Launch on a gfx1250 GPU (tier D). ``tensors`` in the op's order: (A, B) for mm, (bias, A, B)
-    for addmm, (A, B, scale_a, scale_b, bias) for _scaled_mm."""
+    for addmm, (A, B, scale_a, scale_b, bias) for scaled_mm."""
     import torch
 
     a, b, bias, sa, sb = linear.unpack_tensors(problem, tensors, FAMILY)
+    common.check_device(FAMILY, a)
     m, n, k = problem.m, problem.n, problem.k
     c = torch.empty((m, n), dtype=getattr(torch, problem.out_dtype), device=a.device)
     if not common.aligned(16, a, b):

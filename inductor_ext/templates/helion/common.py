@@ -121,8 +121,13 @@ def run(body: Callable[..., Any], block_m: int, args: tuple[Any, ...], *values: 
     """Run the kernel on ``values``: CPU tensors through Helion's Triton backend (Triton's
     interpreter: tier C), ROCm tensors through the FlyDSL backend's module with the typed launcher
     (tier D). ``args`` are the specs the FlyDSL module was generated for."""
+    import torch
+
     if values[0].device.type == "cpu":
         return make_kernel(body, "triton", block_m)(*values)
+    if values[0].device.type != "cuda" or torch.version.hip is None:
+        raise RuntimeError(f"Helion's FlyDSL kernels run only on an AMD GPU under ROCm (or CPU tensors in Triton's "
+                           f"interpreter); got tensors on {values[0].device}")
     module = helion_flydsl.load_generated(generated_code(body, "flydsl", block_m, args),
                                           str(asm_cache.cache_dir() / "helion_flydsl"))
     return getattr(module, body.__name__)(*values, _launcher=helion_flydsl.launch)

@@ -5,7 +5,7 @@ CPU tensors it runs with Helion's Triton backend in Triton's interpreter.
 
 Tiers: G (the FlyDSL and Triton sources Helion generates), I (the FlyDSL code compiled for gfx950,
 ``v_sqrt_f32``/``v_rsq_f32``, ``v_rcp_f32`` and the cross-lane ``ds_swizzle_b32`` asserted), C (the
-Triton backend in the interpreter vs ``kernels.norms.rms_norm_reference``). D: ``run`` on a gfx950.
+Triton backend in the interpreter vs ``kernels.norms.rms_norm_reference``). D: ``call`` on a gfx950.
 
 Where Helion does not serve: its FlyDSL backend loads one element per lane (no 16-byte loads yet),
 generates wave64 code only (no gfx1250), and has no lowering for matmul or topk (``aten.addmm`` /
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from inductor_ext.targets import amd
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.helion import common
@@ -24,9 +25,12 @@ from inductor_ext.templates.helion import common
 FAMILY = "helion.rmsnorm"
 # Claimed only where tier I passes (tests/test_helion_templates.py).
 TARGETS = ("gfx950",)
-OPS = ("rms_norm",)  # aten.rms_norm / _fused_rms_norm over the last dimension
+OPS = ("rms_norm",)  # inductor_ext::rms_norm (lowering/rms_norm.py), what the rms_norm_op pass makes of F.rms_norm
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = "Helion's Triton backend in the Triton interpreter"  # interpret mode, CPU tensors
 DTYPES = ("bfloat16", "float16", "float32")
+_DEFAULT_EPS = {"bfloat16": 2.0**-7, "float16": 2.0**-10, "float32": 2.0**-23}  # torch.rms_norm's: finfo(dtype).eps
+KEY_INSTRUCTIONS = amd.key_instructions({"gfx950": ("sqrt", "rcp", "cross_lane", "global_load_2b", "store_2b")})
 
 
 def rmsnorm_body(x, w, eps):  # noqa: ANN001, ANN201 - a Helion kernel body (torch, hl bound by common)
@@ -55,6 +59,10 @@ class RmsNormConfig:
         return f"bm{self.block_m}"
 
 
+Problem, Config = RmsNormProblem, RmsNormConfig
+ALL_CONFIGS = (RmsNormConfig(1), RmsNormConfig(4))
+
+
 def problem_for(spec: OpSpec) -> RmsNormProblem | str:
     """``rms_norm(input, normalized_shape, weight, eps)``: inputs (input, weight)."""
     if spec.op not in OPS:
@@ -71,7 +79,7 @@ def problem_for(spec: OpSpec) -> RmsNormProblem | str:
     for s in x.shape[:-1]:
         rows *= s
     eps = spec.scalars.get("eps")
-    problem = RmsNormProblem(rows, x.shape[-1], x.dtype, 1e-6 if eps is None else float(eps))
+    problem = RmsNormProblem(rows, x.shape[-1], x.dtype, _DEFAULT_EPS[x.dtype] if eps is None else float(eps))
     return supports(problem) or problem
 
 
@@ -86,7 +94,12 @@ def supports(problem: RmsNormProblem) -> str | None:
 def configs(problem: RmsNormProblem, target: str) -> list[RmsNormConfig]:
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not one of {TARGETS}")
-    return [RmsNormConfig(1), RmsNormConfig(4)] if problem.rows >= 4 else [RmsNormConfig(1)]
+    return list(ALL_CONFIGS) if problem.rows >= 4 else [RmsNormConfig(1)]
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> RmsNormProblem:
+    """``inductor-ext asm``'s problem for an MxNxK shape: M rows of N (K unused)."""
+    return RmsNormProblem(m, n, dtype or "bfloat16")
 
 
 def _args(problem: RmsNormProblem) -> tuple[Any, ...]:
@@ -118,7 +131,12 @@ def isa_many(jobs: list[tuple[RmsNormProblem, RmsNormConfig, str]], *, cache: st
     return common.flydsl_isa(rmsnorm_body, [(kernel_name(p, c), c.block_m, _args(p)) for p, c, _ in jobs], cache=cache)
 
 
-def run(problem: RmsNormProblem, config: RmsNormConfig, target: str, x: Any, weight: Any = None) -> Any:
+def compile_asm(problem: RmsNormProblem, config: RmsNormConfig, target: str) -> dict[str, str]:
+    """``inductor-ext asm``: the FlyDSL backend's module for ``problem`` compiled for gfx950."""
+    return isa_many([(problem, config, target)])[0]
+
+
+def call(problem: RmsNormProblem, config: RmsNormConfig, target: str, x: Any, weight: Any = None) -> Any:
     """RMSNorm of ``x`` (any leading shape): the FlyDSL backend's kernel on ROCm tensors (tier D),
     the Triton backend's in Triton's interpreter on CPU tensors (tier C)."""
     import torch

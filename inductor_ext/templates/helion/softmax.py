@@ -8,16 +8,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from inductor_ext.targets import amd
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.helion import common
-from inductor_ext.templates.helion.rmsnorm import DTYPES, RmsNormConfig as SoftmaxConfig
+from inductor_ext.templates.helion.rmsnorm import ALL_CONFIGS, DTYPES, RmsNormConfig as SoftmaxConfig
 
 FAMILY = "helion.softmax"
 # Claimed only where tier I passes (tests/test_helion_templates.py).
 TARGETS = ("gfx950",)
-OPS = ("softmax",)
+OPS = ("softmax",)  # inductor_ext::softmax (the op and pass are being added with the Metal softmax family)
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = "Helion's Triton backend in the Triton interpreter"  # interpret mode, CPU tensors
+KEY_INSTRUCTIONS = amd.key_instructions({"gfx950": ("exp", "rcp", "cross_lane", "max", "store_2b")})
 
 
 def softmax_body(x):  # noqa: ANN001, ANN201 - a Helion kernel body (torch, hl bound by common)
@@ -33,6 +36,9 @@ class SoftmaxProblem:
     rows: int
     n: int
     dtype: str = "bfloat16"
+
+
+Problem, Config = SoftmaxProblem, SoftmaxConfig
 
 
 def problem_for(spec: OpSpec) -> SoftmaxProblem | str:
@@ -64,7 +70,12 @@ def supports(problem: SoftmaxProblem) -> str | None:
 def configs(problem: SoftmaxProblem, target: str) -> list[SoftmaxConfig]:
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not one of {TARGETS}")
-    return [SoftmaxConfig(1), SoftmaxConfig(4)] if problem.rows >= 4 else [SoftmaxConfig(1)]
+    return list(ALL_CONFIGS) if problem.rows >= 4 else [SoftmaxConfig(1)]
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> SoftmaxProblem:
+    """``inductor-ext asm``'s problem for an MxNxK shape: M rows of N (K unused)."""
+    return SoftmaxProblem(m, n, dtype or "bfloat16")
 
 
 def _args(problem: SoftmaxProblem) -> tuple[Any, ...]:
@@ -93,7 +104,12 @@ def isa_many(jobs: list[tuple[SoftmaxProblem, SoftmaxConfig, str]], *, cache: st
     return common.flydsl_isa(softmax_body, [(kernel_name(p, c), c.block_m, _args(p)) for p, c, _ in jobs], cache=cache)
 
 
-def run(problem: SoftmaxProblem, config: SoftmaxConfig, target: str, x: Any, *rest: Any) -> Any:
+def compile_asm(problem: SoftmaxProblem, config: SoftmaxConfig, target: str) -> dict[str, str]:
+    """``inductor-ext asm``: the FlyDSL backend's module for ``problem`` compiled for gfx950."""
+    return isa_many([(problem, config, target)])[0]
+
+
+def call(problem: SoftmaxProblem, config: SoftmaxConfig, target: str, x: Any, *rest: Any) -> Any:
     """Softmax of ``x`` over its last dimension: FlyDSL backend on ROCm tensors (tier D), Triton
     backend in the interpreter on CPU tensors (tier C)."""
     return common.run(softmax_body, config.block_m, _args(problem), x.reshape(problem.rows, problem.n)).reshape(x.shape)

@@ -23,6 +23,7 @@ FAMILY = "metal.grouped_mm"
 TARGETS = ("mps",)
 OPS = ("grouped_mm",)  # Inductor's lowering name (lowering/op_specs.py)
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = "the Metal-on-CPU executor"  # interpret mode runs it on CPU tensors (runtime.metal)
 
 DTYPES = ("bfloat16", "float16", "float32")
 MAX_ROWS = 64  # beyond this it is a prefill: a tiled grouped GEMM reuses weights across rows

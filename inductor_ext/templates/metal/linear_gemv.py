@@ -22,6 +22,7 @@ FAMILY = "metal.linear_gemv"
 TARGETS = ("mps",)
 OPS = ("mm", "addmm")
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = "the Metal-on-CPU executor"  # interpret mode runs it on CPU tensors (runtime.metal)
 
 DTYPES = ("bfloat16", "float16", "float32")
 MAX_M = 4

@@ -29,6 +29,7 @@ FAMILY = "metal.scaled_mm"
 TARGETS = ("mps",)
 OPS = ("scaled_mm",)  # Inductor's lowering name (lowering/op_specs.py)
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = "the Metal-on-CPU executor"  # interpret mode runs it on CPU tensors (runtime.metal)
 
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 GEMV_MAX_M = 4

@@ -24,6 +24,7 @@ FAMILY = "metal.softmax"
 TARGETS = ("mps",)
 OPS = ("softmax",)
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = "the Metal-on-CPU executor"  # interpret mode runs it on CPU tensors (runtime.metal)
 
 DTYPES = ("float32", "float16", "bfloat16")
 MIN_COLUMNS = 1024  # shorter rows: Inductor's fused reduction does as well

@@ -3,7 +3,7 @@
 on gfx1250 (Triton 3.9), software-pipelined over ``num_stages``, feeding ``v_wmma``.
 
 - ``mm`` / ``addmm``: bf16 / fp16 in, same dtype out, fp32 accumulation (``v_wmma_f32_16x16x32_*``);
-- ``_scaled_mm`` with fp8 e4m3 operands and fp32 tensor-wise or row-wise scales:
+- ``scaled_mm`` (``aten._scaled_mm``) with fp8 e4m3 operands and fp32 tensor-wise or row-wise scales:
   out = (A @ B) * scale_a * scale_b (+ bias), on ``v_wmma_f32_16x16x128_fp8_fp8``.
 
 Layout ``x @ W.T``: A (M, K) and B (K, N) both contiguous along K (B is the transpose of a (N, K)
@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from inductor_ext.targets import amd
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates import linear
 from inductor_ext.templates.family import OpSpec
@@ -37,6 +38,7 @@ FAMILY = "triton.tdm_gemm"
 TARGETS = ("gfx1250",)
 OPS = linear.OPS
 CHOICE_KIND = "triton_template"
+CPU_EXECUTOR = "the Triton interpreter"  # how interpret mode runs it on CPU tensors
 
 DTYPES, FP8_OUT_DTYPES = linear.DTYPES, linear.FP8_OUT_DTYPES
 SCALINGS = {"none": 0, "tensor": 1, "row": 2}
@@ -44,7 +46,9 @@ _FP = {**FP, "float8_e4m3fn": "fp8e4nv"}
 
 TdmGemmProblem = linear.LinearProblem
 TdmGemmConfig = GemmConfig
+Problem, Config = TdmGemmProblem, TdmGemmConfig
 config_from_tile = gemm.config_from_tile
+KEY_INSTRUCTIONS = amd.key_instructions({"gfx1250": ("tdm_load", "tdm_wait", "wmma_bf16")})
 
 
 def supports(problem: TdmGemmProblem) -> str | None:
@@ -57,7 +61,7 @@ def supports(problem: TdmGemmProblem) -> str | None:
 
 
 def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
-    """The problem for an ``mm`` / ``addmm`` / ``_scaled_mm`` OpSpec, or why not served."""
+    """The problem for an ``mm`` / ``addmm`` / ``scaled_mm`` OpSpec, or why not served."""
     problem = linear.linear_problem(spec, FAMILY)
     return problem if isinstance(problem, str) else supports(problem) or problem
 
@@ -123,8 +127,14 @@ def {name}(
     tl.store(C + idx_m * stride_cm + idx_n * stride_cn, acc.to(C.dtype.element_ty), mask=mask)
 """
 
+# Inductor's frame, one template for every op it serves. SCALING (a constexpr kwarg, which jinja
+# sees too) is 0 for mm / addmm, whose bias is Inductor's epilogue (a prefix input, op_specs); 1 / 2
+# for scaled_mm with tensor- / row-wise fp32 scales. scaled_mm names all its inputs (A, B, SA, SB[,
+# BIAS]): the scales and its bias apply to the fp32 accumulator before any fused epilogue, as ATen
+# applies them before rounding.
 _INDUCTOR = """\
-{{{{def_kernel({inputs})}}}}
+{{% if SCALING and HAS_BIAS %}}{{{{def_kernel("A", "B", "SA", "SB", "BIAS")}}}}{{% elif SCALING %}}\
+{{{{def_kernel("A", "B", "SA", "SB")}}}}{{% else %}}{{{{def_kernel("A", "B")}}}}{{% endif %}}
     # inductor_ext template: triton.tdm_gemm
     M = {{{{size("A", 0)}}}}
     N = {{{{size("B", 1)}}}}
@@ -133,17 +143,18 @@ _INDUCTOR = """\
         return
     stride_am = {{{{stride("A", 0)}}}}
     stride_bn = {{{{stride("B", 1)}}}}
-{body}{scale}\
+{body}\
+{{% if SCALING == 1 %}}
+    acc = acc * tl.load(SA) * tl.load(SB)
+{{% elif SCALING == 2 %}}
+    acc = acc * tl.load(SA + idx_m * {{{{stride("SA", 0)}}}}, mask=idx_m < M, other=0.0) \\
+        * tl.load(SB + idx_n * {{{{stride("SB", 1)}}}}, mask=idx_n < N, other=0.0)
+{{% endif %}}
+{{% if HAS_BIAS %}}
+    acc = acc + tl.load(BIAS + idx_n * {{{{stride("BIAS", 0)}}}}, mask=idx_n < N, other=0.0).to(ACC_TYPE)
+{{% endif %}}
     {{{{store_output(("idx_m", "idx_n"), "acc", "mask", val_shape=("BLOCK_M", "BLOCK_N"))}}}}
 """
-# _scaled_mm: the fp32 scales are template inputs, applied to the accumulator before the epilogue
-# (a bias is then Inductor's epilogue, like addmm's).
-_INDUCTOR_SCALE = {
-    "none": "",
-    "tensor": "    acc = acc * tl.load(SA) * tl.load(SB)\n",
-    "row": ("    acc = acc * tl.load(SA + idx_m * {{{{stride(\"SA\", 0)}}}}, mask=idx_m < M, other=0.0) \\\n"
-            "        * tl.load(SB + idx_n * {{{{stride(\"SB\", 1)}}}}, mask=idx_n < N, other=0.0)\n"),
-}
 
 
 def kernel_name(problem: TdmGemmProblem, config: GemmConfig) -> str:
@@ -177,18 +188,22 @@ def render(problem: TdmGemmProblem, config: GemmConfig, target: str = "gfx1250")
                         launch=launch_options(problem, config))
 
 
-def inductor_source(scaling: str = "none") -> str:
-    """The template text for Inductor's TritonTemplate. ``scaling="none"``: mm / addmm (the bias is
-    an epilogue); "tensor" / "row": _scaled_mm, with inputs A, B, SA, SB (the scales)."""
-    if scaling not in SCALINGS:
-        raise ValueError(f"scaling {scaling!r} not in {tuple(SCALINGS)}")
-    inputs = '"A", "B"' if scaling == "none" else '"A", "B", "SA", "SB"'
-    return _INDUCTOR.format(body=BODY, inputs=inputs, scale=_INDUCTOR_SCALE[scaling].format())
+def inductor_source() -> str:
+    """The template text for Inductor's TritonTemplate: the shared body in Inductor's macros, for
+    mm / addmm and scaled_mm alike (``SCALING`` picks the inputs and the scale step)."""
+    return _INDUCTOR.format(body=BODY)
+
+
+def inductor_kwargs(problem: TdmGemmProblem, config: GemmConfig, target: str) -> dict[str, object]:
+    """The TritonTemplate kwargs of a choice (constexprs, as Inductor renders them into source)."""
+    scaled = problem.scaling != "none"
+    return {**constexprs(problem, config, target), "SCALING": SCALINGS[problem.scaling],
+            "HAS_BIAS": scaled and problem.bias, "ACC_TYPE": "tl.float32"}
 
 
 def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any) -> "torch.Tensor":
     """Render, load and launch (the interpreter on CPU tensors, or a gfx1250 GPU). ``tensors`` in the
-    op's order: (A, B) for mm, (bias, A, B) for addmm, (A, B, scale_a, scale_b[, bias]) for _scaled_mm."""
+    op's order: (A, B) for mm, (bias, A, B) for addmm, (A, B, scale_a, scale_b[, bias]) for scaled_mm."""
     import torch
 
     a, b, bias, sa, sb = linear.unpack_tensors(problem, tensors, FAMILY)
@@ -207,5 +222,6 @@ def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any)
     return c
 
 
-__all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "TdmGemmProblem", "TdmGemmConfig", "problem_for",
-           "supports", "configs", "config_from_tile", "constexprs", "render", "inductor_source", "run"]
+__all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TdmGemmProblem",
+           "TdmGemmConfig", "KEY_INSTRUCTIONS", "problem_for", "supports", "configs", "config_from_tile", "constexprs",
+           "render", "inductor_source", "inductor_kwargs", "run"]

@@ -1,0 +1,106 @@
+"""Keeps RMSNorm one op through lowering, so template families can be offered for it.
+
+Inductor decomposes ``aten.rms_norm`` (pow, mean, rsqrt, mul) before lowering and has no norm op
+to autotune. Before that, in the graph Dynamo captured (pre-grad), this pass replaces each
+``torch.rms_norm`` call (what ``F.rms_norm`` and ``nn.RMSNorm`` become) by
+``inductor_ext::rms_norm`` (``kernels/norm_ops.py``), whose lowering (``lowering/rms_norm.py``)
+autotunes ATen's kernel against the families serving ``rms_norm`` (``helion.rmsnorm`` on gfx950).
+
+It rewrites a call only when it can pay off and stay exact:
+- autotuning is on and an enabled family claims this target and accepts the instance (its
+  ``problem_for`` on the call's example values; e.g. the last dimension only, static shapes);
+  otherwise Inductor's fused decomposition stays, as without ext;
+- no gradient flows through it (inference, ``torch.no_grad``): the op has no backward, so a
+  training graph keeps the decomposition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx import Graph, Node
+
+from inductor_ext.kernels.norm_ops import OP, default_eps
+from inductor_ext.logs import passes_log as log
+from inductor_ext.lowering.ext_choices import ExtChoices
+from inductor_ext.lowering.op_specs import dtype_name
+from inductor_ext.lowering.passes.base import ExtGraphPass
+from inductor_ext.templates import registry
+from inductor_ext.templates.family import OpSpec, TensorSpec
+
+_TARGETS = (torch.rms_norm, torch.nn.functional.rms_norm)
+_PARAMS = ("input", "normalized_shape", "weight", "eps")
+
+
+def _arguments(node: Node) -> dict[str, Any]:
+    """``rms_norm(input, normalized_shape, weight=None, eps=None)``'s arguments by name."""
+    return {**dict(zip(_PARAMS, node.args)), **node.kwargs}
+
+
+def _tensor_spec(value: Any, contiguous: bool = False) -> TensorSpec | None:
+    """An example value as plain data (``contiguous``: the op's output, which is); None when its
+    sizes are symbolic (dynamic shapes)."""
+    if not all(isinstance(s, int) for s in (*value.shape, *value.stride())):
+        return None
+    shape, stride = tuple(value.shape), tuple(value.stride())
+    if contiguous:
+        stride = tuple(int(torch.Size(shape[i + 1:]).numel()) for i in range(len(shape)))
+    return TensorSpec(shape, stride, dtype_name(value.dtype))
+
+
+class RmsNormOp(ExtGraphPass):
+    name = "rms_norm_op"
+    stage = "pre_grad"
+
+    def run(self, graph: Graph) -> int:
+        op = "rms_norm"
+        families = [registry.get(f) for f in self.config.templates if op in registry.get(f).OPS]
+        if self.config.autotune == "off" or not families:
+            return 0
+        rewrites = 0
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target not in _TARGETS:
+                continue
+            args = _arguments(node)
+            reason = self._reason(node, args, families)
+            if reason:
+                log.debug("rms_norm_op: %s stays decomposed: %s", node.name, reason)
+                continue
+            x = args["input"]
+            eps = args.get("eps")
+            eps = default_eps(x.meta["example_value"].dtype) if eps is None else float(eps)
+            with graph.inserting_before(node):
+                new = graph.call_function(OP, (x, args.get("weight"), list(args["normalized_shape"]), eps))
+            new.meta = dict(node.meta)
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+            rewrites += 1
+        return rewrites
+
+    def _reason(self, node: Node, args: dict[str, Any], families: list[Any]) -> str | None:
+        """Why ``node`` keeps Inductor's decomposition, or None when a family may serve it."""
+        out = node.meta.get("example_value")
+        x, weight = args.get("input"), args.get("weight")
+        values = [a.meta.get("example_value") if isinstance(a, Node) else a for a in (x, weight)]
+        if not isinstance(out, torch.Tensor) or not isinstance(values[0], torch.Tensor):
+            return "no example values"
+        if out.requires_grad:
+            return "a gradient flows through it (the op has no backward)"
+        specs = [_tensor_spec(v) if v is not None else None for v in values]
+        if specs[0] is None or (values[1] is not None and specs[1] is None):
+            return "dynamic shapes"
+        eps = args.get("eps")
+        spec = OpSpec("rms_norm", tuple(specs), _tensor_spec(out, contiguous=True),
+                      {"normalized_shape": list(args["normalized_shape"]),
+                       "eps": default_eps(values[0].dtype) if eps is None else float(eps)},
+                      values[0].device.type)
+        choices = ExtChoices(self.config)
+        why = []
+        for family in families:
+            unusable = choices.unusable_reason(spec.device_type, family)
+            problem = unusable or family.problem_for(spec)
+            if not isinstance(problem, str):
+                return None
+            why.append(f"{family.FAMILY}: {problem}")
+        return "; ".join(why)
