@@ -18,7 +18,19 @@ CLAIMED = [
     ("triton.nvfp4_gemm", "sm_100a", r"tcgen05\.mma\.cta_group::1\.kind::mxf4nvf4\.block_scale\.block16", "ptx"),
     ("cutedsl.nvfp4_gemm", "sm_100a", r"tcgen05\.mma\.cta_group::[12]\.kind::mxf4nvf4\.block_scale\.block16", "ptx"),
     ("triton.nvfp4_dequant_gemm", "sm_90a", r"wgmma\.mma_async", "ptx"),
+    ("flydsl.gemm", "gfx950", r"v_mfma_f32_16x16x32_bf16", "amdgcn"),
+    ("flydsl.gemm", "gfx1250", r"v_wmma_f32_16x16x32_bf16", "amdgcn"),
+    ("flydsl.grouped_mm", "gfx950", r"v_mfma_f32_16x16x32_bf16", "amdgcn"),
+    ("flydsl.grouped_mm", "gfx1250", r"v_wmma_f32_16x16x32_bf16", "amdgcn"),
+    ("flydsl.mx_scaled_mm", "gfx950", r"v_mfma_scale_f32_16x16x128_f8f6f4", "amdgcn"),
+    ("flydsl.tdm_gemm", "gfx1250", r"tensor_load_to_lds", "amdgcn"),
+    ("triton.tdm_gemm", "gfx1250", r"tensor_load_to_lds", "amdgcn"),
+    ("helion.rmsnorm", "gfx950", r"ds_swizzle_b32", "amdgcn"),
+    ("helion.softmax", "gfx950", r"v_exp_f32", "amdgcn"),
 ]
+# Shapes other than the default, chosen to be the kernels the families' own tier I tests compile
+# (one compile for both: the ISA cache); Helion specializes on every size.
+SHAPES = {"helion.rmsnorm": (64, 1000, 1), "helion.softmax": (64, 1000, 1)}
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +42,7 @@ def _asm_cache(monkeypatch, isa_cache):
 @pytest.mark.isa
 @pytest.mark.parametrize("family, target, instruction, stage", CLAIMED)
 def test_claimed_pair_shows_its_key_instruction(family, target, instruction, stage):
-    result = asm.build(family, target)
+    result = asm.build(family, target, SHAPES.get(family, asm.DEFAULT_SHAPE))
     assert result["family"] == family and result["target"] == target
     assert result["key_instructions"][stage][instruction] > 0, result["key_instructions"]
     assert all(n > 0 for counts in result["key_instructions"].values() for n in counts.values())
@@ -45,6 +57,14 @@ def test_list_has_one_line_per_family_with_its_targets(capsys):
     for family, target, _, _ in CLAIMED:
         assert target in by_family[family], by_family[family]
     assert "cpu" not in by_family["triton.gemm"]  # the interpreter is not a target with an ISA
+    from inductor_ext import targets
+    from inductor_ext.templates import registry
+
+    assert set(by_family) == set(registry.families())  # every family, whatever it claims
+    claimed = {(f, t) for f, t, _, _ in CLAIMED}
+    for family, module in registry.families().items():  # every target with an ISA has a test above
+        for target in asm.family_targets(module):
+            assert (family, target) in claimed or targets.get(target).asm_key is None, (family, target)
 
 
 @pytest.mark.parametrize("argv, expected", [

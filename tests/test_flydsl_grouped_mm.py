@@ -17,7 +17,7 @@ from inductor_ext.testing.flydsl_model import Epilogue, Operand, run_grouped
 Problem, Config = gm.GroupedMmProblem, gm.GroupedMmConfig
 
 ISA_CASES = {
-    "bf16_kn": (Problem(4096, 512, 256, 8), Config(64, 128, 64, 2, 2)),
+    "bf16_kn": (Problem(4096, 512, 256, 8), Config(16, 128, 128, 1, 4)),  # what `inductor-ext asm` builds too
     "fp16_kk_f32out_bias": (Problem(4096, 512, 256, 8, "float16", "float32", True, True, bias=True), Config(64, 64, 64, 2, 2)),
     "bf16_mn_vec1": (Problem(100, 90, 70, 3, a_k_major=False, vec_ok=False), Config(64, 64, 32, 2, 2, 1)),
 }

@@ -79,6 +79,8 @@ def test_problem_for() -> None:
     w = TensorSpec((1000,), (1,), "bfloat16")
     p = rmsnorm.problem_for(OpSpec("rms_norm", (x, w), x, {"normalized_shape": [1000], "eps": 1e-5}))
     assert (p.rows, p.n, p.eps) == (6, 1000, 1e-5)
+    p = rmsnorm.problem_for(OpSpec("rms_norm", (x, w), x, {"normalized_shape": [1000], "eps": None}))
+    assert p.eps == torch.finfo(torch.float32).eps  # torch.rms_norm's default: its math dtype's epsilon
     assert "last dimension" in rmsnorm.problem_for(OpSpec("rms_norm", (x, None), x, {"normalized_shape": [3, 1000]}))
     assert "contiguous" in rmsnorm.problem_for(OpSpec("rms_norm", (TensorSpec((4, 8), (1, 4), "bfloat16"), None),
                                                       x, {"normalized_shape": [8]}))

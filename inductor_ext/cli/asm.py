@@ -6,8 +6,8 @@ compiled with the real toolchain, with the key instructions it found.
                      [--config block_m=128,block_n=64] [--out DIR]
 
 Families compile through ``compile_asm(problem, config, target)`` when they define it (CuTeDSL,
-FlyDSL), else as Triton source (``runtime.triton_compile``). The key instructions are the
-target's MMA instruction (``targets``) and the family's own ``KEY_INSTRUCTIONS[target]``.
+FlyDSL), else as Triton source (``runtime.triton_compile``). The key instructions are the family's
+own ``KEY_INSTRUCTIONS[target]``, or the target's MMA instruction (``targets``) when it has none.
 """
 
 from __future__ import annotations
@@ -102,15 +102,18 @@ def example_problem(family: ModuleType, shape: tuple[int, int, int], dtype: str 
 
 
 def key_patterns(family: ModuleType, target: str, asm: dict[str, str]) -> dict[str, list[str]]:
-    """Assembly stage -> the instruction patterns to look for."""
+    """Assembly stage -> the instruction patterns to look for: the family's own
+    ``KEY_INSTRUCTIONS[target]`` when it names them (a norm kernel has no matrix instruction), else
+    the target's MMA instruction (in SASS too, for NVIDIA)."""
     t = targets.get(target)
     found: dict[str, list[str]] = {}
-    if t.asm_key and t.mma_instruction:
-        found.setdefault(t.asm_key, []).append(t.mma_instruction)
-    if "sass" in asm and t.sass_mma_instruction:
-        found.setdefault("sass", []).append(t.sass_mma_instruction)
-    for stage, pattern in getattr(family, "KEY_INSTRUCTIONS", {}).get(target, ()):  # [(stage, regex)]
+    own = getattr(family, "KEY_INSTRUCTIONS", {}).get(target, ())  # [(stage, regex)]
+    for stage, pattern in own:
         found.setdefault(stage, []).append(pattern)
+    if not own and t.asm_key and t.mma_instruction:
+        found.setdefault(t.asm_key, []).append(t.mma_instruction)
+    if not own and "sass" in asm and t.sass_mma_instruction:
+        found.setdefault("sass", []).append(t.sass_mma_instruction)
     return {stage: list(dict.fromkeys(p)) for stage, p in found.items() if stage in asm}
 
 

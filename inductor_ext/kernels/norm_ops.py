@@ -14,8 +14,9 @@ from torch import Tensor
 
 
 def default_eps(dtype: torch.dtype) -> float:
-    """``torch.rms_norm``'s eps when none is given: the machine epsilon of the input dtype."""
-    return torch.finfo(dtype).eps
+    """``torch.rms_norm``'s eps when none is given: the machine epsilon of the dtype it computes in
+    (fp32 for bf16/fp16/fp32 inputs, fp64 for fp64), not of the input dtype."""
+    return torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
 
 
 @torch.library.custom_op("inductor_ext::rms_norm", mutates_args=())

@@ -83,6 +83,15 @@ def linear_problem(spec: OpSpec, family: str) -> LinearProblem | str:
     return problem
 
 
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> LinearProblem:
+    """``inductor-ext asm``'s ``x @ W.T`` of an MxNxK shape: bf16 (or the given 16-bit dtype), or
+    for ``float8_e4m3fn`` a scaled_mm with tensor-wise scales and a bf16 result."""
+    dtype = dtype or "bfloat16"
+    if dtype == "float8_e4m3fn":
+        return LinearProblem(m, n, k, dtype, "bfloat16", scaling="tensor")
+    return LinearProblem(m, n, k, dtype, dtype)
+
+
 def dtype_reason(problem: LinearProblem) -> str | None:
     """The combinations both TDM families accept: fp8 scaled into one of ``FP8_OUT_DTYPES``, or
     16-bit unscaled in its own dtype."""

@@ -77,6 +77,12 @@ def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
     return problem if isinstance(problem, str) else supports(problem) or problem
 
 
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> TdmGemmProblem | str:
+    """``inductor-ext asm``'s problem: ``x @ W.T`` (this family's layout), bf16 or fp8 scaled."""
+    problem = linear.example_problem(m, n, k, dtype)
+    return supports(problem) or problem
+
+
 def supports(problem: TdmGemmProblem) -> str | None:
     reason = linear.dtype_reason(problem)
     if reason:

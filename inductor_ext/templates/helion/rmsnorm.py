@@ -29,7 +29,7 @@ OPS = ("rms_norm",)  # inductor_ext::rms_norm (lowering/rms_norm.py), what the r
 CHOICE_KIND = "extern"
 CPU_EXECUTOR = "Helion's Triton backend in the Triton interpreter"  # interpret mode, CPU tensors
 DTYPES = ("bfloat16", "float16", "float32")
-_DEFAULT_EPS = {"bfloat16": 2.0**-7, "float16": 2.0**-10, "float32": 2.0**-23}  # torch.rms_norm's: finfo(dtype).eps
+DEFAULT_EPS = 2.0**-23  # torch.rms_norm's eps when none is given: fp32's epsilon (its math dtype) for DTYPES
 KEY_INSTRUCTIONS = amd.key_instructions({"gfx950": ("sqrt", "rcp", "cross_lane", "global_load_2b", "store_2b")})
 
 
@@ -79,7 +79,7 @@ def problem_for(spec: OpSpec) -> RmsNormProblem | str:
     for s in x.shape[:-1]:
         rows *= s
     eps = spec.scalars.get("eps")
-    problem = RmsNormProblem(rows, x.shape[-1], x.dtype, _DEFAULT_EPS[x.dtype] if eps is None else float(eps))
+    problem = RmsNormProblem(rows, x.shape[-1], x.dtype, DEFAULT_EPS if eps is None else float(eps))
     return supports(problem) or problem
 
 

@@ -51,6 +51,12 @@ config_from_tile = gemm.config_from_tile
 KEY_INSTRUCTIONS = amd.key_instructions({"gfx1250": ("tdm_load", "tdm_wait", "wmma_bf16")})
 
 
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> TdmGemmProblem | str:
+    """``inductor-ext asm``'s problem: ``x @ W.T`` (this family's layout), bf16 or fp8 scaled."""
+    problem = linear.example_problem(m, n, k, dtype)
+    return supports(problem) or problem
+
+
 def supports(problem: TdmGemmProblem) -> str | None:
     reason = linear.dtype_reason(problem)
     if reason:
@@ -224,4 +230,5 @@ def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any)
 
 __all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TdmGemmProblem",
            "TdmGemmConfig", "KEY_INSTRUCTIONS", "problem_for", "supports", "configs", "config_from_tile", "constexprs",
+           "example_problem",
            "render", "inductor_source", "inductor_kwargs", "run"]

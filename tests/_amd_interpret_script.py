@@ -1,0 +1,74 @@
+"""Run by test_amd_interpret.py in a subprocess (TRITON_INTERPRET=1 from the start): real
+``backend="ext"`` compiles under the AMD presets in interpret mode, on CPU tensors.
+
+- gfx1250: an ``nn.Linear`` (mm, x @ W.T) and a row-wise fp8 ``torch._scaled_mm`` with a bias,
+  served by ``triton.tdm_gemm`` (forced): Inductor renders the family's one template for both ops
+  and Triton's interpreter runs it;
+- gfx950: ``nn.RMSNorm`` under ``torch.no_grad``: the ``rms_norm_op`` pass keeps it one op and
+  ``helion.rmsnorm`` (forced) serves it through Helion's Triton backend in the interpreter.
+
+Prints one JSON object: per case the result's error against the plain-torch reference, the
+decisions ext took, and whether the generated code calls the family's kernel.
+"""
+
+import json
+
+import torch
+from torch._inductor.utils import run_and_get_code
+
+from inductor_ext.kernels.norms import rms_norm_reference
+from inductor_ext.kernels.scaled_gemm import scaled_mm_reference
+from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering.passes import register_pass
+from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
+
+register_pass(RmsNormOp)  # installed with the package through its entry point; this tree may not be
+
+
+def _compile(fn, args, preset: str, family: str):
+    options = {"preset": preset, "interpret": True, "force_template": family, "inductor": {"fx_graph_cache": False}}
+    first = len(ext_choices.decisions)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got, codes = run_and_get_code(torch.compile(fn, backend="ext", options=options), *args)
+    decisions = [{"op": d.op, "winner": d.winner, "reason": d.reason,
+                  "families": sorted({c["family"] for c in d.candidates})} for d in ext_choices.decisions[first:]]
+    return got, "\n".join(codes), decisions
+
+
+def _case(fn, args, want, preset: str, family: str) -> dict:
+    got, code, decisions = _compile(fn, args, preset, family)
+    return {"max_err": (got.float() - want.float()).abs().max().item(), "max_ref": want.float().abs().max().item(),
+            "dtype": str(got.dtype), "decisions": decisions, "code": code}
+
+
+def main() -> dict:
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+
+    linear = torch.nn.Linear(256, 72, bias=False).to(torch.bfloat16)
+    x = torch.randn(33, 256, generator=gen).to(torch.bfloat16)
+    with torch.no_grad():
+        out["gfx1250_linear"] = _case(linear, (x,), linear(x), "gfx1250", "triton.tdm_gemm")
+
+    a = (torch.randn(33, 256, generator=gen) * 4).to(torch.float8_e4m3fn)
+    w = (torch.randn(72, 256, generator=gen) * 4).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(33, 1, generator=gen) + 0.5, torch.rand(1, 72, generator=gen) + 0.5
+    bias = torch.randn(72, generator=gen).to(torch.bfloat16)
+
+    def scaled(a, w, sa, sb, bias):
+        return torch._scaled_mm(a, w.t(), sa, sb, bias, out_dtype=torch.bfloat16)
+
+    want = scaled_mm_reference(a, w, alpha=sa * sb, bias=bias, out_dtype=torch.bfloat16)
+    out["gfx1250_scaled_mm"] = _case(scaled, (a, w, sa, sb, bias), want, "gfx1250", "triton.tdm_gemm")
+
+    norm = torch.nn.RMSNorm(1000, eps=1e-5).to(torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(1000, generator=gen))
+    h = torch.randn(2, 3, 1000, generator=gen).to(torch.bfloat16)
+    out["gfx950_rms_norm"] = _case(norm, (h,), rms_norm_reference(h, norm.weight, 1e-5), "gfx950", "helion.rmsnorm")
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()))

@@ -1,0 +1,35 @@
+"""The AMD presets in interpret mode (tier C through a real ``backend="ext"`` compile, on CPU):
+``triton.tdm_gemm``'s one Inductor template serves an ``nn.Linear`` and a row-wise fp8
+``torch._scaled_mm`` with a bias under gfx1250, and ``nn.RMSNorm`` becomes ``inductor_ext::rms_norm``
+served by ``helion.rmsnorm`` under gfx950 (tests/_amd_interpret_script.py, one subprocess)."""
+
+from __future__ import annotations
+
+import pytest
+
+from _script_runner import interpret_env, run_json_script
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> dict:
+    return run_json_script("_amd_interpret_script.py", env=interpret_env(tmp_path_factory.mktemp("amd_interpret")))
+
+
+@pytest.mark.interp
+@pytest.mark.parametrize("case, op, family, marker", [
+    ("gfx1250_linear", "mm", "triton.tdm_gemm", "SCALING : tl.constexpr = 0"),
+    ("gfx1250_scaled_mm", "scaled_mm", "triton.tdm_gemm", "SCALING : tl.constexpr = 2"),
+    ("gfx950_rms_norm", "rms_norm", "helion.rmsnorm", "extern_kernels.ext_helion_rmsnorm_"),
+])
+def test_the_family_serves_the_compiled_graph_with_the_reference_numbers(compiled, case, op, family, marker) -> None:
+    result = compiled[case]
+    (decision,) = result["decisions"]
+    assert decision["op"] == op and decision["reason"] == f"force_template={family}", decision
+    assert "aten" in decision["families"] and family in decision["families"]
+    assert not any(f.startswith("flydsl.") for f in decision["families"])  # no CPU executor: never offered
+    assert marker in result["code"]
+    if family.startswith("triton."):
+        assert "inductor_ext template: triton.tdm_gemm" in result["code"]
+    assert result["dtype"] == "torch.bfloat16"
+    # one bf16 rounding of the same fp32 math; exact here, allow one ulp of the largest value
+    assert result["max_err"] <= result["max_ref"] * 2**-8, result
