@@ -74,18 +74,48 @@ def test_compiles_both_arches_and_returns_the_code_object(probes_on_path: None, 
     assert again[0] == out950
 
 
-@pytest.mark.isa
-def test_missing_libcall_fails_instead_of_a_silent_success(probes_on_path: None, tmp_path: Path) -> None:
-    with pytest.raises(flydsl.FlyDslCompileError, match=r"no libcall available for ftanh.*still wrote a code object|"
-                                                       r"still wrote a code object.*no libcall available for ftanh"):
-        flydsl.compile_jobs([_job("tanh_job")], cache=tmp_path)
-    assert not list(tmp_path.glob("*.json.gz")), "a failed compile must not be cached"
+@pytest.fixture(scope="module")
+def failed(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, dict]:
+    """One batch holding a kernel with a missing libcall, a builder that raises and a good kernel
+    (one worker subprocess: failures are never cached, so this runs every time)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PYTHONPATH", os.pathsep.join([PROBES, os.environ.get("PYTHONPATH", "")]))
+    mp.syspath_prepend(PROBES)
+    cache = tmp_path_factory.mktemp("flydsl_failures")
+    try:
+        with pytest.raises(flydsl.FlyDslCompileError) as info:
+            flydsl.compile_jobs([_job("tanh_job"), _job("broken_job"), _job("scale_job")], cache=cache, workers=1)
+        return str(info.value), cache, flydsl.compile_jobs([_job("scale_job")], cache=cache)[0]
+    finally:
+        mp.undo()
 
 
 @pytest.mark.isa
-def test_builder_errors_name_the_job(probes_on_path: None, tmp_path: Path) -> None:
-    with pytest.raises(flydsl.FlyDslCompileError, match=r"broken_job for gfx950: ValueError: this builder fails on purpose"):
-        flydsl.compile_jobs([_job("broken_job")], cache=tmp_path)
+def test_missing_libcall_fails_instead_of_a_silent_success(failed: tuple[str, Path, dict]) -> None:
+    message, _, _ = failed
+    assert re.search(r"tanh_job for gfx950: .*no libcall available for ftanh.*still wrote a code object|"
+                     r"tanh_job for gfx950: .*still wrote a code object.*no libcall available for ftanh", message)
+
+
+@pytest.mark.isa
+def test_every_failure_is_named_and_the_rest_is_cached(failed: tuple[str, Path, dict]) -> None:
+    message, cache, good = failed
+    assert message.startswith("2 of 3 FlyDSL kernel(s) failed to compile")
+    assert "broken_job for gfx950: ValueError: this builder fails on purpose" in message
+    cached = [p.name for p in cache.glob("*.json.gz")]
+    assert len(cached) == 1 and "scale_job" in cached[0], cached  # a failed compile is never cached
+    assert json.loads(good["metadata"])["name"] == "scale_job"
+
+
+def test_batches_split_by_target_and_share_the_cpus() -> None:
+    jobs = [(f"k{i}", (_job(f"j{i}", arch), Path("."))) for i, arch in enumerate(["gfx950"] * 7 + ["gfx1250"] * 2)]
+    one_cpu = flydsl._batches(jobs, 1)
+    assert sorted(len(b) for b in one_cpu) == [2, 7]  # one batch per target, always
+    two = flydsl._batches(jobs, 2)
+    assert sorted(len(b) for b in two) == [2, 7]  # a second CPU already busy with the other target
+    four = flydsl._batches(jobs, 4)
+    assert sorted(len(b) for b in four) == [2, 3, 4]  # 7 jobs are enough to share with one more worker
+    assert all(len({j.arch for _, (j, _) in b}) == 1 for b in four)
 
 
 def test_hsaco_bytes_unescapes_mlir_strings() -> None:

@@ -13,8 +13,8 @@ Without ROCm it needs three things, all found here:
   ``<dir>/<kernel>_0/22_final_isa.s``. The hsaco itself is read from the compiled module FlyDSL keeps
   (``JitFunction._last_compiled``: a ``gpu.binary`` whose ``bin`` attribute is the code object).
 
-FlyDSL reads these once per process, so compiles run in a subprocess (``runtime.harness``), one per
-target for a batch of jobs. A job names a *builder*, ``"package.module:function"``, called there with
+FlyDSL reads these once per process, so compiles run in subprocesses (``runtime.harness``), one
+target each, as many at once as this process has CPUs when a batch is large enough to share. A job names a *builder*, ``"package.module:function"``, called there with
 the job's data; it returns ``(jit_function, args)`` and :func:`compile_jobs` calls
 ``jit_function(*args)`` (CPU tensors stand in for device ones: FlyDSL only reads their dtype and
 layout). LLVM reports some failures only on stderr and still writes an hsaco (``error: no libcall
@@ -222,11 +222,13 @@ _lock = threading.Lock()
 
 
 def compile_jobs(jobs: list[FlyJob], *, cache: str | os.PathLike[str] | None = None,
-                 timeout: float = 900) -> list[dict[str, str]]:
-    """Compile every job (cache misses in one subprocess per target); one asm dict per job.
+                 timeout: float = 900, workers: int | None = None) -> list[dict[str, str]]:
+    """Compile every job; one asm dict per job. Cache misses compile in subprocesses (one target
+    each), up to ``workers`` at once (default: the CPUs this process may use).
 
-    Raises :class:`FlyDslCompileError` for the first job that fails (with FlyDSL's/LLVM's words),
-    :class:`~inductor_ext.runtime.toolchain.ToolchainMissing` when ld.lld or the bitcode is missing.
+    Raises :class:`FlyDslCompileError` naming every job that failed (with FlyDSL's/LLVM's words;
+    the others are compiled and cached), :class:`~inductor_ext.runtime.toolchain.ToolchainMissing`
+    when ld.lld or the bitcode is missing.
     """
     keys = [_cache_key(job) for job in jobs]
     results: dict[str, dict[str, str]] = {}
@@ -243,17 +245,58 @@ def compile_jobs(jobs: list[FlyJob], *, cache: str | os.PathLike[str] | None = N
             results[key] = asm
         elif key not in misses:
             misses[key] = (job, path)
-    for arch in sorted({job.arch for job, _ in misses.values()}):
-        batch = [(key, job, path) for key, (job, path) in misses.items() if job.arch == arch]
-        for (key, job, path), asm in zip(batch, _compile_in_subprocess([job for _, job, _ in batch], arch, timeout)):
+    workers = workers or len(os.sched_getaffinity(0))
+    batches = _batches(list(misses.items()), workers)
+    failures: list[str] = []
+
+    def compile_batch(batch: list[tuple[str, tuple[FlyJob, Path]]]) -> None:
+        compiled = _compile_in_subprocess([job for _, (job, _) in batch], batch[0][1][0].arch, timeout)
+        for (key, (job, path)), asm in zip(batch, compiled):
+            if isinstance(asm, str):
+                failures.append(asm)
+                continue
             asm_cache.write(path, key, asm)
             results[key] = asm
+
+    if len(batches) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(batches), workers)) as pool:
+            for done in [pool.submit(compile_batch, b) for b in batches]:
+                done.result()  # a worker that died raises here
+    elif batches:
+        compile_batch(batches[0])
     with _lock:
         _memo.update(results)
+    if failures:
+        raise FlyDslCompileError(f"{len(failures)} of {len(jobs)} FlyDSL kernel(s) failed to compile:\n"
+                                 + "\n".join(failures))
     return [dict(results[key]) for key in keys]
 
 
-def _compile_in_subprocess(jobs: list[FlyJob], arch: str, timeout: float) -> list[dict[str, str]]:
+# Compiles per worker below which another worker (another FlyDSL import, ~5 s) does not pay off.
+_JOBS_PER_WORKER = 3
+
+
+def _batches(misses: list[tuple[str, tuple[FlyJob, Path]]], workers: int) -> list[list[tuple[str, tuple[FlyJob, Path]]]]:
+    """The misses cut into one batch per worker subprocess: one target per batch (FlyDSL reads its
+    target once per process), at most ``workers`` batches when there are enough jobs to share."""
+    by_arch: dict[str, list[tuple[str, tuple[FlyJob, Path]]]] = {}
+    for item in misses:
+        by_arch.setdefault(item[1][0].arch, []).append(item)
+    batches = []
+    spare = max(workers, len(by_arch)) - len(by_arch)  # workers beyond one per target
+    for arch in sorted(by_arch, key=lambda a: -len(by_arch[a])):
+        items = by_arch[arch]
+        extra = min(spare, len(items) // (2 * _JOBS_PER_WORKER))
+        spare -= extra
+        parts = extra + 1
+        batches += [items[i::parts] for i in range(parts)]
+    return batches
+
+
+def _compile_in_subprocess(jobs: list[FlyJob], arch: str, timeout: float) -> list[dict[str, str] | str]:
+    """Each job's asm, or the error that job met (a message naming it)."""
     with tempfile.TemporaryDirectory(prefix="inductor_ext_flydsl_") as d:
         dump, log = os.path.join(d, "dump"), os.path.join(d, "llvm.log")
         env = worker_env(arch, dump)
@@ -267,10 +310,11 @@ def _compile_in_subprocess(jobs: list[FlyJob], arch: str, timeout: float) -> lis
             # A hard LLVM error aborts the process while stderr goes to the log: show its tail.
             tail = Path(log).read_text(errors="replace").strip().splitlines()[-15:] if os.path.exists(log) else []
             raise FlyDslCompileError("\n".join([str(e), *tail])) from e
-    compiled = []
+    compiled: list[dict[str, str] | str] = []
     for job, item in zip(jobs, out["results"]):
         if "error" in item:
-            raise FlyDslCompileError(f"{job.name} for {arch}: {item['error']}")
+            compiled.append(f"{job.name} for {arch}: {item['error']}")
+            continue
         meta = json.loads(item["asm"]["metadata"])
         meta["worker_import_s"] = out["import_s"]
         item["asm"]["metadata"] = json.dumps(meta, sort_keys=True, indent=1)

@@ -84,11 +84,11 @@ def generated_code(body: Callable[..., Any], backend: str, block_m: int, args: t
 
 
 def _generate(body: Callable[..., Any], backend: str, block_m: int, args: tuple[Any, ...]) -> str:
-    import helion
-
-    if "flydsl._mlir" in sys.modules:
+    if "flydsl._mlir" in sys.modules:  # checked before importing Helion, which takes seconds
         raise RuntimeError("Helion code generation needs a process without FlyDSL's MLIR loaded (its lowering "
                            "imports CuTeDSL, whose bindings clash with FlyDSL's)")
+    import helion
+
     kernel = make_kernel(body, backend, block_m)
     return kernel.bind(_stand_ins(args)).to_code(helion.Config(block_sizes=[block_m]))
 
