@@ -26,7 +26,6 @@ def test_the_family_serves_the_compiled_graph_with_the_reference_numbers(compile
     (decision,) = result["decisions"]
     assert decision["op"] == op and decision["reason"] == f"force_template={family}", decision
     assert "aten" in decision["families"] and family in decision["families"]
-    assert not any(f.startswith("flydsl.") for f in decision["families"])  # no CPU executor: never offered
     assert marker in result["code"]
     if family.startswith("triton."):
         assert "inductor_ext template: triton.tdm_gemm" in result["code"]

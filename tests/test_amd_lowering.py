@@ -233,38 +233,43 @@ def _inductor_kernel(choice) -> KernelSource:
                         launch=launch)
 
 
-RENDERED = {"mm": lambda: mm(64, 256, 512), "scaled_mm_row_bias": lambda: scaled_mm(64, 256, 512, "row", bias=True)}
+def _rendered_tdm_choice(kernel_inputs, aten: list, op: str, cache: str) -> KernelSource:
+    config = presets.resolve({"preset": "gfx1250", "autotune_cache": cache, "templates": ["triton.tdm_gemm"]})
+    offered = ext_choices.ExtChoices(config).offer(op, kernel_inputs, aten)
+    return _inductor_kernel(offered[1])
+
+
+def test_inductor_renders_the_tdm_template_for_mm(rocm, monkeypatch, tmp_path) -> None:
+    """mm through the same template: two named inputs, no scale step (the compile of this frame
+    is the family's own tier I; scaled_mm's is compiled below)."""
+    _pretend_rocm(monkeypatch, "gfx1250")  # ``rocm`` holds the graph being lowered
+    ks = _rendered_tdm_choice(*mm(64, 256, 512), "mm", str(tmp_path / "autotune.db"))
+    assert "def triton_ext_tdm_gemm(arg_A, arg_B, out_ptr0)" in ks.source
+    assert "SCALING : tl.constexpr = 0" in ks.source and "tl.load(SA" not in ks.source
+    assert "tl.make_tensor_descriptor(A" in ks.source
 
 
 @pytest.fixture(scope="module")
-def rendered(isa_cache: str | None, tmp_path_factory) -> dict[str, tuple[str, dict[str, str]]]:
-    """Each case's first triton.tdm_gemm choice, rendered by Inductor and compiled for gfx1250."""
+def rendered_scaled_mm(isa_cache: str | None, tmp_path_factory) -> tuple[str, dict[str, str]]:
+    """The first triton.tdm_gemm choice of a row-wise fp8 scaled_mm with a bias, as Inductor renders
+    it, compiled for gfx1250."""
     mp = pytest.MonkeyPatch()
-    kernels = {}
     try:
         with V.set_graph_handler(GraphLowering(torch.fx.symbolic_trace(lambda x: x))):
             _pretend_rocm(mp, "gfx1250")
-            cache = str(tmp_path_factory.mktemp("autotune") / "autotune.db")
-            for case, make in RENDERED.items():
-                kernel_inputs, aten = make()
-                config = presets.resolve({"preset": "gfx1250", "autotune_cache": cache, "templates": ["triton.tdm_gemm"]})
-                offered = ext_choices.ExtChoices(config).offer("mm" if case == "mm" else "scaled_mm", kernel_inputs, aten)
-                kernels[case] = _inductor_kernel(offered[1])
+            ks = _rendered_tdm_choice(*scaled_mm(64, 256, 512, "row", bias=True), "scaled_mm",
+                                      str(tmp_path_factory.mktemp("autotune") / "autotune.db"))
     finally:
         mp.undo()
-    asms = isa.compile_many([(ks, "gfx1250") for ks in kernels.values()], cache=isa_cache)
-    return {case: (ks.source, asm) for (case, ks), asm in zip(kernels.items(), asms)}
+    return ks.source, isa.compile_for_target(ks, "gfx1250", cache=isa_cache)
 
 
 @pytest.mark.isa
-@pytest.mark.parametrize("case", sorted(RENDERED))
-def test_inductor_renders_the_tdm_template_and_it_compiles_for_gfx1250(rendered, case: str) -> None:
-    source, asm = rendered[case]
+def test_inductor_renders_the_tdm_template_for_scaled_mm_and_it_compiles_for_gfx1250(rendered_scaled_mm) -> None:
+    source, asm = rendered_scaled_mm
     facts = amd.INSTRUCTIONS["gfx1250"]
-    wmma = facts["wmma_bf16"] if case == "mm" else facts["wmma_fp8"]
-    isa.assert_has_instructions(asm, "gfx1250", [facts["tdm_load"], facts["tdm_wait"], wmma])
-    if case == "mm":
-        assert "SA" not in source and "SCALING : tl.constexpr = 0" in source
-    else:  # the scales and the bias are template inputs applied to the fp32 accumulator
-        assert "SCALING : tl.constexpr = 2" in source and "HAS_BIAS : tl.constexpr = True" in source
-        assert re.search(r"acc = acc \* tl\.load\(SA \+ idx_m \* 1", source) and "tl.load(BIAS + idx_n * 1" in source
+    isa.assert_has_instructions(asm, "gfx1250", [facts["tdm_load"], facts["tdm_wait"], facts["wmma_fp8"]])
+    # the scales and the bias are template inputs, applied to the fp32 accumulator
+    assert "def triton_ext_tdm_gemm(arg_A, arg_B, arg_SA, arg_SB, arg_BIAS, out_ptr0)" in source
+    assert "SCALING : tl.constexpr = 2" in source and "HAS_BIAS : tl.constexpr = True" in source
+    assert re.search(r"acc = acc \* tl\.load\(SA \+ idx_m \* 1", source) and "tl.load(BIAS + idx_n * 1" in source

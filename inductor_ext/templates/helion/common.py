@@ -72,8 +72,9 @@ def generated_code(body: Callable[..., Any], backend: str, block_m: int, args: t
     import inspect
     import json
 
-    key = hashlib.sha256(json.dumps([inspect.getsource(body), backend, block_m, repr(args),
-                                     importlib.metadata.version("helion")]).encode()).hexdigest()
+    # the body's first line too: Helion's code cites the body's source lines (``# src[rmsnorm.py:NN]``)
+    key = hashlib.sha256(json.dumps([inspect.getsource(body), body.__code__.co_firstlineno, backend, block_m,
+                                     repr(args), importlib.metadata.version("helion")]).encode()).hexdigest()
     path = asm_cache.cache_dir() / f"helion-{body.__name__}-{backend}-{key[:24]}.json.gz"
     cached = asm_cache.read(path, key)
     if cached is not None:
