@@ -38,6 +38,12 @@ def _arguments(node: Node) -> dict[str, Any]:
     return {**dict(zip(_PARAMS, node.args)), **node.kwargs}
 
 
+def _eps(args: dict[str, Any], x: Any) -> float:
+    """The call's eps, PyTorch's default resolved (the op always takes a number)."""
+    eps = args.get("eps")
+    return default_eps(x.meta["example_value"].dtype) if eps is None else float(eps)
+
+
 def _tensor_spec(value: Any, contiguous: bool = False) -> TensorSpec | None:
     """An example value as plain data (``contiguous``: the op's output, which is); None when its
     sizes are symbolic (dynamic shapes)."""
@@ -68,10 +74,8 @@ class RmsNormOp(ExtGraphPass):
                 log.debug("rms_norm_op: %s stays decomposed: %s", node.name, reason)
                 continue
             x = args["input"]
-            eps = args.get("eps")
-            eps = default_eps(x.meta["example_value"].dtype) if eps is None else float(eps)
             with graph.inserting_before(node):
-                new = graph.call_function(OP, (x, args.get("weight"), list(args["normalized_shape"]), eps))
+                new = graph.call_function(OP, (x, args.get("weight"), list(args["normalized_shape"]), _eps(args, x)))
             new.meta = dict(node.meta)
             node.replace_all_uses_with(new)
             graph.erase_node(node)
@@ -90,11 +94,8 @@ class RmsNormOp(ExtGraphPass):
         specs = [_tensor_spec(v) if v is not None else None for v in values]
         if specs[0] is None or (values[1] is not None and specs[1] is None):
             return "dynamic shapes"
-        eps = args.get("eps")
         spec = OpSpec("rms_norm", tuple(specs), _tensor_spec(out, contiguous=True),
-                      {"normalized_shape": list(args["normalized_shape"]),
-                       "eps": default_eps(values[0].dtype) if eps is None else float(eps)},
-                      values[0].device.type)
+                      {"normalized_shape": list(args["normalized_shape"]), "eps": _eps(args, x)}, values[0].device.type)
         choices = ExtChoices(self.config)
         why = []
         for family in families:

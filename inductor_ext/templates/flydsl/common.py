@@ -83,7 +83,7 @@ def check_device(family: str, tensor: Any) -> None:
 
 def stream() -> Any:
     """The current PyTorch stream, as FlyDSL takes it (the null stream where there is no GPU: a
-    compile-only dry run of ``run``)."""
+    compile-only dry run of ``call``)."""
     import flydsl.expr as fx
     import torch
 

@@ -12,7 +12,7 @@ load). Tiles, waves, loads and stores follow :mod:`.tiling`, which the host-side
 ``testing/flydsl_model.py`` checks (every C element written once, K covered once, numerics
 against ``kernels.gemm``).
 
-Tier I (``isa``): FlyDSL compiles the kernel for both targets without a GPU (``runtime.flydsl``) and
+Tier I (``compile_asm`` / ``isa_many``): FlyDSL compiles the kernel for both targets without a GPU (``runtime.flydsl``) and
 the tests assert the MFMA/WMMA, the 16-byte buffer loads (or the scalar loads of ``vec=1``) and
 the 16-byte LDS reads. Tier D (``call``) launches through FlyDSL on a ROCm GPU; a first
 run must check the numerics against ``torch.mm`` (``bench/rocm_gemm.py`` does, before timing).
