@@ -73,6 +73,10 @@ def test_list_has_one_line_per_family_with_its_targets(capsys):
     (["asm", "triton.gemm", "--target", "sm_90a", "--shape", "12x3"], "is not MxNxK"),
     (["asm", "triton.gemm", "--target", "sm_90a", "--config", "block_q=3"], "with a key among block_m"),
     (["asm", "triton.gemm", "--target", "sm_90a", "--config", "block_m=big"], "block_m='big': expected an integer"),
+    (["asm", "flydsl.tdm_gemm", "--target", "gfx950"], "does not claim target 'gfx950'; it claims: gfx1250"),
+    (["asm", "helion.rmsnorm", "--target", "gfx950", "--dtype", "float64"], "dtype float64 not in ('bfloat16'"),
+    (["asm", "flydsl.mx_scaled_mm", "--target", "gfx950", "--dtype", "int8"], "--dtype 'int8': use one of fp8_e4m3"),
+    (["asm", "flydsl.mx_scaled_mm", "--target", "gfx950", "--shape", "64x64x40"], "K=40 is not a multiple of the MX"),
 ])
 def test_bad_input_is_one_line_naming_what_is_allowed(capsys, argv, expected):
     assert main(argv) == 2

@@ -123,9 +123,10 @@ def config_supports(problem: GroupedMmProblem, config: GemmConfig, target: str =
     return gemm.config_supports(_as_gemm(problem), config, target)
 
 
-def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> GroupedMmProblem:
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> GroupedMmProblem | str:
     """``inductor-ext asm``'s problem for an MxNxK shape: M tokens over 8 experts, (K, N) weights."""
-    return GroupedMmProblem(m, n, k, 8, dtype or "bfloat16", dtype or "bfloat16")
+    problem = GroupedMmProblem(m, n, k, 8, dtype or "bfloat16", dtype or "bfloat16")
+    return supports(problem) or problem
 
 
 # ------------------------------------------------------------------------------------ render

@@ -167,7 +167,8 @@ def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> MxScale
     fmt = TORCH_FORMATS.get(dtype or "", dtype or "fp8_e4m3")
     if fmt not in FORMATS:
         return f"--dtype {dtype!r}: use one of {', '.join([*FORMATS, *TORCH_FORMATS])}"
-    return MxScaledMmProblem(m, n, k, fmt)
+    problem = MxScaledMmProblem(m, n, k, fmt)
+    return supports(problem) or problem
 
 
 # ------------------------------------------------------------------------------------ render
