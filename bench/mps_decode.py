@@ -178,7 +178,7 @@ def kernel_cases(device: str, smoke: bool) -> list[tuple[str, Any, Any, tuple, C
     for m in (1, 4):
         x, w, bias = r(m, d), r(f, d), r(f)
         cases.append((f"linear_gemv m={m} {f}x{d}", linear_gemv, linear_gemv.Problem(m, f, d, "bfloat16", True, "silu"),
-                      (x, w.t(), bias), lambda x=x, w=w, bias=bias: F.silu(F.linear(x, w, bias)),
+                      (bias, x, w.t()), lambda x=x, w=w, bias=bias: F.silu(F.linear(x, w, bias)),
                       lambda x=x, w=w, bias=bias: scaled_mm_reference(x.cpu(), w.cpu(), bias=bias.cpu(),
                                                                       activation="silu", out_dtype=dt)))
         a8, w8 = r(m, d, dtype=torch.float8_e4m3fn), r(f, d, dtype=torch.float8_e4m3fn)
