@@ -55,8 +55,10 @@ def strided(rows: int, cols: int, dtype: torch.dtype, scale: float = 1.0) -> tor
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.FAMILY)
 def test_family_protocol(family):
     assert family.TARGETS == ("mps",) and family.CHOICE_KIND == "extern" and family.OPS
-    for name in ("problem_for", "supports", "configs", "render", "call", "ALL_CONFIGS", "Problem", "Config"):
+    for name in ("problem_for", "supports", "configs", "render", "call", "ALL_CONFIGS", "Problem", "Config",
+                 "compile_asm"):
         assert hasattr(family, name), name
+    assert family.CPU_EXECUTOR == "the Metal-on-CPU executor"  # interpret mode runs it on CPU tensors
     registry.check(family)  # what the registry requires of a family
 
 
