@@ -61,6 +61,11 @@ CASES = {  # name: (function, inputs, op offered, family, tolerance)
     "scaled_mm_v2": (lambda a, b, sa, sb: F.scaled_mm(a, b, sa, ScalingType.RowWise, sb, ScalingType.RowWise,
                                                       output_dtype=torch.float32),
                      (_A, _W.t(), _SA, _SB), "scaled_mm", "metal.scaled_mm", dict(rtol=2e-5, atol=1e-4)),
+    "scaled_mm_v2_tensorwise_bias": (
+        lambda a, b, sa, sb, bias: F.scaled_mm(a, b, sa, ScalingType.TensorWise, sb, ScalingType.TensorWise,
+                                               bias=bias, output_dtype=torch.bfloat16),
+        (_A, _W.t(), torch.tensor(0.75), torch.tensor(1.25), torch.randn(96).bfloat16()), "scaled_mm",
+        "metal.scaled_mm", dict(rtol=2**-7, atol=1e-2)),
     "linear_bias": (lambda x, w, b: F.linear(x, w, b), (_X, _LIN_W, _LIN_B), "addmm", "metal.linear_gemv",
                     dict(rtol=2**-7, atol=1e-2)),
     "linear": (lambda x, w: F.linear(x, w), (_X, _LIN_W), "mm", "metal.linear_gemv", dict(rtol=2**-7, atol=1e-2)),
