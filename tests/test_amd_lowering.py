@@ -219,15 +219,16 @@ def test_a_cached_aten_win_keeps_aten(rocm) -> None:
     assert again == [aten[0]] and ext_choices.decisions[-1].reason == "cache"
 
 
-def test_flydsl_is_not_offered_for_cpu_tensors_even_in_interpret_mode(rocm) -> None:
+def test_flydsl_is_not_offered_for_cpu_tensors_even_in_interpret_mode() -> None:
     """A FlyDSL launch without a ROCm GPU aborts the process: FlyDSL families have no CPU executor."""
-    config = presets.resolve({"preset": "gfx950", "interpret": True})
-    choices = ext_choices.ExtChoices(config)
-    assert "no CPU executor" in choices.unusable_reason("cpu", registry.get("flydsl.gemm"))
-    assert choices.unusable_reason("cpu", registry.get("helion.rmsnorm")) is None  # Triton's interpreter
-    assert choices.unusable_reason("cpu", registry.get("triton.gemm")) is None
-    plain = ext_choices.ExtChoices(presets.resolve({"preset": "gfx950"}))
-    assert "only with options={'interpret': True}" in plain.unusable_reason("cpu", registry.get("helion.rmsnorm"))
+    interpret = presets.resolve({"preset": "gfx950", "interpret": True})
+    assert "no CPU executor" in ext_choices.unusable_reason(interpret, registry.get("flydsl.gemm"), "cpu")
+    assert ext_choices.unusable_reason(interpret, registry.get("helion.rmsnorm"), "cpu") is None  # the interpreter
+    assert ext_choices.unusable_reason(interpret, registry.get("triton.gemm"), "cpu") is None
+    assert [f.FAMILY for f in ext_choices.offered_families(interpret, "mm", "cpu")] == ["triton.gemm"]
+    plain = presets.resolve({"preset": "gfx950"})
+    assert "only with options={'interpret': True}" in ext_choices.unusable_reason(
+        plain, registry.get("helion.rmsnorm"), "cpu")
 
 
 # ----------------------------------------- the kernels Inductor renders from triton.tdm_gemm

@@ -34,10 +34,11 @@ from inductor_ext.lowering.ext_choices import choices_factory
 from inductor_ext.lowering.passes import StagePasses, pass_patches
 
 
-def uses_triton_interpreter(config: ExtConfig) -> bool:
-    """Whether interpret mode runs this config's kernels in Triton's interpreter (targets without
-    a device codegen of ext's generate Triton)."""
-    return config.interpret and targets.get(config.target).codegen is None
+def uses_triton_interpreter(config: ExtConfig, device_codegen: bool = False) -> bool:
+    """Whether interpret mode runs this config's kernels in Triton's interpreter: yes unless one
+    of ext's device codegens (Metal, SYCL) generates them (``device_codegen``, the backend's
+    answer for this config)."""
+    return config.interpret and not device_codegen
 
 
 def interpret_patches() -> dict[str, Any]:
@@ -45,8 +46,9 @@ def interpret_patches() -> dict[str, Any]:
     return {"cpu_backend": "triton"}
 
 
-def inductor_patches(config: ExtConfig) -> dict[str, Any]:
-    """The torch._inductor.config patches for compile_fx."""
+def inductor_patches(config: ExtConfig, device_codegen: bool = False) -> dict[str, Any]:
+    """The torch._inductor.config patches for compile_fx (``device_codegen``: one of ext's
+    device codegens generates this compile's kernels)."""
     patches: dict[str, Any] = {}
     if config.autotune != "off" and config.templates:
         # ExtChoices offers our templates from Inductor's GEMM lowerings whether or not
@@ -58,7 +60,7 @@ def inductor_patches(config: ExtConfig) -> dict[str, Any]:
         # Inductor's Triton kernels then wait (gdc_wait) right before their first load of
         # the previous kernel's output; ext's templates release them early (USE_PDL).
         patches["triton.enable_pdl"] = True
-    if uses_triton_interpreter(config):
+    if uses_triton_interpreter(config, device_codegen):
         patches.update(interpret_patches())
     patches["inductor_choices_class"] = choices_factory(config)
     ext_slots = pass_patches(config)

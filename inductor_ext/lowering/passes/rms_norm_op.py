@@ -23,10 +23,9 @@ from torch.fx import Graph, Node
 
 from inductor_ext.kernels.norm_ops import OP, default_eps
 from inductor_ext.logs import passes_log as log
-from inductor_ext.lowering.ext_choices import ExtChoices
+from inductor_ext.lowering.ext_choices import offered_families
 from inductor_ext.lowering.op_specs import dtype_name
 from inductor_ext.lowering.passes.base import ExtGraphPass
-from inductor_ext.templates import registry
 from inductor_ext.templates.family import OpSpec, TensorSpec
 
 _TARGETS = (torch.rms_norm, torch.nn.functional.rms_norm)
@@ -60,29 +59,25 @@ class RmsNormOp(ExtGraphPass):
     stage = "pre_grad"
 
     def run(self, graph: Graph) -> int:
-        op = "rms_norm"
-        families = [registry.get(f) for f in self.config.templates if op in registry.get(f).OPS]
-        if self.config.autotune == "off" or not families:
-            return 0
         rewrites = 0
         for node in list(graph.nodes):
             if node.op != "call_function" or node.target not in _TARGETS:
                 continue
             args = _arguments(node)
-            reason = self._reason(node, args, families)
+            reason = self._reason(node, args)
             if reason:
                 log.debug("rms_norm_op: %s stays decomposed: %s", node.name, reason)
                 continue
             x = args["input"]
             with graph.inserting_before(node):
                 new = graph.call_function(OP, (x, args.get("weight"), list(args["normalized_shape"]), _eps(args, x)))
-            new.meta = dict(node.meta)
+            new.meta.update(node.meta)  # example_value, stack trace, module stack: dumps keep the user's line
             node.replace_all_uses_with(new)
             graph.erase_node(node)
             rewrites += 1
         return rewrites
 
-    def _reason(self, node: Node, args: dict[str, Any], families: list[Any]) -> str | None:
+    def _reason(self, node: Node, args: dict[str, Any]) -> str | None:
         """Why ``node`` keeps Inductor's decomposition, or None when a family may serve it."""
         out = node.meta.get("example_value")
         x, weight = args.get("input"), args.get("weight")
@@ -96,12 +91,11 @@ class RmsNormOp(ExtGraphPass):
             return "dynamic shapes"
         spec = OpSpec("rms_norm", tuple(specs), _tensor_spec(out, contiguous=True),
                       {"normalized_shape": list(args["normalized_shape"]), "eps": _eps(args, x)}, values[0].device.type)
-        choices = ExtChoices(self.config)
+        families = offered_families(self.config, "rms_norm", spec.device_type)
         why = []
         for family in families:
-            unusable = choices.unusable_reason(spec.device_type, family)
-            problem = unusable or family.problem_for(spec)
+            problem = family.problem_for(spec)
             if not isinstance(problem, str):
                 return None
             why.append(f"{family.FAMILY}: {problem}")
-        return "; ".join(why)
+        return "; ".join(why) or "no family enabled for rms_norm serves this target and device"
