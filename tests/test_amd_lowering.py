@@ -28,10 +28,14 @@ from inductor_ext import presets
 from inductor_ext.lowering import ext_choices
 from inductor_ext.lowering import rms_norm as rms_norm_lowering
 from inductor_ext.lowering.kernel_inputs import FixedKernelInputs
+from inductor_ext.lowering.passes import register_pass
+from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
 from inductor_ext.runtime.kernel_source import KernelSource
 from inductor_ext.targets import amd
 from inductor_ext.templates import registry
 from inductor_ext.testing import isa
+
+register_pass(RmsNormOp)  # the gfx950 preset runs it; installed through its entry point (pyproject.toml)
 
 ROCM = torch.device("cuda", 0)  # a ROCm GPU is a "cuda" device to torch
 # What a ROCm torch reports for each target (compute capability, warp size), for Inductor's codegen.
