@@ -84,7 +84,7 @@ class SyclOverrides(OpOverrides):
         ``other``: a lambda called under the condition, so its type is the body's type."""
         kernel = V.kernel
         scoped = IndentedBuffer()
-        with kernel.swap_buffers(scoped), scoped.indent():
+        with kernel.swap_buffers(scoped):
             kernel.cse.iter_buffer_ids = itertools.count()  # same body -> same text -> same cache key
             kernel.cse.name_prefix += "_scoped"
             result = body()
@@ -95,8 +95,9 @@ class SyclOverrides(OpOverrides):
             var = kernel.cse.newvar(dtype=result.dtype)
             kernel.cse.put(key, var)
             kernel.compute.writeline(f"auto {var}_body = [&]() {{")
-            kernel.compute.splice(scoped)
-            kernel.compute.writeline(f"    return {result};")
+            with kernel.compute.indent():
+                kernel.compute.splice(scoped)
+                kernel.compute.writeline(f"return {result};")
             kernel.compute.writeline("};")
             kernel.compute.writeline(
                 f"auto {var} = ({mask}) ? {var}_body() : static_cast<decltype({var}_body())>({other_text});")

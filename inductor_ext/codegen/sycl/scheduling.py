@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import sympy
+from torch._inductor.codegen.common import DataTypePropagation
 from torch._inductor.codegen.simd import SIMDScheduling
+from torch._inductor.scheduler import SchedulerNode
 from torch._inductor.utils import get_kernel_metadata
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
@@ -27,6 +29,14 @@ class SyclScheduling(SIMDScheduling):
                               coalesce_analysis: Any = None) -> tuple[dict[str, sympy.Expr], None]:
         # One flat range of rows (+ one reduction range): the kernel maps rows to work-items.
         return cls.create_tiling([numel], [reduction_numel]), None
+
+    def codegen_node_schedule_with_kernel(self, node_schedule: Any, kernel: SyclKernel) -> None:
+        # On "cpu" (interpret mode) Inductor's op handlers take the C++ backend's path, which reads
+        # the dtypes the C++ scheduling annotates (e.g. for masked loads): annotate them the same way.
+        for node in node_schedule:
+            if isinstance(node, SchedulerNode):
+                DataTypePropagation.propagate_scheduler_node(node)
+        super().codegen_node_schedule_with_kernel(node_schedule, kernel)
 
     def define_kernel(self, src_code: str, node_schedule: Any, kernel: SyclKernel) -> str:
         wrapper = V.graph.wrapper_code

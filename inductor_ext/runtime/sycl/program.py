@@ -154,7 +154,7 @@ _bundles_lock = threading.Lock()
 # math goes through sycl:: builtins and bf16 through bit operations (templates/lang/sycl.py), so
 # builds skip them. (Converting them with llvm-spirv -r works, but kernels that then use SYCL's
 # bf16 conversions crash libsycl 2025.3's persistent cache when it loads them back.)
-BUILD_OPTIONS = ("-fno-sycl-device-lib=all",)
+BUILD_OPTIONS = ("-fno-sycl-device-lib=all",)  # (deprecated, but --no-offloadlib is not honoured here)
 
 
 class Kernel:
