@@ -59,6 +59,18 @@ def test_non_contiguous_inputs_and_integer_ops() -> None:
     assert_matches_eager(fn, x, i)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_narrowing_rounds_exactly_like_eager(dtype: torch.dtype) -> None:
+    """fp32 -> fp16/bf16 stores round to nearest even (bf16 by bits, see templates/lang/sycl.py),
+    NaN and infinities kept: bit-exact with eager."""
+    x = torch.randn(4099) * 1000
+    x[:4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1 + 2**-8 + 2**-20])
+    out, _ = compile_and_run(lambda x: (x * 3).to(dtype), x)
+    expected = (x * 3).to(dtype)
+    assert torch.equal(out.isnan(), expected.isnan())  # (NaN payloads may differ)
+    assert torch.equal(out[~out.isnan()].view(torch.int16), expected[~expected.isnan()].view(torch.int16))
+
+
 def test_nan_propagates_through_maximum() -> None:
     x = torch.tensor([1.0, float("nan"), -3.0, float("inf")])
     y = torch.tensor([float("nan"), 2.0, -4.0, 0.0])
@@ -141,6 +153,7 @@ def test_mlp_training_step() -> None:
 def test_kernels_are_nd_range_free_functions_with_barriers_at_kernel_scope() -> None:
     x, w = torch.randn(5, 333), torch.randn(333)
     kernels = assert_matches_eager(lambda x, w: F.layer_norm(x, (333,), w) * torch.softmax(x, -1), x, w)
+    assert any(re.search(r"if \(r0_lid == 0\) out_ptr\d+\[", k.source) for k in kernels)  # a row store to fence
     for k in kernels:
         assert k.language == "sycl" and k.properties["nd_range_kernel"] == 1
         assert 'SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<1>))' in k.source
@@ -153,6 +166,21 @@ def test_kernels_are_nd_range_free_functions_with_barriers_at_kernel_scope() -> 
             assert all(re.match(r"^ {4}\S", line) for line in collectives), collectives
         else:
             assert not collectives
+        _assert_row_stores_fenced(body)
+
+
+def _assert_row_stores_fenced(body: str) -> None:
+    """A value one work-item stores for its row and other work-items load again afterwards needs a
+    barrier in between (layernorm stores the mean, then normalises with it)."""
+    lines = body.splitlines()
+    for i, line in enumerate(lines):
+        stored = re.match(r"\s*if \(r0_lid == 0\) (\w+)\[", line)
+        if not stored:
+            continue
+        reads = [j for j, later in enumerate(lines[i + 1:], i + 1) if re.search(rf"= {stored[1]}\[", later)]
+        if reads:
+            assert any("group_barrier" in text for text in lines[i + 1:reads[0]]), \
+                f"{stored[1]} is reloaded on line {reads[0]} with no barrier after its store on line {i}"
 
 
 def test_install_restores_what_was_registered() -> None:

@@ -23,10 +23,8 @@ from inductor_ext.templates.lang.sycl import SYCL
 # Unary math ops that map one-to-one onto SYCL builtins.
 UNARY_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
               "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma",
-              "floor", "ceil", "trunc")
-BINARY_MATH = ("atan2", "copysign", "hypot", "nextafter")
-# torch.round rounds half to even: rint, not C's round.
-RENAMED = {"round": "rint"}
+              "floor", "ceil", "trunc", "signbit", "isnan", "isinf")
+BINARY_MATH = ("atan2", "copysign", "hypot", "nextafter", "pow", "fmod")
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -36,6 +34,10 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _paren(x: Any) -> str:
     return f"({x})"
+
+
+def _any_floating(*values: Any) -> bool:
+    return any(getattr(v, "dtype", None) is not None and v.dtype.is_floating_point for v in values)
 
 
 def _floating(x: Any) -> str:
@@ -113,44 +115,15 @@ class SyclOverrides(OpOverrides):
 
     @staticmethod
     def abs(x: Any) -> str:
-        dtype = getattr(x, "dtype", None)
-        if dtype is not None and not dtype.is_floating_point:
-            return f"sycl::abs({x})"
-        return SYCL.math("fabs", str(x))
-
-    @staticmethod
-    def maximum(a: Any, b: Any) -> str:
-        return f"ext::maximum({a}, {b})"
-
-    @staticmethod
-    def minimum(a: Any, b: Any) -> str:
-        return f"ext::minimum({a}, {b})"
-
-    @staticmethod
-    def floordiv(a: Any, b: Any) -> str:
-        return f"ext::floordiv({a}, {b})"
+        return SYCL.math("fabs", str(x)) if _any_floating(x) or getattr(x, "dtype", None) is None else f"sycl::abs({x})"
 
     @staticmethod
     def truncdiv(a: Any, b: Any) -> str:
-        floating = any(getattr(v, "dtype", None) is not None and v.dtype.is_floating_point for v in (a, b))
-        return SYCL.math("trunc", f"{a} / {b}") if floating else f"{_paren(a)} / {_paren(b)}"
+        return SYCL.math("trunc", f"{a} / {b}") if _any_floating(a, b) else f"{_paren(a)} / {_paren(b)}"
 
     @staticmethod
     def mod(a: Any, b: Any) -> str:
-        floating = any(getattr(v, "dtype", None) is not None and v.dtype.is_floating_point for v in (a, b))
-        return SYCL.math("fmod", str(a), str(b)) if floating else f"{_paren(a)} % {_paren(b)}"
-
-    @staticmethod
-    def remainder(a: Any, b: Any) -> str:
-        return f"ext::remainder({a}, {b})"
-
-    @staticmethod
-    def fmod(a: Any, b: Any) -> str:
-        return f"sycl::fmod({_floating(a)}, {_floating(b)})"
-
-    @staticmethod
-    def pow(a: Any, b: Any) -> str:
-        return f"sycl::pow({_floating(a)}, {_floating(b)})"
+        return SYCL.math("fmod", str(a), str(b)) if _any_floating(a, b) else f"{_paren(a)} % {_paren(b)}"
 
     @staticmethod
     def fma(x: Any, y: Any, z: Any) -> str:
@@ -165,32 +138,8 @@ class SyclOverrides(OpOverrides):
         return f"static_cast<decltype({x})>(({x} > 0) - ({x} < 0))"
 
     @staticmethod
-    def signbit(x: Any) -> str:
-        return f"sycl::signbit({_floating(x)})"
-
-    @staticmethod
-    def isnan(x: Any) -> str:
-        return f"sycl::isnan({_floating(x)})"
-
-    @staticmethod
-    def isinf(x: Any) -> str:
-        return f"sycl::isinf({_floating(x)})"
-
-    @staticmethod
-    def logical_and(a: Any, b: Any) -> str:
-        return f"{_paren(a)} && {_paren(b)}"
-
-    @staticmethod
-    def logical_or(a: Any, b: Any) -> str:
-        return f"{_paren(a)} || {_paren(b)}"
-
-    @staticmethod
     def logical_xor(a: Any, b: Any) -> str:
         return f"static_cast<bool>({a}) != static_cast<bool>({b})"
-
-    @staticmethod
-    def logical_not(a: Any) -> str:
-        return f"!{_paren(a)}"
 
     @staticmethod
     def sigmoid(x: Any) -> str:
@@ -204,8 +153,14 @@ def _math_op(fn: str, arity: int) -> Any:
     return staticmethod(op)
 
 
+# torch semantics C++ lacks: ext:: helpers (NaN-propagating min/max, Python // and %)
+for _name in ("maximum", "minimum", "floordiv", "remainder"):
+    setattr(SyclOverrides, _name, staticmethod(lambda a, b, _name=_name: f"ext::{_name}({a}, {b})"))
+SyclOverrides.logical_and = staticmethod(lambda a, b: f"{_paren(a)} && {_paren(b)}")  # type: ignore[assignment]
+SyclOverrides.logical_or = staticmethod(lambda a, b: f"{_paren(a)} || {_paren(b)}")  # type: ignore[assignment]
+SyclOverrides.logical_not = staticmethod(lambda a: f"!{_paren(a)}")  # type: ignore[assignment]
 for _name in UNARY_MATH:
-    setattr(SyclOverrides, _name, _math_op(RENAMED.get(_name, _name), 1))
+    setattr(SyclOverrides, _name, _math_op(_name, 1))
 for _name in BINARY_MATH:
     setattr(SyclOverrides, _name, _math_op(_name, 2))
-SyclOverrides.round = _math_op("rint", 1)  # type: ignore[assignment]
+SyclOverrides.round = _math_op("rint", 1)  # type: ignore[assignment]  # torch.round: half to even

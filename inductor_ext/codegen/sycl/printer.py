@@ -66,27 +66,6 @@ class SyclExprPrinter(CppPrinter):
         text = f"{fn}(static_cast<float>({self.doprint(x)}))"
         return f"static_cast<int64_t>({text})" if to_int or expr.is_integer else text
 
-    def _print_floor(self, expr: sympy.Expr) -> str:
-        return self._unary("sycl::floor", expr)
-
-    def _print_FloorToInt(self, expr: sympy.Expr) -> str:
-        return self._unary("sycl::floor", expr, to_int=True)
-
-    def _print_ceiling(self, expr: sympy.Expr) -> str:
-        return self._unary("sycl::ceil", expr)
-
-    def _print_CeilToInt(self, expr: sympy.Expr) -> str:
-        return self._unary("sycl::ceil", expr, to_int=True)
-
-    def _print_TruncToInt(self, expr: sympy.Expr) -> str:
-        return self._unary("sycl::trunc", expr, to_int=True)
-
-    def _print_TruncToFloat(self, expr: sympy.Expr) -> str:
-        return self._unary("sycl::trunc", expr)
-
-    def _print_RoundToInt(self, expr: sympy.Expr) -> str:
-        return self._unary("sycl::rint", expr, to_int=True)
-
     def _print_ToFloat(self, expr: sympy.Expr) -> str:
         return f"static_cast<float>({self.doprint(expr.args[0])})"
 
@@ -121,13 +100,15 @@ class SyclExprPrinter(CppPrinter):
     def _print_NaN(self, expr: sympy.Expr) -> str:
         return SYCL.nan
 
-    def _print_OpaqueUnaryFn_sqrt(self, expr: sympy.Expr) -> str:
-        return self._unary("sycl::sqrt", expr)
 
-    def _print_OpaqueUnaryFn_log2(self, expr: sympy.Expr) -> str:
-        return self._unary("sycl::log2", expr)
-
-
-for _fn in ("cos", "cosh", "acos", "sin", "sinh", "asin", "tan", "tanh", "atan", "exp", "log"):
-    setattr(SyclExprPrinter, f"_print_OpaqueUnaryFn_{_fn}",
-            lambda self, expr, _fn=_fn: self._unary(f"sycl::{_fn}", expr))
+# sympy function -> (SYCL builtin, result is an index)
+_UNARY = {
+    "floor": ("floor", False), "FloorToInt": ("floor", True), "ceiling": ("ceil", False),
+    "CeilToInt": ("ceil", True), "TruncToInt": ("trunc", True), "TruncToFloat": ("trunc", False),
+    "RoundToInt": ("rint", True),
+    **{f"OpaqueUnaryFn_{fn}": (fn, False) for fn in ("cos", "cosh", "acos", "sin", "sinh", "asin", "tan", "tanh",
+                                                     "atan", "exp", "log", "sqrt", "log2")},
+}
+for _name, (_fn, _to_int) in _UNARY.items():
+    setattr(SyclExprPrinter, f"_print_{_name}",
+            lambda self, expr, _fn=_fn, _to_int=_to_int: self._unary(f"sycl::{_fn}", expr, _to_int))
