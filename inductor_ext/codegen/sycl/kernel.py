@@ -91,7 +91,8 @@ class _Reduction:
     group: str  # ext:: work-group combine
 
 
-def _float_init(dtype: torch.dtype, value: float) -> str:
+def _extreme_init(dtype: torch.dtype, value: float) -> str:
+    """+-infinity for floats (so max of all -inf is -inf), the type's limits for integers."""
     return SYCL.literal(value, dtype) if dtype.is_floating_point else (
         f"std::numeric_limits<{SYCL.type_name(dtype)}>::{'lowest' if value < 0 else 'max'}()")
 
@@ -214,7 +215,7 @@ class SyclKernel(SIMDKernel):
         if reduction_type in ("argmax", "argmin"):
             value, index = value if isinstance(value, tuple) else (value, "r0_index")
             vtype = SYCL.type_name(compute_dtype(src_dtype))
-            init = _float_init(compute_dtype(src_dtype), float("-inf") if reduction_type == "argmax" else float("inf"))
+            init = _extreme_init(compute_dtype(src_dtype), float("-inf") if reduction_type == "argmax" else float("inf"))
             acc, scratch = self._accumulator(f"ext::ArgPair<{vtype}>", f"{{{init}, 0}}")
             self.compute.writeline(f"{acc} = ext::{reduction_type}_combine({acc}, ext::ArgPair<{vtype}>"
                                    f"{{static_cast<{vtype}>({value}), static_cast<int64_t>({index})}});")
@@ -229,9 +230,9 @@ class SyclKernel(SIMDKernel):
             "prod": _Reduction(SYCL.literal(1, acc_dtype), "{acc} = {acc} * {v};", "ext::group_prod"),
             "xor_sum": _Reduction("0", "{acc} = {acc} ^ {v};", "ext::group_xor_sum"),
             "any": _Reduction("false", "{acc} = {acc} || static_cast<bool>({v});", "ext::group_any"),
-            "max": _Reduction(_float_init(acc_dtype, float("-inf")), "{acc} = ext::maximum({acc}, {v});",
+            "max": _Reduction(_extreme_init(acc_dtype, float("-inf")), "{acc} = ext::maximum({acc}, {v});",
                               "ext::group_max"),
-            "min": _Reduction(_float_init(acc_dtype, float("inf")), "{acc} = ext::minimum({acc}, {v});",
+            "min": _Reduction(_extreme_init(acc_dtype, float("inf")), "{acc} = ext::minimum({acc}, {v});",
                               "ext::group_min"),
         }
         if reduction_type not in table:

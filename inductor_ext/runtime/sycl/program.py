@@ -3,7 +3,11 @@
 One :class:`Program` is one call of the run-time compiler for one or more free-function kernels
 (a compiled graph's kernels build together: one compiler start for all of them). Builds are
 cached in this process (by device, source and options) and across processes by SYCL's persistent
-cache (``SYCL_CACHE_DIR``, set up by ``wheels.configure_environment``).
+cache (``SYCL_CACHE_DIR``, set up by ``wheels.configure_environment``), which holds two things:
+the IR the front end made from the source, and the device binary keyed by that IR. A second
+process loads the IR from the cache; for some programs its bytes differ from a fresh front end's,
+so that process compiles the device binary once more, and from the third process on both hit
+(measured: ``bench/sycl_compile_time.py``).
 
 Devices: ``queue_for(torch.device("cpu"))`` is Intel's OpenCL CPU device, which runs kernels on
 CPU tensors (their memory is plain host memory, usable as SYCL system USM); for ``xpu`` tensors the
