@@ -98,7 +98,8 @@ def max_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return (got.double() - want.double()).abs().max().item()
 
 
-def bench_kernels(device: str, dtype: torch.dtype, shapes: list[tuple[int, int]], reps: int, inner: int) -> list[dict]:
+def bench_kernels(device: str, dtype: torch.dtype, shapes: list[tuple[int, int]], reps: int,
+                  inner: int) -> list[dict]:
     rows = []
     arms = ("aten", "triton" if device == "xpu" else "inductor_cpp", "sycl")
     for name, (fn, make_shapes) in KERNELS.items():
@@ -118,7 +119,8 @@ def bench_kernels(device: str, dtype: torch.dtype, shapes: list[tuple[int, int]]
     return rows
 
 
-def bench_gemm(device: str, dtype: torch.dtype, shapes: list[tuple[int, int, int]], reps: int, inner: int) -> list[dict]:
+def bench_gemm(device: str, dtype: torch.dtype, shapes: list[tuple[int, int, int]], reps: int,
+               inner: int) -> list[dict]:
     rows = []
     dname = str(dtype).removeprefix("torch.")
     for m, n, k in shapes:
@@ -126,7 +128,8 @@ def bench_gemm(device: str, dtype: torch.dtype, shapes: list[tuple[int, int, int
         a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
         want = gemm_reference(a.cpu(), b.cpu()).to(device)
         base = {"kernel": "mm", "shape": [m, n, k], "dtype": dname}
-        rows.append({**base, "arm": "aten", "max_abs_err": max_err(a @ b, want), **timed(lambda: a @ b, device, reps, inner)})
+        rows.append({**base, "arm": "aten", "max_abs_err": max_err(a @ b, want),
+                     **timed(lambda: a @ b, device, reps, inner)})
         problem = sycl_gemm.GemmProblem(m, n, k, dname)
         candidates = sycl_gemm.configs(problem, "xpu")
         sycl_gemm.prebuild([(problem, c) for c in candidates], device=device)

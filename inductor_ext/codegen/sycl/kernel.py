@@ -177,7 +177,8 @@ class SyclKernel(SIMDKernel):
                   value: CSEVariable | tuple[CSEVariable, ...]) -> CSEVariable | tuple[CSEVariable, ...]:
         key = (src_dtype, reduction_type, value)
         if key not in self.cse.reduction_cache:
-            self.cse.reduction_cache[key] = self._reduction(dtype, src_dtype, reduction_type, value)  # type: ignore[assignment]
+            result = self._reduction(dtype, src_dtype, reduction_type, value)
+            self.cse.reduction_cache[key] = result  # type: ignore[assignment]
         return self.cse.reduction_cache[key]
 
     def _accumulator(self, type_name: str, init: str, scratch_type: str | None = None) -> tuple[str, str | None]:
@@ -215,7 +216,8 @@ class SyclKernel(SIMDKernel):
         if reduction_type in ("argmax", "argmin"):
             value, index = value if isinstance(value, tuple) else (value, "r0_index")
             vtype = SYCL.type_name(compute_dtype(src_dtype))
-            init = _extreme_init(compute_dtype(src_dtype), float("-inf") if reduction_type == "argmax" else float("inf"))
+            worst = float("-inf") if reduction_type == "argmax" else float("inf")
+            init = _extreme_init(compute_dtype(src_dtype), worst)
             acc, scratch = self._accumulator(f"ext::ArgPair<{vtype}>", f"{{{init}, 0}}")
             self.compute.writeline(f"{acc} = ext::{reduction_type}_combine({acc}, ext::ArgPair<{vtype}>"
                                    f"{{static_cast<{vtype}>({value}), static_cast<int64_t>({index})}});")
@@ -256,7 +258,8 @@ class SyclKernel(SIMDKernel):
                                                        self.pre_loop)):
             return
         if self.fence_pending:
-            self.body.writeline(FenceLine(self.fence_pending, f"{SYCL.barrier(ITEM)}  // orders the row-scope stores above"))
+            fence = f"{SYCL.barrier(ITEM)}  // orders the row-scope stores above"
+            self.body.writeline(FenceLine(self.fence_pending, fence))
             self.fence_pending = ()
         if self.inside_reduction and self.features.is_reduction():
             start, step = self._reduction_loop_bounds()

@@ -6,8 +6,9 @@
         k(x, y, x.numel(), global_size=(1024,), local_size=(256,))
 
 Pieces: ``wheels`` (the pip wheels and their environment), ``shim`` (the C++ host shim over
-``sycl_ext_oneapi_kernel_compiler``, built once with g++), ``program`` (build, look up, launch). Kernels run on Intel's OpenCL CPU
-device for CPU tensors and on torch's XPU queue for ``xpu`` tensors.
+``sycl_ext_oneapi_kernel_compiler``, built once with g++), ``program`` (build, look up, launch).
+Kernels run on Intel's OpenCL CPU device for CPU tensors and on torch's XPU queue for ``xpu``
+tensors.
 """
 
 from __future__ import annotations

@@ -208,11 +208,13 @@ template <int N> inline Welford group_welford(const sycl::nd_item<N>& item, Welf
   auto op = [](Welford a, Welford b) { return welford_combine(a, b); };
   return across_sub_groups(item, scratch, sub_group_butterfly(item.get_sub_group(), v, op), op);
 }
-template <int N, class T> inline ArgPair<T> group_argmax(const sycl::nd_item<N>& item, ArgPair<T>* scratch, ArgPair<T> v) {
+template <int N, class T>
+inline ArgPair<T> group_argmax(const sycl::nd_item<N>& item, ArgPair<T>* scratch, ArgPair<T> v) {
   auto op = [](ArgPair<T> a, ArgPair<T> b) { return argmax_combine(a, b); };
   return across_sub_groups(item, scratch, sub_group_butterfly(item.get_sub_group(), v, op), op);
 }
-template <int N, class T> inline ArgPair<T> group_argmin(const sycl::nd_item<N>& item, ArgPair<T>* scratch, ArgPair<T> v) {
+template <int N, class T>
+inline ArgPair<T> group_argmin(const sycl::nd_item<N>& item, ArgPair<T>* scratch, ArgPair<T> v) {
   auto op = [](ArgPair<T> a, ArgPair<T> b) { return argmin_combine(a, b); };
   return across_sub_groups(item, scratch, sub_group_butterfly(item.get_sub_group(), v, op), op);
 }
