@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inductor_ext.comms_passes.cost_model import GPUS  # noqa: E402
-from inductor_ext.comms_passes.report import format_table, run_report  # noqa: E402
+from inductor_ext.cli.comms_report import format_table, run_report  # noqa: E402
 
 # Llama 3.2 1B widths (dim 2048, GQA 32/8 heads, SwiGLU 8192) with an untied output head.
 # The first and last collectives of a step are the embedding's, so the vocabulary sets how much

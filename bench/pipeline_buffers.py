@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from inductor_ext.comms_passes import pipeline_plan as pp
+from inductor_ext.comms_passes.pipeline import plan as pp
 
 SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble")
 EXT_VARIANTS = (("ext", 0.02), ("ext+30%", 0.3))

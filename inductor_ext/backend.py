@@ -14,8 +14,13 @@ from torch._inductor import list_mode_options
 from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 from torch._inductor.virtualized import V
 
-from inductor_ext import dumps, presets
+from inductor_ext import codegen as codegens
+from inductor_ext import dumps, presets, targets
+from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
+from inductor_ext.lowering import install
+from inductor_ext.lowering.ext_choices import ExtChoices, decisions
+from inductor_ext.runtime.interpret import enable_triton_interpreter
 
 log = logging.getLogger("inductor_ext")
 
@@ -46,33 +51,46 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                 options: dict[str, Any] | None = None, mode: str | None = None, **_: Any) -> Callable[..., Any]:
     """The ``ext`` Dynamo backend (registered through the ``torch_dynamo_backends`` entry point)."""
     config, mode_patches = resolve_config(example_inputs, options, mode)
-    if config.interpret:
-        from inductor_ext.testing.cpu_triton import enable_interpret_mode
-
-        enable_interpret_mode()
-    patches = {**mode_patches, **config.inductor_patches()}
+    codegen = device_codegen(config)
+    if install.uses_triton_interpreter(config, codegen is not None):
+        enable_triton_interpreter()
+    patches = {**mode_patches, **install.inductor_patches(config, codegen is not None)}
     inner = functools.partial(_inner_compile, config)
-    guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    stack = contextlib.ExitStack()
     if config.dump_dir:
         # The AOTAutograd cache would skip inner_compile and so the dump; Inductor's FX graph
         # cache still applies, and a hit still yields the output code we dump.
-        guard = torch._functorch.config.patch(enable_autograd_cache=False)
+        stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
         patches["trace.provenance_tracking_level"] = 1  # kernel -> FX nodes and user lines
     log.info("ext: preset %s, target %s, passes %s, templates %s, autotune %s",
              config.preset, config.target, list(config.passes), list(config.templates), config.autotune)
+    if codegen is not None:
+        stack.enter_context(codegen.install(config))
     # Our handler for the whole compile: Inductor would otherwise create one lazily from the
     # patched inductor_choices_class and keep it for every later compile in this thread.
-    from inductor_ext.lowering.ext_choices import ExtChoices
-
-    with guard, V.set_choices_handler(ExtChoices(config)):
+    with stack, V.set_choices_handler(ExtChoices(config)):
         return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
+
+
+def device_codegen(config: ExtConfig) -> DeviceCodegen | None:
+    """ext's device codegen for this compile: the target's (Metal for mps, ...), installed for
+    its device, or for CPU tensors in interpret mode; None when Inductor's own codegen serves."""
+    name = targets.get(config.target).codegen
+    if name is None:
+        return None
+    codegen = codegens.get(name)
+    if not codegen.enabled(config):
+        return None
+    missing = codegen.missing()
+    if missing:
+        raise ExtOptionError(f"preset {config.preset!r} generates {codegen.language} kernels with ext's {name} "
+                             f"codegen, which cannot run here: {missing}")
+    return codegen
 
 
 def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                    **kwargs: Any) -> Any:
     """Inductor's inner compile (forward, backward, inference) with ext's choices installed."""
-    from inductor_ext.lowering.ext_choices import ExtChoices, decisions
-
     first, seen = len(decisions), dumps.provenance_keys()
     # Inductor caches its choices handler per thread on first use and then ignores the
     # inductor_choices_class config (which we still patch: its uuid keys the FX graph cache).

@@ -2,6 +2,10 @@
 
 Validation errors name the bad key or value and list what is allowed, like Inductor's own
 ``torch.compile(options=...)`` but with a suggestion for near misses.
+
+A leaf: it imports nothing from the package. Passes and codegens that take settings register
+their own option with :func:`register_option` (its value lands in ``ExtConfig.plugin_options``);
+turning a config into Inductor patches is lowering's job (``lowering/install.py``).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -51,8 +56,10 @@ def _optional_path(key: str, value: Any) -> str | None:
 
 
 def _non_negative_float(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a number >= 0 (0.05 means 5% faster than ATen)")
+    # NaN compares false with everything: a NaN margin would silently disable the margin rule.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a finite number >= 0 "
+                             "(0.05 means 5% faster than ATen)")
     return float(value)
 
 
@@ -84,19 +91,11 @@ def _inductor_patches(key: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-def _fsdp_overlap_settings(key: str, value: Any) -> dict[str, Any]:
-    from inductor_ext.comms_passes.fsdp_overlap import OverlapSettings
-
-    try:
-        return OverlapSettings.check(value)
-    except ValueError as e:
-        raise ExtOptionError(f"options[{key!r}]: {e}") from None
-
-
 def _preset_name(key: str, value: Any) -> str:
-    from inductor_ext.presets import PRESETS
-
-    return _choice(("auto", *PRESETS))(key, value)
+    # Which names exist is the preset registry's business (presets.resolve checks it).
+    if not isinstance(value, str):
+        raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a preset name, e.g. 'auto'")
+    return value
 
 
 OPTIONS: dict[str, OptionSpec] = {
@@ -108,12 +107,21 @@ OPTIONS: dict[str, OptionSpec] = {
     "template_margin": OptionSpec("a template wins only when this much faster than ATen (0.05 = 5%)", _non_negative_float),
     "autotune_cache": OptionSpec("path of the SQLite autotune cache", _optional_path),
     "dump_dir": OptionSpec("write every generated kernel and index.json here", _optional_path),
-    "interpret": OptionSpec("test mode: run Triton templates on CPU tensors in the Triton interpreter", _bool),
+    "interpret": OptionSpec("test mode: run this preset's device kernels on CPU tensors with ext's executors "
+                            "(Triton's interpreter, the Metal-on-CPU executor, Intel's OpenCL CPU device)", _bool),
     "force_template": OptionSpec("debugging: pick this template family whenever it compiles, whatever the timings", _optional_name),
     "inductor": OptionSpec("extra torch._inductor.config patches (win over the preset's)", _inductor_patches),
-    "fsdp_overlap": OptionSpec("settings of the fsdp_overlap pass, e.g. {'bucket_cap_bytes': 64 << 20, "
-                               "'max_prefetch': 2, 'memory_budget_ratio': 0.1}", _fsdp_overlap_settings),
 }
+# Options that core ExtConfig fields hold; the rest were registered by plugins.
+CORE_OPTIONS = frozenset(OPTIONS)
+
+
+def register_option(name: str, spec: OptionSpec) -> None:
+    """Add an option owned by a pass or codegen (e.g. ``fsdp_overlap``); idempotent per spec."""
+    current = OPTIONS.get(name)
+    if current is not None and (name in CORE_OPTIONS or current.help != spec.help):
+        raise ValueError(f"option {name!r} is already defined")
+    OPTIONS[name] = spec
 
 
 def validate_options(options: dict[str, Any] | None) -> dict[str, Any]:
@@ -150,33 +158,9 @@ class ExtConfig:
     interpret: bool = False
     force_template: str | None = None
     inductor: dict[str, Any] = field(default_factory=dict)
-    fsdp_overlap: dict[str, Any] = field(default_factory=dict)
+    # Values of options registered by passes and codegens (register_option), by option name.
+    plugin_options: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """Stable text of the whole config: part of pass uuids and cache keys."""
         return json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
-
-    def inductor_patches(self) -> dict[str, Any]:
-        """The torch._inductor.config patches for compile_fx (forward and backward alike)."""
-        from inductor_ext.lowering.pass_manager import pass_patches
-        from inductor_ext.lowering.ext_choices import choices_factory
-
-        patches: dict[str, Any] = {}
-        if self.autotune != "off" and self.templates:
-            # ExtChoices offers our templates from Inductor's GEMM lowerings whether or not
-            # max-autotune is on (turning it on costs compile time for nothing). Inductor's own
-            # Triton GEMM templates stay out so ext's policy decides the candidates, and winners
-            # go through ExtChoices.override_best_choice (ATen margin), not fusion benchmarks.
-            patches.update(max_autotune_gemm_backends="ATEN", benchmark_template_fusion=False)
-        if self.pdl == "force" and self.device_type == "cuda" and self.target.startswith("sm_"):
-            # Inductor's Triton kernels then wait (gdc_wait) right before their first load of
-            # the previous kernel's output; ext's templates release them early (USE_PDL).
-            patches["triton.enable_pdl"] = True
-        if self.interpret:
-            from inductor_ext.testing.cpu_triton import interpret_patches
-
-            patches.update(interpret_patches())
-        patches["inductor_choices_class"] = choices_factory(self)
-        patches.update(pass_patches(self))
-        patches.update(self.inductor)  # explicit Inductor patches win
-        return patches

@@ -1,7 +1,8 @@
 """Kernel dumps: every generated kernel's source plus index.json saying where it came from.
 
 Kernels are read from Inductor's output code (also on an FX graph cache hit), so what is dumped
-is exactly what runs. Each entry names the kernel, its template and config, the FX nodes it
+is exactly what runs: Inductor's own Triton and C++ kernels, and each device codegen's (Metal,
+SYCL) through its own ``describe_kernels``. Each entry names the kernel, its template and config, the FX nodes it
 computes, the user's file:line for them, and ext's autotune decision for GEMMs.
 """
 
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import torch
+
+from inductor_ext import codegen as codegens
+from inductor_ext.codegen import KernelInfo
 
 INDEX = "index.json"
 
@@ -44,28 +48,72 @@ def user_locations(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
     return found
 
 
+_ROOT_RE = re.compile(r"^L\['[^']+'\]\.?")
+_MODULES_RE = re.compile(r"\._modules\['([^']+)'\]|\['([^']+)'\]|\[(\d+)\]")
+
+
+def module_path(dynamo_path: str) -> str:
+    """Dynamo's module path (``L['self'].layers[0]._modules['mlp'].down_proj``) as the dotted
+    name ``named_modules()`` uses (``layers.0.mlp.down_proj``); "" for the compiled module."""
+    path = _ROOT_RE.sub("", dynamo_path)
+    return _MODULES_RE.sub(lambda m: "." + next(g for g in m.groups() if g is not None), path).lstrip(".")
+
+
+def module_locations(gm: torch.fx.GraphModule) -> dict[str, str]:
+    """FX node name -> ``path (Class)`` of the innermost nn.Module that produced it."""
+    found = {}
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
+        if stack:
+            path, cls = list(stack.values())[-1]
+            name = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1].rstrip("'>")
+            found[node.name] = f"{module_path(path) or '(root)'} ({name})"
+    return found
+
+
 def _is_user_file(path: str) -> bool:
     return f"{os.sep}torch{os.sep}" not in path
+
+
+def inductor_kernels(code: str) -> list[KernelInfo]:
+    """Inductor's own kernels in an output module: Triton and C++ (``async_compile.triton/cpp``)."""
+    found = []
+    for match in _KERNEL_RE.finditer(code):
+        triton = match.group("kind") == "triton"
+        found.append(KernelInfo(name=match.group("name"), language="triton" if triton else "cpp",
+                                source=match.group("source"), suffix=".py" if triton else ".cpp",
+                                header=_comment_block_before(code, match.start())))
+    return found
+
+
+def kernel_infos(code: str) -> list[KernelInfo]:
+    """Every kernel in an output module: Inductor's own, then each device codegen's (Metal,
+    SYCL, ...), found through the codegen's own description of its output."""
+    infos = inductor_kernels(code)
+    for codegen in codegens.available().values():
+        infos += codegen.describe_kernels(code)
+    return infos
 
 
 def parse_output_code(code: str) -> list[dict[str, Any]]:
     """The kernels in an Inductor output module, with the comment block that precedes each."""
     kernels = []
-    for match in _KERNEL_RE.finditer(code):
-        header = _comment_block_before(code, match.start())
-        source = match.group("source")
+    for info in kernel_infos(code):
+        source = info.source
         template = _TEMPLATE_RE.search(source)
         is_template = "@triton_heuristics.template(" in source
         config = {k: v.strip() for k, v in _CONSTEXPR_RE.findall(source)} if is_template else {}
         config.update({k: int(v) for k, v in _LAUNCH_RE.findall(source[:2000])} if is_template else {})
-        aten = _ATEN_RE.search(header)
+        aten = _ATEN_RE.search(info.header)
         kernels.append({
-            "kernel": match.group("name"),
-            "language": "triton" if match.group("kind") == "triton" else "cpp",
+            "kernel": info.name,
+            "language": info.language,
             "template": template.group(1) if template else ("inductor template" if is_template else None),
             "config": config,
-            "fx_nodes": list(dict.fromkeys(_FRAGMENT_NODE_RE.findall(header))),
+            "properties": dict(info.properties),
+            "fx_nodes": list(dict.fromkeys(_FRAGMENT_NODE_RE.findall(info.header))),
             "aten_ops": [a.strip() for a in aten.group(1).split(",")] if aten else [],
+            "suffix": info.suffix,
             "source": source,
         })
     return kernels
@@ -131,12 +179,11 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
     folder = root / graph_name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "output_code.py").write_text(code)
-    where = user_locations(gm)
+    where, modules = user_locations(gm), module_locations(gm)
     decisions = list(decisions)
     entries = []
     for k in parse_output_code(code):
-        suffix = ".py" if k["language"] == "triton" else ".cpp"
-        path = folder / f"{k['kernel']}{suffix}"
+        path = folder / f"{k['kernel']}{k.pop('suffix')}"
         path.write_text(k.pop("source"))
         k["file"] = str(path.relative_to(root))
         k["asm_files"] = []
@@ -149,6 +196,7 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
                                  if key.rsplit(":", 1)[0] == k["kernel"]), ([], []))
         k["fx_nodes"] = k["fx_nodes"] or nodes
         k["user_source"] = locations or sorted({loc for n in k["fx_nodes"] for loc in where.get(n, [])})
+        k["modules"] = _modules_of(k["fx_nodes"], modules)
         k["decision"] = _decision_for(k, decisions)
         entries.append(k)
     # ATen calls (extern kernels) have no generated source: list them with their decision.
@@ -157,18 +205,24 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
         if key.rsplit(":", 1)[0] not in generated and key.startswith("extern_kernels."):
             entries.append({"kernel": key, "language": "extern", "template": "aten", "config": {},
                             "fx_nodes": nodes, "aten_ops": [], "file": None, "graph": graph_name,
-                            "user_source": locations, "decision": next((d for d in decisions if d.node in nodes), None)})
+                            "user_source": locations, "modules": _modules_of(nodes, modules),
+                            "decision": next((d for d in decisions if d.node in nodes), None)})
     for d in decisions:  # decisions not seen in provenance (e.g. an FX graph cache hit)
         if not any(e["decision"] is d for e in entries):
             entries.append({"kernel": d.winner, "language": "extern", "template": "aten",
                             "config": {}, "fx_nodes": [d.node], "aten_ops": [d.op], "file": None,
-                            "graph": graph_name, "user_source": where.get(d.node, []), "decision": d})
+                            "graph": graph_name, "user_source": where.get(d.node, []),
+                            "modules": _modules_of([d.node], modules), "decision": d})
     for e in entries:
         d = e["decision"]
         e["decision"] = None if d is None else {"winner": d.winner, "reason": d.reason, "problem": d.problem,
                                                 "candidates": d.candidates}
     _extend_index(root, entries)
     return entries
+
+
+def _modules_of(nodes: Iterable[str], modules: dict[str, str]) -> list[str]:
+    return list(dict.fromkeys(modules[n] for n in nodes if n in modules))
 
 
 def _decision_for(kernel: dict[str, Any], decisions: list[Any]) -> Any:
@@ -214,7 +268,7 @@ def format_table(index: dict[str, Any], sort: str = "graph", contains: str | Non
     order = {"reason": lambda k: (k.get("decision") or {}).get("reason", ""),
              "speedup": lambda k: -(_speedup(k) or 0.0)}.get(sort, lambda k: str(k.get(sort) or ""))
     rows.sort(key=order)
-    header = ("graph", "kernel", "template", "winner / reason", "vs aten", "fx nodes", "user source")
+    header = ("graph", "kernel", "template", "winner / reason", "vs aten", "module", "fx nodes", "user source")
     table = [header]
     for k in rows:
         d = k.get("decision") or {}
@@ -222,6 +276,7 @@ def format_table(index: dict[str, Any], sort: str = "graph", contains: str | Non
         table.append((k["graph"], k["kernel"], k["template"] or "-",
                       f"{d['winner']} ({d['reason']})" if d else "-",
                       f"{speedup:.2f}x" if speedup else "-",
+                      ",".join(k.get("modules") or []) or "-",
                       ",".join(k["fx_nodes"][:4]) + ("..." if len(k["fx_nodes"]) > 4 else ""),
                       ",".join(k["user_source"]) or "-"))
     widths = [min(48, max(len(str(r[i])) for r in table)) for i in range(len(header))]

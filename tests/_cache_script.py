@@ -6,8 +6,8 @@ import sys
 import torch
 from torch._dynamo.utils import counters
 
-from inductor_ext.lowering import pass_base
-from inductor_ext.lowering.pass_manager import register_pass
+from inductor_ext.lowering.passes import base as pass_base
+from inductor_ext.lowering.passes import register_pass
 
 
 @register_pass

@@ -18,7 +18,7 @@ from inductor_ext.templates.cutedsl import nvfp4_gemm as template
 from test_cutedsl_lowering import _fake_quack_gemm
 from _nvfp4_e2e_script import NvFp4Linear, reference_scaled_mm
 
-cutedsl_nvfp4.DEVICE_TYPES = ("cuda", "cpu")
+template.DEVICE_TYPES = ("cuda", "cpu")
 template.TARGETS = ("sm_100a", "cpu")
 _fake_quack_gemm.calls = []
 quack.gemm.gemm = _fake_quack_gemm

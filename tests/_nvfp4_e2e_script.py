@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from inductor_ext.kernels import nvfp4, nvfp4_ops
-from inductor_ext.lowering import ext_choices, pass_base
+from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering.passes import base as pass_base
 
 FP4 = torch.float4_e2m1fn_x2
 

@@ -22,17 +22,17 @@ import torch
 import torch.fx as fx
 
 from inductor_ext import presets
-from inductor_ext.comms_passes import fsdp_overlap
+from inductor_ext.comms_passes.fsdp import overlap as fsdp_overlap
 from inductor_ext.comms_passes.cost_model import (
     GPUS, AnalyticalCostModel, CostModel, collective_info, is_wait, memory_profile, simulate,
     uninitialized_reads, wait_collective,
 )
-from inductor_ext.comms_passes.data_parallel import ParamGather, data_parallel, sharded_parameter_names
-from inductor_ext.comms_passes.fsdp_overlap import FsdpOverlapPass, OverlapSettings, configure, optimize
-from inductor_ext.comms_passes.report import (
+from inductor_ext.comms_passes.fsdp.data_parallel import ParamGather, data_parallel, sharded_parameter_names
+from inductor_ext.comms_passes.fsdp.overlap import FsdpOverlapPass, OverlapSettings, configure, optimize
+from inductor_ext.cli.comms_report import (
     Llama, LlamaConfig, capture_graphs, copy_graph_module, fake_world, format_table, post_grad, run_report,
 )
-from inductor_ext.lowering import pass_manager
+from inductor_ext.lowering import passes as pass_manager
 from _script_runner import run_json_script
 
 aten = torch.ops.aten
@@ -208,7 +208,7 @@ def _signature(gm: fx.GraphModule) -> list[tuple]:
 
 def test_decisions_are_deterministic_and_rank_independent(graphs, monkeypatch):
     first, plan1 = _run_pass(graphs["backward"])
-    monkeypatch.setattr("inductor_ext.lowering.pass_base.current_rank", lambda: 5)
+    monkeypatch.setattr("inductor_ext.lowering.passes.base.current_rank", lambda: 5)
     second, plan2 = _run_pass(graphs["backward"])
     assert _signature(first) == _signature(second)
     assert plan1 == plan2
@@ -589,7 +589,7 @@ def _dist_worker(rank, world, port, out_dir):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from inductor_ext.lowering import pass_base
+    from inductor_ext.lowering.passes import base as pass_base
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)

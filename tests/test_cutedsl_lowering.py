@@ -14,7 +14,9 @@ from torch._inductor.virtualized import V
 from inductor_ext import presets
 from inductor_ext.kernels import nvfp4_ops
 from inductor_ext.kernels.nvfp4 import e2m1_to_float, from_blocked, quantize_nvfp4, to_blocked, unpack_e2m1
-from inductor_ext.lowering import cutedsl_nvfp4, ext_choices, triton_nvfp4
+from inductor_ext.lowering import adapters, cutedsl_nvfp4, ext_choices
+from inductor_ext.lowering import nvfp4_gemm as triton_nvfp4
+from inductor_ext.templates import registry
 from inductor_ext.templates.cutedsl import nvfp4_gemm as template
 from _script_runner import interpret_env, run_json_script
 
@@ -95,7 +97,7 @@ def test_prepare_refuses_what_it_cannot_serve(graph, case, why):
               "b_not_k_major": dict(b_stride=[256, 1], n=256, k=512), "k_not_32": dict(k=48),
               "bias_fp16": dict(bias=torch.float16)}[case]
     kernel_inputs, _, _ = _inputs(**kwargs)
-    reason = cutedsl_nvfp4.ADAPTERS[FAMILY].prepare(kernel_inputs, "nvfp4_gemm")
+    reason = adapters.prepare(registry.get(FAMILY), kernel_inputs, "nvfp4_gemm")
     assert isinstance(reason, str) and why in reason, reason
 
 

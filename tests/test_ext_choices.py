@@ -64,10 +64,10 @@ def test_force_template_falls_back_when_every_template_failed():
 def test_pdl_option_sets_the_template_problem(preset, pdl, m, expected):
     import dataclasses
 
-    from inductor_ext.lowering import triton_gemm
+    from inductor_ext.lowering.prepared import Prepared
     from inductor_ext.templates.triton import gemm
 
-    ready = triton_gemm.Prepared(gemm.GemmProblem(m, 4096, 4096, "bfloat16"), (), None, {})
+    ready = Prepared(gemm.GemmProblem(m, 4096, 4096, "bfloat16"), (), None, {})
     chosen = ext_choices.ExtChoices(presets.resolve({"preset": preset, "pdl": pdl}))._with_pdl(ready)
     assert chosen.problem.use_pdl is expected
     assert dataclasses.replace(chosen.problem, use_pdl=False) == ready.problem

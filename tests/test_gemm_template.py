@@ -295,7 +295,7 @@ def test_interp_addmm_matches_torch(dtype: torch.dtype, m: int, n: int, k: int, 
 @pytest.mark.parametrize("m,n,k,bias", [(37, 45, 70, None), (1, 33, 64, "contiguous")], ids=["mm", "addmm_m1"])
 def test_interp_bf16_matches_torch(m: int, n: int, k: int, bias: str | None) -> None:
     # Stock Triton 3.9's interpreter multiplies bf16 bit patterns in tl.dot; our fix widens them.
-    from inductor_ext.testing.triton_interp import interpreter_fixes
+    from inductor_ext.runtime.triton_interp import interpreter_fixes
 
     with interpreter_fixes() as fixes:
         assert "bf16_dot" in fixes, fixes

@@ -330,7 +330,7 @@ def _assert_matches(out: torch.Tensor, ref: torch.Tensor, out_dtype: torch.dtype
 def _check_fp4(m: int, n: int, k: int, *, config: fp4.Nvfp4GemmConfig | None = None, bias: str | None = None,
                activation: str | None = None, alpha: float | None = None, out_dtype=torch.bfloat16,
                scale_layout: str = "plain", a_view=None, data=_quantized) -> None:
-    from inductor_ext.testing.triton_interp import interpreter_fixes
+    from inductor_ext.runtime.triton_interp import interpreter_fixes
 
     gen = _gen(m, n, k)
     a, b = data(m, k, gen), data(n, k, gen)
@@ -353,7 +353,7 @@ def _check_fp4(m: int, n: int, k: int, *, config: fp4.Nvfp4GemmConfig | None = N
 def _check_dq(m: int, n: int, k: int, *, a_dtype: str = "bfloat16", config: dq.Nvfp4DequantGemmConfig | None = None,
               bias: str | None = None, activation: str | None = None, alpha: float | None = None,
               out_dtype=None, scale_layout: str = "plain", a_transposed: bool = False, data=_quantized) -> None:
-    from inductor_ext.testing.triton_interp import interpreter_fixes
+    from inductor_ext.runtime.triton_interp import interpreter_fixes
 
     gen = _gen(m, n, k, 7)
     b = data(n, k, gen)
@@ -515,7 +515,7 @@ def _template_kwargs(module: ModuleType, problem: object, config: object) -> dic
                                   "dq_afp16_plain", "fp4_bias_gelu_pdl", "dq_anvfp4_blocked_pdl"])
 def test_interp_inductor_template_text(case: str) -> None:
     from inductor_ext.runtime.triton_loader import load_kernel
-    from inductor_ext.testing.triton_interp import interpreter_fixes
+    from inductor_ext.runtime.triton_interp import interpreter_fixes
 
     m, n, k = 17, 40, 160
     gen = _gen(m, n, k, 3)

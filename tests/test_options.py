@@ -24,7 +24,8 @@ from inductor_ext.config import (
     validate_options,
 )
 from inductor_ext.lowering.ext_choices import ExtChoices, available_templates
-from inductor_ext.lowering.pass_manager import available_passes
+from inductor_ext.lowering.install import inductor_patches
+from inductor_ext.lowering.passes import available_passes
 
 PRESET_NAMES = list(presets.PRESETS)
 
@@ -145,7 +146,7 @@ def test_bad_fsdp_overlap_settings_name_the_setting_and_what_is_allowed(settings
 
 
 def test_fsdp_overlap_settings_reach_the_pass_and_its_uuid():
-    from inductor_ext.comms_passes import fsdp_overlap
+    from inductor_ext.comms_passes.fsdp import overlap as fsdp_overlap
 
     config = presets.resolve({"preset": "cpu", "passes": ["fsdp_overlap"],
                               "fsdp_overlap": {"max_prefetch": 1, "bucket_cap_bytes": 1 << 20, "gpu": "H200"}})
@@ -368,7 +369,7 @@ def test_force_template_among_enabled_is_accepted():
 @pytest.mark.parametrize("effort", AUTOTUNE_EFFORTS)
 def test_inductor_patches_install_ext_choices(effort):
     config = presets.resolve({"preset": "cpu", "autotune": effort})
-    patches = config.inductor_patches()
+    patches = inductor_patches(config)
     factory = patches["inductor_choices_class"]
     choices = factory()
     assert isinstance(choices, ExtChoices)
@@ -387,32 +388,32 @@ def test_inductor_patches_use_only_real_inductor_keys():
     valid = inductor_config.get_config_copy()
     for name in PRESET_NAMES:
         for effort in AUTOTUNE_EFFORTS:
-            patches = presets.resolve({"preset": name, "autotune": effort}).inductor_patches()
+            patches = inductor_patches(presets.resolve({"preset": name, "autotune": effort}))
             assert set(patches) <= set(valid), (name, effort, set(patches) - set(valid))
 
 
 def test_explicit_inductor_patches_win():
     config = presets.resolve({"autotune": "quick",
                               "inductor": {"max_autotune_gemm_backends": "ATEN,TRITON", "coordinate_descent_tuning": True}})
-    patches = config.inductor_patches()
+    patches = inductor_patches(config)
     assert patches["max_autotune_gemm_backends"] == "ATEN,TRITON"
     assert patches["coordinate_descent_tuning"] is True
 
 
 def test_interpret_adds_interpret_patches():
-    from inductor_ext.testing.cpu_triton import interpret_patches
+    from inductor_ext.lowering.install import interpret_patches
 
-    patches = presets.resolve({"interpret": True}).inductor_patches()
+    patches = inductor_patches(presets.resolve({"interpret": True}))
     assert interpret_patches().items() <= patches.items()
-    assert "cpu_backend" not in presets.resolve({}).inductor_patches()
+    assert "cpu_backend" not in inductor_patches(presets.resolve({}))
 
 
 def test_choices_uuid_follows_the_config():
     # The uuid enters Inductor's FX graph cache key: different options, different key.
-    uuids = {presets.resolve({"autotune": e}).inductor_patches()["inductor_choices_class"]().uuid()
+    uuids = {inductor_patches(presets.resolve({"autotune": e}))["inductor_choices_class"]().uuid()
              for e in AUTOTUNE_EFFORTS}
     assert len(uuids) == len(AUTOTUNE_EFFORTS)
-    again = presets.resolve({"autotune": "quick"}).inductor_patches()["inductor_choices_class"]().uuid()
+    again = inductor_patches(presets.resolve({"autotune": "quick"}))["inductor_choices_class"]().uuid()
     assert again in uuids
 
 
@@ -467,8 +468,8 @@ def test_non_str_inductor_key_raises_ext_option_error():
 
 
 def test_pdl_force_patches_inductor_consumers_on_nvidia_only():
-    assert presets.resolve({"preset": "hopper", "pdl": "force"}).inductor_patches()["triton.enable_pdl"] is True
-    assert "triton.enable_pdl" not in presets.resolve({"preset": "hopper"}).inductor_patches()  # auto
+    assert inductor_patches(presets.resolve({"preset": "hopper", "pdl": "force"}))["triton.enable_pdl"] is True
+    assert "triton.enable_pdl" not in inductor_patches(presets.resolve({"preset": "hopper"}))  # auto
     with pytest.raises(ExtOptionError, match="pdl='force' needs an NVIDIA target.*'gfx950'"):
         presets.resolve({"preset": "gfx950", "pdl": "force"})
 

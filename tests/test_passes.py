@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from inductor_ext import presets
-from inductor_ext.lowering import pass_manager
-from inductor_ext.lowering.pass_base import STAGES, ExtGraphPass
+from inductor_ext.lowering import passes as pass_manager
+from inductor_ext.lowering.passes.base import STAGES, ExtGraphPass
 from _script_runner import run_json_script
 
 
@@ -37,7 +37,7 @@ def test_uuid_depends_on_config_preset_and_source(monkeypatch):
     assert base == _Probe(_config()).uuid()  # stable
     assert base != _Probe(_config(dump_dir="/tmp/x")).uuid()  # config
     assert base != _Probe(presets.resolve({"preset": "hopper"})).uuid()  # preset
-    monkeypatch.setattr("inductor_ext.lowering.pass_base.current_rank", lambda: 3)
+    monkeypatch.setattr("inductor_ext.lowering.passes.base.current_rank", lambda: 3)
     assert base != _Probe(_config()).uuid()  # rank
 
 

@@ -336,7 +336,7 @@ def gdc_calls():
     """The interpreter fixes, with the gdc no-ops counted (so a test sees the USE_PDL branch run)."""
     import triton.runtime.interpreter as interp
 
-    from inductor_ext.testing.triton_interp import interpreter_fixes
+    from inductor_ext.runtime.triton_interp import interpreter_fixes
 
     builder = interp.InterpreterBuilder
     methods = {"wait": "create_grid_dependency_wait", "launch": "create_grid_dependency_launch_dependents"}

@@ -1,4 +1,4 @@
-"""Static pipeline buffer plan (inductor_ext.comms_passes.pipeline_plan).
+"""Static pipeline buffer plan (inductor_ext.comms_passes.pipeline.plan).
 
 Static tests read the lowered action lists of torch.distributed.pipelining 2.15 schedules built
 with mock stages; the ``dist`` test runs real schedules on 2 gloo ranks (CPU) with and without
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.distributed.pipelining.schedules import _Action, _ComputationType
 
-from inductor_ext.comms_passes import pipeline_ir, pipeline_runtime
-from inductor_ext.comms_passes import pipeline_plan as pp
+from inductor_ext.comms_passes.pipeline import ir as pipeline_ir, runtime as pipeline_runtime
+from inductor_ext.comms_passes.pipeline import plan as pp
 
 C = _ComputationType
 A = _Action

@@ -1,4 +1,4 @@
-"""Tests for inductor_ext.testing.triton_interp (fixes for Triton's CPU interpreter).
+"""Tests for inductor_ext.runtime.triton_interp (fixes for Triton's CPU interpreter).
 
 For each fix: one test shows the bug with the fixes removed, one shows that with
 the fix the kernel matches plain float32 torch math.
@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 
-from inductor_ext.testing.triton_interp import (apply_interpreter_fixes, interpreter_fixes,
+from inductor_ext.runtime.triton_interp import (apply_interpreter_fixes, interpreter_fixes,
                                                 remove_interpreter_fixes)
 
 pytestmark = pytest.mark.interp
@@ -167,7 +167,7 @@ MXFP4_SHAPES = [(1, 16, 64), (17, 24, 160), (8, 16, 48)]
 
 
 def test_e4m3_scale_decode_matches_torch() -> None:
-    from inductor_ext.testing.triton_interp import _e4m3fn_lut
+    from inductor_ext.runtime.triton_interp import _e4m3fn_lut
 
     want = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).float()
     torch.testing.assert_close(torch.from_numpy(_e4m3fn_lut()), want, rtol=0, atol=0, equal_nan=True)
@@ -336,7 +336,7 @@ _RMSNORM_SCRIPT = textwrap.dedent("""
     import torch.utils._triton
 
     torch.utils._triton.triton_hash_with_backend = lambda: "X"
-    from inductor_ext.testing.triton_interp import apply_interpreter_fixes
+    from inductor_ext.runtime.triton_interp import apply_interpreter_fixes
 
     assert "libdevice_math" in apply_interpreter_fixes()
     torch.manual_seed(0)
@@ -558,7 +558,7 @@ def _fix_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """Capture the fixes' warnings in ``caplog``. Its handler sits on the root logger, which they
     do not reach once torch's logging has registered the "inductor_ext" log (inductor_ext.logs;
     torch sets propagate=False on it), so the handler goes on the fixes' own logger too."""
-    logger = logging.getLogger("inductor_ext.testing.triton_interp")
+    logger = logging.getLogger("inductor_ext.runtime.triton_interp")
     logger.addHandler(caplog.handler)
     try:
         with caplog.at_level(logging.WARNING, logger=logger.name):

@@ -45,6 +45,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from inductor_ext import targets
 from inductor_ext.autotune.nvmmh_policy import operand_dtypes
 from inductor_ext.templates.base import Tile
 
@@ -56,8 +57,10 @@ MIN_K_STEPS_PER_SPLIT = 4
 SMEM_BUDGET = 192 * 1024
 MIN_STAGES, MAX_STAGES = 2, 6
 
-# SMs per NVIDIA target (H100 SXM / H200: 132; B200: 148).
-TARGET_SMS: dict[str, int] = {"sm_90": 132, "sm_90a": 132, "sm_100": 148, "sm_100a": 148}
+# SMs per NVIDIA target (each target's ``multiprocessors`` in ``targets``: H100 SXM / H200 132,
+# B200 148); DEFAULT_SMS for an NVIDIA target without the figure.
+TARGET_SMS: dict[str, int] = {name: t.multiprocessors for name, t in targets.all_targets().items()
+                              if t.vendor == "nvidia" and t.multiprocessors}
 DEFAULT_SMS = 132
 
 _ELEMENT_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "float8_e4m3fn": 1.0,
@@ -77,7 +80,7 @@ def sm_count(target: str, num_sms: int | None = None) -> int:
 
 
 def applies_to(problem: Any, target: str) -> bool:
-    return target.startswith("sm_") and 0 < problem.m <= DECODE_MAX_M and problem.n > 0 and problem.k > 0
+    return targets.vendor(target) == "nvidia" and 0 < problem.m <= DECODE_MAX_M and problem.n > 0 and problem.k > 0
 
 
 def _block_k(m: int, k: int) -> int:

@@ -53,20 +53,17 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from inductor_ext import targets
 from inductor_ext.templates.base import Tile
 
 log = logging.getLogger(__name__)
 
 NAME = "nvmatmulheuristics"
 
-# Target -> the library's GPU enum member name. Explicit on purpose: an NVIDIA target missing
-# here gets no nvMatmulHeuristics candidates rather than a generic GPU's.
-TARGET_GPU: dict[str, str] = {
-    "sm_90": "H200_SXM",
-    "sm_90a": "H200_SXM",
-    "sm_100": "B200",
-    "sm_100a": "B200",
-}
+# Target -> the library's GPU enum member name (each target's ``nvmmh_gpu`` in ``targets``).
+# Explicit on purpose: a target without one gets no nvMatmulHeuristics candidates rather than a
+# generic GPU's.
+TARGET_GPU: dict[str, str] = {name: t.nvmmh_gpu for name, t in targets.all_targets().items() if t.nvmmh_gpu}
 
 # Short names accepted by ``gpu=``, next to the enum member names themselves.
 GPU_ALIASES: dict[str, str] = {
@@ -131,7 +128,7 @@ def precision_for(problem: Any, target: str, family: ModuleType | None = None) -
     if a is None or b is None or out is None:
         return None
     if a == b and a in "THS":  # three letters: A/B, compute, C/D
-        compute = "F" if a == "S" and target.startswith("sm_") else "S"
+        compute = "F" if a == "S" and targets.has(target, targets.TF32) else "S"
         precision = f"{a}{compute}{out}"
     else:  # five letters: A, B, C, compute, D
         precision = f"{a}{b}{out}S{out}"
@@ -313,7 +310,10 @@ class NvMatmulHeuristicsPolicy:
         return nvmmh_tiles(problem, target, self.top_k, self.gpu, family)
 
     def applies(self, family: ModuleType, problem: Any, target: str) -> bool:
-        if not target.startswith("sm_"):
+        # Targets the library models; with an explicit gpu=, also NVIDIA targets ext has no
+        # entry for (e.g. sm_120), never another vendor's.
+        explicit = self.gpu is not None and targets.vendor(target) in (None, "nvidia")
+        if not (targets.has(target, targets.NVMMH) or explicit):
             return False
         if resolve_gpu(target, self.gpu) is None:
             _report(f"target {target} has no GPU mapping (pass gpu=)")

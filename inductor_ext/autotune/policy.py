@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, Sequence
 
+from inductor_ext import targets
+
 # How many template configs each autotune effort benchmarks (None: all proposed).
 EFFORT_BUDGET: dict[str, int | None] = {"off": 0, "cache-only": 0, "quick": 4, "full": None}
 
@@ -45,7 +47,7 @@ class DefaultPolicy:
 def default_policies(target: str) -> list[Policy]:
     """Policies for a target, most specific first."""
     policies: list[Policy] = []
-    if target.startswith("sm_"):
+    if targets.vendor(target) == "nvidia":
         from inductor_ext.autotune import decode_policy, nvmmh_policy
 
         policies += [decode_policy.DecodePolicy(), nvmmh_policy.NvMatmulHeuristicsPolicy()]

@@ -36,6 +36,8 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
+from inductor_ext.targets import Datasheet, datasheets
+
 __all__ = [
     "GPUSpec", "GPUS", "get_gpu", "CostModel", "AnalyticalCostModel", "CollectiveInfo",
     "collective_info", "wait_collective", "is_wait", "Timeline", "simulate", "memory_profile",
@@ -48,48 +50,9 @@ c10d = torch.ops._c10d_functional
 # Datasheets
 # --------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class GPUSpec:
-    """Public peak figures of one accelerator (dense, no sparsity) and assumed efficiencies."""
-
-    name: str
-    peak_flops: dict[str, float]  # by dtype name: "bf16", "fp16", "fp32", "tf32", "fp8"
-    hbm_bandwidth: float  # bytes/s
-    link_bandwidth: float  # bytes/s, per GPU, one direction, all intra-node links together
-    link_latency: float  # seconds per ring step inside a node
-    gpus_per_node: int = 8
-    internode_bandwidth: float = 50e9  # bytes/s per GPU (one 400 Gb/s NIC per GPU)
-    internode_latency: float = 10e-6  # seconds per ring step across nodes
-    collective_launch: float = 8e-6  # fixed cost of one collective (launch, protocol setup)
-    kernel_launch: float = 2e-6  # fixed cost of one non-trivial compute kernel
-    flops_efficiency: float = 0.70  # achievable fraction of peak FLOP/s for GEMM-like ops
-    memory_efficiency: float = 0.80  # achievable fraction of HBM bandwidth
-    link_efficiency: float = 0.80  # achievable fraction of link bandwidth (NCCL/RCCL bus bandwidth)
-    source: str = ""
-
-    def flops_for(self, dtype: torch.dtype) -> float:
-        key = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp32",
-               torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8"}.get(dtype, "bf16")
-        return self.peak_flops.get(key, self.peak_flops["bf16"])
-
-
-# Vendor datasheet figures (SXM/OAM parts, dense). Link bandwidth is per GPU and per direction:
-# NVLink 4 = 900 GB/s bidirectional, NVLink 5 = 1.8 TB/s bidirectional, MI355X = 7 Infinity
-# Fabric links of 153.6 GB/s bidirectional each.
-GPUS: dict[str, GPUSpec] = {
-    "H100": GPUSpec("H100", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "tf32": 495e12, "fp32": 67e12},
-                    hbm_bandwidth=3.35e12, link_bandwidth=450e9, link_latency=1.0e-6,
-                    source="NVIDIA H100 SXM5 datasheet: 989 TFLOP/s BF16 dense, HBM3 3.35 TB/s, NVLink 900 GB/s"),
-    "H200": GPUSpec("H200", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "tf32": 495e12, "fp32": 67e12},
-                    hbm_bandwidth=4.8e12, link_bandwidth=450e9, link_latency=1.0e-6,
-                    source="NVIDIA H200 SXM datasheet: 989 TFLOP/s BF16 dense, HBM3e 4.8 TB/s, NVLink 900 GB/s"),
-    "B200": GPUSpec("B200", {"bf16": 2250e12, "fp16": 2250e12, "fp8": 4500e12, "tf32": 1100e12, "fp32": 75e12},
-                    hbm_bandwidth=8.0e12, link_bandwidth=900e9, link_latency=1.0e-6,
-                    source="NVIDIA HGX B200: 2.25 PFLOP/s BF16 dense, HBM3e 8 TB/s, NVLink 5 1.8 TB/s"),
-    "MI355X": GPUSpec("MI355X", {"bf16": 2500e12, "fp16": 2500e12, "fp8": 5000e12, "tf32": 1250e12, "fp32": 157e12},
-                      hbm_bandwidth=8.0e12, link_bandwidth=537.6e9, link_latency=1.5e-6, link_efficiency=0.70,
-                      source="AMD Instinct MI355X: 2.5 PFLOP/s BF16 dense, HBM3E 8 TB/s, 7x153.6 GB/s Infinity Fabric"),
-}
+# The figures live with the targets (``targets/<vendor>.py``), one datasheet per part.
+GPUSpec = Datasheet
+GPUS: dict[str, GPUSpec] = datasheets()
 
 
 def get_gpu(gpu: str | GPUSpec) -> GPUSpec:

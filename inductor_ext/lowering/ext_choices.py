@@ -22,21 +22,24 @@ from torch._inductor.choices import InductorChoices
 from torch._inductor.select_algorithm import ExternKernelCaller, ExternKernelChoice
 from torch._inductor.virtualized import V
 
+from inductor_ext import targets
 from inductor_ext.autotune import pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import cutedsl_nvfp4, pdl_consumers, triton_gemm, triton_nvfp4
+from inductor_ext.lowering import adapters, cutedsl_nvfp4, grouped_mm, nvfp4_gemm, op_specs, pdl_consumers
 from inductor_ext.logs import autotune_log
+from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
 
 log = logging.getLogger("inductor_ext.autotune")
 
-# Template family -> the lowering adapter that offers it (adapters list the ops they serve).
-ADAPTERS: dict[str, Any] = {triton_gemm.FAMILY: triton_gemm, **triton_nvfp4.ADAPTERS, **cutedsl_nvfp4.ADAPTERS}
+# Lowering modules whose text shapes the generated code of every family (part of the cache key).
+_LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4, grouped_mm)
 
 
-def available_templates() -> dict[str, Any]:
-    return dict(ADAPTERS)
+def available_templates() -> dict[str, ModuleType]:
+    """Every template family by name (``templates/registry.py``)."""
+    return registry.families()
 
 
 @dataclass
@@ -76,6 +79,10 @@ class ExtChoices(InductorChoices):
     def uuid(self) -> str:
         return hashlib.sha256("|".join([self.config.to_json(), templates_hash(self.config)]).encode()).hexdigest()
 
+    def serves(self, op_name: str) -> bool:
+        """Whether this compile offers any template family for ``op_name``."""
+        return self.config.autotune != "off" and any(op_name in registry.get(f).OPS for f in self.config.templates)
+
     def get_template_configs(self, kernel_inputs: Any, templates: list[Any], op_name: str,
                              kwarg_overrides: dict[str, dict[str, Any]] | None = None) -> list[Any]:
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
@@ -86,7 +93,7 @@ class ExtChoices(InductorChoices):
 
     def offer(self, op_name: str, kernel_inputs: Any, choices: list[Any]) -> list[Any]:
         """``choices`` (ATen's, first one the default) plus ours, or one cached/fallback choice."""
-        families = [f for f in self.config.templates if op_name in ADAPTERS[f].OPS]
+        families = [f for f in self.config.templates if op_name in registry.get(f).OPS]
         if not families or self.config.autotune == "off":
             return choices
         node = V.graph.current_node.name if V.graph.current_node is not None else "?"
@@ -95,8 +102,9 @@ class ExtChoices(InductorChoices):
         decision.candidates = [_candidate(c, "aten", "aten", None, None) for c in choices]
         prepared = {}
         for family in families:
-            reason = self._unusable_reason(kernel_inputs, ADAPTERS[family].TEMPLATE_MODULE)
-            ready = ADAPTERS[family].prepare(kernel_inputs, op_name) if reason is None else reason
+            module = registry.get(family)
+            reason = self._unusable_reason(kernel_inputs, module)
+            ready = adapters.prepare(module, kernel_inputs, op_name) if reason is None else reason
             if isinstance(ready, str):
                 log.info("ext: %s not offered for %s (%s %s): %s; ATen serves it",
                          family, node, op_name, decision.problem, ready)
@@ -112,11 +120,10 @@ class ExtChoices(InductorChoices):
         if self.config.autotune == "cache-only":
             return self._only(choices, decision, choices[0], "fallback: cache-only and no cache entry")
         for family, ready in prepared.items():
-            adapter = ADAPTERS[family]
-            for cand in policy.candidates(adapter.TEMPLATE_MODULE, ready.problem, self.config.target,
-                                          self.config.autotune):
+            module = registry.get(family)
+            for cand in policy.candidates(module, ready.problem, self.config.target, self.config.autotune):
                 try:
-                    choice = self._append(adapter, choices, ready, cand.config)
+                    choice = self._append(module, choices, ready, cand.config)
                 except Exception as e:  # a broken candidate is dropped, never fatal
                     choice, why = None, f"{type(e).__name__}: {e}"
                 else:
@@ -125,13 +132,13 @@ class ExtChoices(InductorChoices):
                     log.warning("ext: dropped %s config %s for %s: %s", family, cand.config, node, why)
                     continue
                 decision.candidates.append(_candidate(choice, "template", family, cand.policy,
-                                                      adapter.config_to_dict(cand.config)))
+                                                      registry.config_to_dict(cand.config)))
         decision.choice_ids = {id(c): i for i, c in enumerate(choices)}
         decision.reason = "benchmark"
         return choices
 
-    def _append(self, adapter: Any, choices: list[Any], ready: Any, config: Any) -> Any | None:
-        choice = adapter.append(choices, ready, config, self.config.target)
+    def _append(self, family: ModuleType, choices: list[Any], ready: Any, config: Any) -> Any | None:
+        choice = adapters.append(family, choices, ready, config, self.config.target)
         if choice is not None and getattr(ready.problem, "use_pdl", False):
             pdl_consumers.mark(choice)  # so the kernel after it waits (gdc_wait) and launches with PDL
         return choice
@@ -143,7 +150,7 @@ class ExtChoices(InductorChoices):
         reads the template's output wait on it (pdl_consumers), and a producer that releases
         its dependents early costs nothing when no dependent was launched with PDL."""
         problem = ready.problem
-        if not self.config.target.startswith("sm_") or not hasattr(problem, "use_pdl"):
+        if not targets.has(self.config.target, targets.PDL) or not hasattr(problem, "use_pdl"):
             return ready
         use = pdl_policy.use_pdl(self.config.pdl, problem.m, problem.n, problem.k, True)
         return dataclasses.replace(ready, problem=dataclasses.replace(problem, use_pdl=use))
@@ -153,8 +160,12 @@ class ExtChoices(InductorChoices):
         targets = getattr(module, "TARGETS", ())
         if self.config.target not in targets:
             return f"verified for {', '.join(targets)}, not target {self.config.target}"
-        if device == "cpu" and not self.config.interpret:
-            return "Triton templates run on CPU only with options={'interpret': True} (the Triton interpreter)"
+        if device == "cpu" and not self.config.interpret and not getattr(module, "RUNS_ON_CPU", False):
+            executor = getattr(module, "CPU_EXECUTOR", None)
+            if executor is None:
+                return f"{module.FAMILY} has no CPU executor: it runs only on its device"
+            dsl = module.FAMILY.split(".", 1)[0].capitalize()
+            return f"{dsl} templates run on CPU only with options={{'interpret': True}} ({executor})"
         if device != "cpu" and device != self.config.device_type:
             return f"preset {self.config.preset!r} is for {self.config.device_type}, not {device}"
         return None
@@ -173,10 +184,10 @@ class ExtChoices(InductorChoices):
             name = entry.config.get("name")
             aten = next((c for c in choices if c.name == name), choices[0])
             return self._only(choices, decision, aten, "cache")
-        adapter = ADAPTERS.get(entry.winner)
-        if adapter is None or entry.winner not in prepared:
+        module = registry.families().get(entry.winner)
+        if module is None or entry.winner not in prepared:
             return self._only(choices, decision, choices[0], f"fallback: cached winner {entry.winner} is not enabled")
-        chosen = self._append(adapter, [], prepared[entry.winner], adapter.config_from_dict(entry.config))
+        chosen = self._append(module, [], prepared[entry.winner], registry.config_from_dict(module, entry.config))
         if chosen is None:
             return self._only(choices, decision, choices[0], "fallback: cached config could not be generated")
         decision.candidates.append(_candidate(chosen, "template", entry.winner, "cache", entry.config))
@@ -234,13 +245,11 @@ class ExtChoices(InductorChoices):
 
 
 def templates_hash(config: ExtConfig) -> str:
-    """Source hash of this module, pdl_consumers, and every enabled family's adapter and template, the
-    template with every ``inductor_ext.templates`` module it imports (``_template_modules``)."""
-    modules = [sys.modules[__name__], pdl_consumers]  # pdl_consumers shapes the generated launches
+    """Source hash of this module, the lowering modules that shape generated code, and every
+    enabled family with every ``inductor_ext.templates`` module it imports (``_template_modules``)."""
+    modules = [sys.modules[__name__], *_LOWERING_MODULES]
     for family in config.templates:
-        adapter = ADAPTERS[family]
-        modules += [sys.modules[type(adapter).__module__] if not isinstance(adapter, ModuleType) else adapter,
-                    *_template_modules(adapter.TEMPLATE_MODULE)]
+        modules += _template_modules(registry.get(family))
     return hashlib.sha256("|".join(module_source_hash(m) for m in modules).encode()).hexdigest()[:16]
 
 
@@ -317,3 +326,6 @@ def _family_of(choice: Any, decision: Decision | None) -> str | None:
 
 def choices_factory(config: ExtConfig) -> Callable[[], ExtChoices]:
     return functools.partial(ExtChoices, config)
+
+
+adapters.register_extern_choices()

@@ -12,16 +12,12 @@ import os
 import threading
 from pathlib import Path
 
+from inductor_ext.runtime.toolchain import user_cache_dir
+
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
     """Where compiled asm is cached: ``override``, ``$INDUCTOR_EXT_ISA_CACHE`` or the user cache."""
-    root = override or os.environ.get("INDUCTOR_EXT_ISA_CACHE")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "inductor_ext", "isa")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return user_cache_dir("isa", "INDUCTOR_EXT_ISA_CACHE", override)
 
 
 def read(path: Path, key: str) -> dict[str, str] | None:

@@ -89,16 +89,22 @@ def ld_lld() -> str | None:
     return _first_executable(candidates)
 
 
-def tool_cache_dir() -> Path:
-    """Where inductor-ext keeps toolchains it fetched or built once (shims, unpacked packages):
-    $INDUCTOR_EXT_TOOL_DIR, else ``<user cache>/inductor_ext/tools``."""
-    root = os.environ.get("INDUCTOR_EXT_TOOL_DIR")
+def user_cache_dir(name: str, env_var: str, override: str | os.PathLike[str] | None = None) -> Path:
+    """A cache folder of ours, created: ``override``, else ``$env_var``, else
+    ``$XDG_CACHE_HOME/inductor_ext/<name>`` (``~/.cache`` without XDG_CACHE_HOME)."""
+    root = override or os.environ.get(env_var)
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "inductor_ext", "tools")
+        root = os.path.join(base, "inductor_ext", name)
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def tool_cache_dir() -> Path:
+    """Where inductor-ext keeps toolchains it fetched or built once (shims, unpacked packages):
+    $INDUCTOR_EXT_TOOL_DIR, else ``<user cache>/inductor_ext/tools``."""
+    return user_cache_dir("tools", "INDUCTOR_EXT_TOOL_DIR")
 
 
 def gxx() -> str | None:

@@ -38,7 +38,7 @@ from inductor_ext import targets
 from inductor_ext.runtime import asm_cache, toolchain
 from inductor_ext.runtime.triton_loader import kernel_dir
 from inductor_ext.runtime.harness import run_in_subprocess, worker_env
-from inductor_ext.templates.base import KernelSource
+from inductor_ext.runtime.kernel_source import KernelSource
 
 __all__ = [
     "IsaCompileError", "compile_for_target", "compile_many", "launch_hints", "gpu_target", "cache_dir",

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inductor_ext.templates.base import KernelSource
+from inductor_ext.runtime.kernel_source import KernelSource
 
 _loaded: dict[str, ModuleType] = {}
 

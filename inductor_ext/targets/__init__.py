@@ -61,6 +61,12 @@ def has(name: str, capability: str) -> bool:
     return target is not None and target.has(capability)
 
 
+def vendor(name: str) -> str | None:
+    """The vendor of target ``name`` (None for an unknown name)."""
+    target = all_targets().get(name)
+    return target.vendor if target is not None else None
+
+
 def triton_targets() -> dict[str, Target]:
     """Targets Triton compiles for without the device (the ISA gates' targets)."""
     return {name: t for name, t in all_targets().items() if t.triton is not None}

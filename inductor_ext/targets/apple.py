@@ -6,7 +6,12 @@ from typing import Any
 
 from inductor_ext.targets.base import Target, Vendor
 
-MPS = Target("mps", "apple", "mps", "Apple GPU (MPS): Metal Shading Language kernels")
+# Apple GPU facts Metal kernels are written against (all Apple7+ GPUs, M1 to M4).
+SIMD_WIDTH = 32  # threads per SIMD group (threadExecutionWidth)
+MAX_THREADS_PER_THREADGROUP = 1024
+THREADGROUP_MEMORY_BYTES = 32 * 1024  # maxThreadgroupMemoryLength
+
+MPS = Target("mps", "apple", "mps", "Apple GPU (MPS): Metal Shading Language kernels", codegen="metal")
 
 PRESETS = {
     "mps": {

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from inductor_ext.targets.base import INTERPRETER, PDL, Target, Vendor
+from inductor_ext.targets.base import INTERPRETER, Target, Vendor
 
-# PDL here: Triton's interpreter runs the gdc calls as no-ops (testing/triton_interp), so PDL
-# variants of the templates are executed and checked on the CPU.
+# INTERPRETER: ext's Triton templates run here only in Triton's interpreter (interpret mode),
+# which also runs their PDL calls as no-ops (runtime/triton_interp).
 CPU = Target("cpu", "cpu", "cpu", "the host CPU: ATen and Inductor's C++ codegen",
-             capabilities=frozenset({INTERPRETER, PDL}))
+             capabilities=frozenset({INTERPRETER}))
 # The preset for devices ext has no preset for: plain Inductor, ATen GEMMs, dumps.
 NONE = Target("none", "any", "any", "any other device: plain Inductor with ATen GEMMs")
 

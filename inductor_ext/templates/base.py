@@ -9,30 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+
+from inductor_ext.runtime.kernel_source import KernelSource  # noqa: F401  (what render() returns)
 
 # Targets a template may claim, each only once it passes tier I (see design.md).
 KNOWN_TARGETS = ("sm_90a", "sm_100a", "gfx950", "gfx1250", "mps", "xpu", "cpu")
-
-
-@dataclass(frozen=True)
-class KernelSource:
-    """A generated kernel: a whole Python module text plus how to launch it."""
-
-    name: str  # the kernel function's name inside ``source``
-    source: str  # module text; Triton needs kernels to live in a .py file
-    template: str  # template family, e.g. "triton.gemm"
-    config: dict[str, Any]  # the tunable parameters this source was rendered with
-    constexprs: dict[str, Any] = field(default_factory=dict)  # values for tl.constexpr params
-    signature: dict[str, str] = field(default_factory=dict)  # Triton signature for AOT compiles
-    launch: dict[str, Any] = field(default_factory=dict)  # num_warps, num_stages, grid, threadgroup, ...
-    language: str = "triton"  # what ``source`` is written in: triton, msl, sycl, flydsl, cutedsl
-
-    @property
-    def source_hash(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
 
 def module_source_hash(module: ModuleType) -> str:

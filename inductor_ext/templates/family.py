@@ -17,13 +17,26 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
     def configs(problem: Problem, target: str) -> list[Config]   # default candidates, best first
     def render(problem: Problem, config: Config, target: str) -> KernelSource
 
-and, by choice kind:
+``Problem`` and ``Config`` are module attributes of exactly those names (aliases are fine:
+``Problem, Config = GemmProblem, GemmConfig``). And, by choice kind:
 
-    "triton_template":  inductor_source() -> str and constexprs(problem, config, target) -> dict
-    "extern":           run(problem, config, target, *tensors) -> Tensor   (via runtime/ launchers)
+    "triton_template":  inductor_source() -> str, the jinja template Inductor renders, and
+                        inductor_kwargs(problem, config, target) -> dict, its kwargs as Inductor
+                        renders them into source (strings already quoted); config has num_warps
+                        and num_stages
+    "extern":           call(problem, config, target, *tensors) -> Tensor, what the compiled
+                        graph runs (through runtime/ launchers: the device, or on CPU tensors the
+                        CPU executor), and ALL_CONFIGS, every config it may be called with
+                        (registered by name at import so cached graphs find them; config.name(),
+                        or else its fields, names each). A family with its own torch op sets EXTERN_OP ("ns::op") and
+                        extern_kwargs(problem, config) instead of being called through call().
 
-Optional: ``config_from_tile(tile) -> Config | None`` lets the generic candidate policies
-(nvMatmulHeuristics, the decode policy) propose tiles to the family.
+Optional: ``config_supports(problem, config, target) -> str | None`` (a config the family cannot
+render for this problem); ``config_from_tile(tile) -> Config | None`` lets the generic candidate
+policies (nvMatmulHeuristics, the decode policy) propose tiles to the family; ``CPU_EXECUTOR``
+names what runs its kernels on CPU tensors under ``options={"interpret": True}`` (e.g. "the
+Triton interpreter"; none: it runs only on its device); ``RUNS_ON_CPU = True`` for a family whose
+kernels are CPU kernels (no interpreter needed).
 
 Rules every family keeps: no ``torch._inductor`` import (templates run on the lent GPU machine's
 older torch), torch imported lazily (Triton picks its interpreter at first import), ``render``

@@ -47,6 +47,7 @@ from inductor_ext.runtime import asm_cache
 from inductor_ext.runtime import cutedsl as cutedsl_runtime
 from inductor_ext.runtime.cutedsl import CuteDslCompileError
 from inductor_ext.templates.base import KernelSource, Tile
+from inductor_ext.templates.family import OpSpec
 
 __all__ = [
     "FAMILY", "TARGETS", "NvFp4GemmProblem", "NvFp4GemmConfig", "CuteDslCompileError",
@@ -57,6 +58,13 @@ __all__ = [
 FAMILY = "cutedsl.nvfp4_gemm"
 # Claimed only where tier I passes (tests/test_cutedsl_nvfp4.py).
 TARGETS = ("sm_100a",)
+OPS = ("nvfp4_gemm",)
+# quack's kernel is a compiled CuTeDSL function, not text Inductor can render: each config is an
+# extern choice calling the op ``lowering/cutedsl_nvfp4.py`` defines with the config as kwargs.
+CHOICE_KIND = "extern"
+EXTERN_OP = "inductor_ext::nvfp4_gemm_cutedsl"
+# Where quack's kernel runs (tests widen it to check the lowering's generated code on CPU).
+DEVICE_TYPES = ("cuda",)
 
 # The format, fixed by this family: NVFP4 = e2m1 values, one e4m3 scale per 16 of them.
 SF_VEC_SIZE = 16
@@ -111,6 +119,49 @@ class NvFp4GemmConfig:
                 + ("_clc" if self.dynamic_persistent else ""))
 
 
+Problem, Config = NvFp4GemmProblem, NvFp4GemmConfig
+
+
+def problem_for(spec: OpSpec) -> NvFp4GemmProblem | str:
+    """``inductor_ext::nvfp4_gemm`` (a, b, scale_a, scale_b, alpha, bias in _scaled_mm's order)
+    as quack serves it: alpha from device memory, an optional bf16 bias, no activation, both
+    operands K-major."""
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+    a, b_t, _, _, _, bias = spec.inputs
+    if spec.device_type not in DEVICE_TYPES:
+        return f"{FAMILY} runs only on an sm_100 GPU (there is no CPU interpreter for CuTeDSL)"
+    activation = spec.scalars["activation"]
+    if activation != "none":
+        return f"activation {activation!r}: quack's epilogue is alpha * acc + bias only"
+    if bias is not None and bias.dtype != "bfloat16":
+        return f"bias dtype torch.{bias.dtype} is not bfloat16"
+    m, k_half = a.shape
+    # quack reads B K-major: _scaled_mm's [K/2, N] operand must be the transpose of a contiguous
+    # [N, K/2] weight, i.e. strides (1, K/2).
+    if list(b_t.stride) != [1, k_half]:
+        return f"B strides {list(b_t.stride)} are not K-major (expected [1, {k_half}])"
+    if list(a.stride) != [k_half, 1]:
+        return f"A strides {list(a.stride)} are not K-major (expected [{k_half}, 1])"
+    problem = NvFp4GemmProblem(m=m, n=b_t.shape[1], k=2 * k_half, out_dtype=spec.scalars["out_dtype"],
+                               alpha="tensor", bias=bias is not None)
+    return supports(problem) or problem
+
+
+KEY_INSTRUCTIONS = {"sm_100a": [("ptx", r"tcgen05\.mma\.cta_group::[12]\.kind::mxf4nvf4\.block_scale\.block16"),
+                                ("sass", r"\bUTCOMMA\b")]}
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> NvFp4GemmProblem:
+    """An MxNxK problem as the nvfp4_gemm op gives it (alpha in device memory; bf16 out)."""
+    return NvFp4GemmProblem(m, n, k, out_dtype=dtype or "bfloat16", alpha="tensor")
+
+
+def compile_asm(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str) -> dict[str, str]:
+    """PTX, SASS and metadata for ``inductor-ext asm`` (CuTeDSL compiles for sm_100a only)."""
+    return compile_for_sm100(problem, config)
+
+
 def supports(problem: NvFp4GemmProblem) -> str | None:
     """None when the template can serve ``problem``, else the reason it cannot."""
     if min(problem.m, problem.n, problem.k) <= 0:
@@ -127,11 +178,13 @@ def supports(problem: NvFp4GemmProblem) -> str | None:
     return None
 
 
-def config_supports(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> str | None:
+def config_supports(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str | None = None) -> str | None:
     """None when ``config`` can compile ``problem``, else why not (quack's blockscaled config rule)."""
     reason = supports(problem)
     if reason:
         return reason
+    if target is not None and target not in TARGETS:
+        return f"{FAMILY} is verified for {', '.join(TARGETS)}, not {target}"
     from quack.gemm_config import GemmConfig, blockscaled_config_ok
 
     quack_config = GemmConfig(tile_m=config.tile_m, tile_n=config.tile_n, cluster_m=config.cluster_m,
@@ -213,7 +266,7 @@ def kernel_name(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> str:
     return f"cutedsl_nvfp4_gemm_{config.name()}{extras}"
 
 
-def render(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> KernelSource:
+def render(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str = "sm_100a") -> KernelSource:
     """A launcher module for (problem, config): the kernel itself is quack's, not generated text."""
     reason = supports(problem)
     if reason:
@@ -222,7 +275,21 @@ def render(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> KernelSource:
     source = _LAUNCHER.format(family=FAMILY, config_name=config.name(), problem=problem,
                               config=config, name=name)
     return KernelSource(name=name, source=source, template=FAMILY, config=asdict(config),
-                        launch={"cluster": (config.cluster_m, config.cluster_n, 1)})
+                        launch={"cluster": (config.cluster_m, config.cluster_n, 1)}, language="cutedsl")
+
+
+def extern_kwargs(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[str, Any]:
+    """The kwargs ``EXTERN_OP`` takes after the op's tensors: the config, and bias=None when
+    the problem has none (the op's bias is optional and positional after alpha)."""
+    kwargs: dict[str, Any] = asdict(config)
+    return kwargs if problem.bias else {"bias": None, **kwargs}
+
+
+def call(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str, a: Any, b: Any, scale_a: Any,
+         scale_b: Any, alpha: Any, bias: Any = None) -> Any:
+    """What a compiled graph runs: the op's arguments (``_scaled_mm``'s) as :func:`run` takes
+    them, B back to its [N, K/2] rows."""
+    return run(a, b.t(), scale_a, scale_b, config, alpha=alpha, bias=bias)
 
 
 # ------------------------------------------------------------------------------------ compile

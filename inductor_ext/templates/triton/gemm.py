@@ -25,7 +25,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from inductor_ext import targets
 from inductor_ext.templates.base import KernelSource, Tile
+from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.triton.launch import FP, PROGRAM_TILE, bias_args, dtype_name, launch, launch_options
 
 if TYPE_CHECKING:  # annotations only: the module itself never imports torch at load
@@ -35,6 +37,9 @@ FAMILY = "triton.gemm"
 
 # Claimed only where tier I passes (tests/test_gemm_template.py); "cpu" runs in the interpreter.
 TARGETS = ("sm_90a", "sm_100a", "gfx950", "gfx1250", "cpu")
+OPS = ("mm", "addmm")
+CHOICE_KIND = "triton_template"
+CPU_EXECUTOR = "the Triton interpreter"  # how interpret mode runs it on CPU tensors
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -69,6 +74,19 @@ class GemmConfig:
 
     def name(self) -> str:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_g{self.group_m}_w{self.num_warps}_s{self.num_stages}"
+
+
+Problem, Config = GemmProblem, GemmConfig
+
+
+def problem_for(spec: OpSpec) -> GemmProblem | str:
+    """mm (A, B) or addmm (bias, A, B); Inductor's epilogue applies addmm's bias, so the
+    problem is the plain product either way."""
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+    a, b = spec.inputs[-2:]
+    problem = GemmProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, spec.out.dtype)
+    return supports(problem) or problem
 
 
 def supports(problem: GemmProblem) -> str | None:
@@ -122,12 +140,13 @@ def acc_type(problem: GemmProblem) -> str:
 
 def input_precision(problem: GemmProblem, target: str) -> str:
     # fp32 on GPUs uses TF32 like torch.backends.cuda.matmul.allow_tf32 would; exact elsewhere.
-    return "tf32" if problem.dtype == "float32" and target.startswith("sm_") else "ieee"
+    return "tf32" if problem.dtype == "float32" and targets.has(target, targets.TF32) else "ieee"
 
 
-# Targets with griddepcontrol (programmatic dependent launch), and "cpu" (the interpreter, where
-# inductor_ext.testing.triton_interp makes the gdc calls no-ops).
-PDL_TARGETS = ("sm_90a", "sm_100a", "cpu")
+def pdl_target(target: str) -> bool:
+    """Targets with griddepcontrol (programmatic dependent launch), and the interpreter's, where
+    ``runtime/triton_interp`` makes the gdc calls no-ops."""
+    return targets.has(target, targets.PDL) or targets.has(target, targets.INTERPRETER)
 
 # The shared body. Inputs: pointers A, B; ints M, N, K and strides; constexprs BLOCK_M/N/K,
 # GROUP_M, EVEN_K, ACC_TYPE, INPUT_PRECISION, USE_PDL. Leaves: acc, idx_m, idx_n, mask.
@@ -219,12 +238,20 @@ def constexprs(problem: GemmProblem, config: GemmConfig, target: str = "cpu") ->
     }
 
 
+def inductor_kwargs(problem: GemmProblem, config: GemmConfig, target: str) -> dict[str, object]:
+    """The TritonTemplate kwargs of a choice, as Inductor renders them into source text."""
+    kwargs: dict[str, object] = constexprs(problem, config, target)
+    kwargs["INPUT_PRECISION"] = repr(kwargs["INPUT_PRECISION"])  # strings need quotes, dtypes not
+    kwargs["ACC_TYPE"] = acc_type(problem)
+    return kwargs
+
+
 def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> KernelSource:
     """A standalone Triton module computing ``problem`` with ``config``."""
     reason = supports(problem)
     if reason:
         raise ValueError(f"triton.gemm cannot serve {problem}: {reason}")
-    if problem.use_pdl and target not in PDL_TARGETS:
+    if problem.use_pdl and not pdl_target(target):
         raise ValueError(f"triton.gemm: use_pdl needs griddepcontrol (NVIDIA sm_90+); {target} has none")
     name = kernel_name(problem, config)
     consts = constexprs(problem, config, target)
@@ -262,7 +289,7 @@ def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.T
     """Render, load and launch the kernel on ``a @ b`` (interpreter on CPU, or a real GPU).
 
     ``use_pdl`` launches with programmatic dependent launch (in the interpreter the gdc calls
-    need ``inductor_ext.testing.triton_interp``'s fixes)."""
+    need ``inductor_ext.runtime.triton_interp``'s fixes)."""
     import torch
 
     (m, k), (k2, n) = a.shape, b.shape

@@ -50,6 +50,22 @@ BLOCK_SIZE = 16  # NVFP4: one e4m3 scale per 16 elements of K
 # ----------------------------------------------------------------------------- problem rules
 
 
+def problem_fields(spec: Any) -> dict[str, Any]:
+    """The ``inductor_ext::nvfp4_gemm`` op (a, b, scale_a, scale_b, alpha, bias, in _scaled_mm's
+    order, with its scales in the blocked layout) as the fields both families' problems share."""
+    a, b_t, _, _, _, bias = spec.inputs
+    activation = spec.scalars["activation"]
+    return dict(m=a.shape[0], n=b_t.shape[1], k=2 * a.shape[1], out_dtype=spec.scalars["out_dtype"],
+                bias=bias is not None, bias_dtype=bias.dtype if bias is not None else None,
+                activation=None if activation == "none" else activation, scale_layout="blocked")
+
+
+def inductor_kwargs(constexprs: dict[str, object]) -> dict[str, object]:
+    """A family's constexprs as Inductor renders template kwargs: strings quoted."""
+    return {**constexprs, "ACTIVATION": repr(constexprs["ACTIVATION"])}
+
+
+
 def check_shape(problem: Any) -> str | None:
     """Why ``problem``'s M, N, K cannot be served (empty, or partial scale blocks), else None."""
     if min(problem.m, problem.n, problem.k) <= 0:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inductor_ext.templates.base import KernelSource, Tile
+from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.triton.launch import FP, dtype_name
 from inductor_ext.templates.triton import nvfp4_common as common
 from inductor_ext.templates.triton.nvfp4_common import (  # noqa: F401  (public constants)
@@ -49,6 +50,9 @@ FAMILY = "triton.nvfp4_dequant_gemm"
 
 # Claimed only where tier I passes (tests/test_nvfp4_templates.py); "cpu" runs in the interpreter.
 TARGETS = ("sm_90a", "cpu")
+OPS = ("nvfp4_gemm",)
+CHOICE_KIND = "triton_template"
+CPU_EXECUTOR = "the Triton interpreter"  # how interpret mode runs it on CPU tensors
 
 A_DTYPES = ("bfloat16", "float16", "nvfp4")
 
@@ -77,6 +81,22 @@ class Nvfp4DequantGemmProblem:
 class Nvfp4DequantGemmConfig(common.Nvfp4TileConfig):
     """``nvfp4_common.Nvfp4TileConfig``: block_m/n/k (BLOCK_K in elements), group_m, num_warps,
     num_stages, and swap_ab (compute acc^T = W A^T: a small M sits on the MMA's N side)."""
+
+
+Problem, Config = Nvfp4DequantGemmProblem, Nvfp4DequantGemmConfig
+
+
+def problem_for(spec: OpSpec) -> Nvfp4DequantGemmProblem | str:
+    """``inductor_ext::nvfp4_gemm`` (NVFP4 A and B, blocked scales): A is decoded on chip too."""
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+    problem = Nvfp4DequantGemmProblem(**common.problem_fields(spec), a_dtype="nvfp4")
+    return supports(problem) or problem
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> Nvfp4DequantGemmProblem:
+    """An MxNxK problem as the nvfp4_gemm op gives it (NVFP4 A too; ``dtype`` is the output's)."""
+    return Nvfp4DequantGemmProblem(m, n, k, a_dtype="nvfp4", out_dtype=dtype or "bfloat16", scale_layout="blocked")
 
 
 def supports(problem: Nvfp4DequantGemmProblem) -> str | None:
@@ -261,6 +281,16 @@ def kernel_name(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig
 def constexprs(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig) -> dict[str, object]:
     """The tl.constexpr values a launch (or an Inductor template choice, with DOT_DTYPE) needs."""
     return common.kernel_constexprs(problem, config, A_NVFP4=problem.a_dtype == "nvfp4")
+
+
+def config_supports(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig, target: str) -> str | None:
+    return check_config(config, problem, target)
+
+
+def inductor_kwargs(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig,
+                    target: str) -> dict[str, object]:
+    """The TritonTemplate kwargs of a choice, as Inductor renders them into source text."""
+    return {**common.inductor_kwargs(constexprs(problem, config)), "DOT_DTYPE": dot_dtype(problem)}
 
 
 def render(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig, target: str = "cpu") -> KernelSource:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inductor_ext.templates.base import KernelSource, Tile
+from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.triton import nvfp4_common as common
 from inductor_ext.templates.triton.nvfp4_common import (  # noqa: F401  (public constants)
     ACTIVATIONS, BIAS_DTYPES, BLOCK_SIZE, OUT_DTYPES, SCALE_LAYOUTS)
@@ -49,6 +50,9 @@ FAMILY = "triton.nvfp4_gemm"
 
 # Claimed only where tier I passes (tests/test_nvfp4_templates.py); "cpu" runs in the interpreter.
 TARGETS = ("sm_100a", "cpu")
+OPS = ("nvfp4_gemm",)
+CHOICE_KIND = "triton_template"
+CPU_EXECUTOR = "the Triton interpreter"  # how interpret mode runs it on CPU tensors
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,26 @@ class Nvfp4GemmConfig(common.Nvfp4TileConfig):
     num_stages, and swap_ab (compute acc^T = B A^T: a small M sits on the MMA's N side)."""
 
 
+Problem, Config = Nvfp4GemmProblem, Nvfp4GemmConfig
+
+
+def problem_for(spec: OpSpec) -> Nvfp4GemmProblem | str:
+    """``inductor_ext::nvfp4_gemm`` (NVFP4 A and B, blocked scales)."""
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+    problem = Nvfp4GemmProblem(**common.problem_fields(spec))
+    return supports(problem) or problem
+
+
+# What ``inductor-ext asm`` looks for beyond the target's MMA: the native block16 NVFP4 MMA.
+KEY_INSTRUCTIONS = {"sm_100a": [("ptx", r"tcgen05\.mma\.cta_group::1\.kind::mxf4nvf4\.block_scale\.block16")]}
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> Nvfp4GemmProblem:
+    """An MxNxK problem as the nvfp4_gemm op gives it (blocked scales; ``dtype`` is the output's)."""
+    return Nvfp4GemmProblem(m, n, k, out_dtype=dtype or "bfloat16", scale_layout="blocked")
+
+
 def supports(problem: Nvfp4GemmProblem) -> str | None:
     """None when the template can serve ``problem``, else the reason it cannot."""
     return common.check_shape(problem) or common.check_epilogue(problem)
@@ -94,6 +118,10 @@ def check_config(config: Nvfp4GemmConfig, target: str | None = None) -> str | No
         return common.check_mma_rows(config, 128, "Triton emits the native block16 MMA on sm_100a only for >= 128, "
                                      "smaller tiles fall back to bf16 emulation")
     return None
+
+
+def config_supports(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str) -> str | None:
+    return check_config(config, target)
 
 
 # sm_100a: the block16 MMA needs >= 128 rows on the MMA's M side (check_config) and BLOCK_K >= 64.
@@ -204,6 +232,11 @@ def kernel_name(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig) -> str:
 def constexprs(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig) -> dict[str, object]:
     """The tl.constexpr values a launch (or an Inductor template choice) needs."""
     return common.kernel_constexprs(problem, config)
+
+
+def inductor_kwargs(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str) -> dict[str, object]:
+    """The TritonTemplate kwargs of a choice, as Inductor renders them into source text."""
+    return common.inductor_kwargs(constexprs(problem, config))
 
 
 def render(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str = "cpu") -> KernelSource:

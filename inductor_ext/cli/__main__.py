@@ -1,0 +1,5 @@
+import sys
+
+from inductor_ext.cli import main
+
+sys.exit(main())

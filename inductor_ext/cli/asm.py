@@ -1,0 +1,216 @@
+"""``inductor-ext asm``: a template family's kernel for a target this machine does not have,
+compiled with the real toolchain, with the key instructions it found.
+
+    inductor-ext asm --list
+    inductor-ext asm triton.nvfp4_gemm --target sm_100a [--shape 128x256x512] [--dtype bfloat16]
+                     [--config block_m=128,block_n=64] [--out DIR]
+
+Families compile through ``compile_asm(problem, config, target)`` when they define it (CuTeDSL,
+FlyDSL), else as Triton source (``runtime.triton_compile``). The key instructions are the
+target's MMA instruction (``targets``) and the family's own ``KEY_INSTRUCTIONS[target]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from inductor_ext import targets
+from inductor_ext.runtime import asm_text
+from inductor_ext.templates import registry
+from inductor_ext.templates.family import OpSpec, TensorSpec
+
+DEFAULT_SHAPE = (128, 128, 256)
+
+
+class AsmError(ValueError):
+    """A bad family, target, shape or config: the message says what is allowed."""
+
+
+def family_targets(family: ModuleType) -> list[str]:
+    """The device targets a family claims (not the interpreter's "cpu")."""
+    return [t for t in family.TARGETS if t in targets.all_targets() and not targets.has(t, targets.INTERPRETER)]
+
+
+def listing() -> str:
+    rows = [(name, ", ".join(family_targets(m)) or "(none: CPU only)", m.CHOICE_KIND)
+            for name, m in sorted(registry.families().items())]
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{name.ljust(width)}  {claimed}  [{kind}]" for name, claimed, kind in rows)
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(d) for d in text.lower().split("x"))
+    except ValueError:
+        raise AsmError(f"--shape {text!r} is not MxNxK, e.g. 128x256x512") from None
+    if min(m, n, k) <= 0:
+        raise AsmError(f"--shape {text!r}: M, N and K must be positive")
+    return m, n, k
+
+
+def _value(text: str, current: Any, key: str) -> Any:
+    if isinstance(current, bool):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise AsmError(f"--config {key}={text!r}: expected true or false")
+        return text.lower() in ("true", "1")
+    if isinstance(current, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise AsmError(f"--config {key}={text!r}: expected an integer") from None
+    return text
+
+
+def apply_overrides(config: Any, text: str | None) -> Any:
+    if not text:
+        return config
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    changes = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in fields:
+            raise AsmError(f"--config {item!r}: expected key=value with a key among {', '.join(fields)}")
+        changes[key] = _value(value.strip(), fields[key], key)
+    return dataclasses.replace(config, **changes)
+
+
+def _mm_spec(m: int, n: int, k: int, dtype: str, device_type: str) -> OpSpec:
+    return OpSpec("mm", (TensorSpec((m, k), (k, 1), dtype), TensorSpec((k, n), (n, 1), dtype)),
+                  TensorSpec((m, n), (n, 1), dtype), {}, device_type)
+
+
+def example_problem(family: ModuleType, shape: tuple[int, int, int], dtype: str | None, target: str) -> Any:
+    """The family's problem for an MxNxK GEMM: its own ``example_problem`` when it has one, else
+    the plain mm of that shape."""
+    m, n, k = shape
+    if hasattr(family, "example_problem"):
+        problem = family.example_problem(m, n, k, dtype)
+    elif "mm" in family.OPS:
+        problem = family.problem_for(_mm_spec(m, n, k, dtype or "bfloat16", targets.get(target).device_type))
+    else:
+        raise AsmError(f"{family.FAMILY} has no example_problem(m, n, k, dtype) to build a problem from --shape")
+    if isinstance(problem, str):
+        raise AsmError(f"{family.FAMILY} cannot serve {m}x{n}x{k} {dtype or ''}: {problem}")
+    return problem
+
+
+def key_patterns(family: ModuleType, target: str, asm: dict[str, str]) -> dict[str, list[str]]:
+    """Assembly stage -> the instruction patterns to look for."""
+    t = targets.get(target)
+    found: dict[str, list[str]] = {}
+    if t.asm_key and t.mma_instruction:
+        found.setdefault(t.asm_key, []).append(t.mma_instruction)
+    if "sass" in asm and t.sass_mma_instruction:
+        found.setdefault("sass", []).append(t.sass_mma_instruction)
+    for stage, pattern in getattr(family, "KEY_INSTRUCTIONS", {}).get(target, ()):  # [(stage, regex)]
+        found.setdefault(stage, []).append(pattern)
+    return {stage: list(dict.fromkeys(p)) for stage, p in found.items() if stage in asm}
+
+
+def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_SHAPE, dtype: str | None = None,
+          config_text: str | None = None) -> dict[str, Any]:
+    """Render and compile one kernel; what ``inductor-ext asm`` prints."""
+    families = registry.families()
+    if family_name not in families:
+        raise AsmError(f"unknown template family {family_name!r}; families: {', '.join(sorted(families))}")
+    family = families[family_name]
+    claimed = family_targets(family)
+    if target not in claimed:
+        raise AsmError(f"{family_name} does not claim target {target!r}; it claims: {', '.join(claimed) or 'none'}")
+    problem = example_problem(family, shape, dtype, target)
+    defaults = family.configs(problem, target)
+    if not defaults:
+        raise AsmError(f"{family_name} has no config for {problem} on {target}")
+    config = apply_overrides(defaults[0], config_text)
+    check = getattr(family, "config_supports", None)
+    reason = check(problem, config, target) if check is not None else None
+    if reason:
+        raise AsmError(f"{family_name} cannot use config {config}: {reason}")
+    ks = family.render(problem, config, target)
+    if hasattr(family, "compile_asm"):
+        asm = family.compile_asm(problem, config, target)
+    elif ks.language == "triton" and targets.get(target).triton is not None:
+        from inductor_ext.runtime.triton_compile import compile_for_target
+
+        asm = compile_for_target(ks, target)
+    else:
+        raise AsmError(f"{family_name} has no compile_asm() and {ks.language} for {target} is not Triton")
+    patterns = key_patterns(family, target, asm)
+    counts = {stage: asm_text.instruction_counts(asm, target, pats, key=stage) for stage, pats in patterns.items()}
+    return {"family": family_name, "target": target, "problem": dataclasses.asdict(problem),
+            "config": dataclasses.asdict(config), "kernel": ks.name, "language": ks.language,
+            "source": ks.source, "asm": {k: v for k, v in asm.items() if k != "metadata"},
+            "key_instructions": counts}
+
+
+_SUFFIX = {"triton": ".py", "cutedsl": ".py", "flydsl": ".py", "msl": ".metal", "sycl": ".cpp"}
+
+
+def write(result: dict[str, Any], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / f"{result['kernel']}{_SUFFIX.get(result['language'], '.txt')}"]
+    written[0].write_text(result["source"])
+    for stage, text in result["asm"].items():
+        path = out / f"{result['kernel']}.{stage}"
+        path.write_text(text)
+        written.append(path)
+    summary = out / f"{result['kernel']}.json"
+    summary.write_text(json.dumps({k: v for k, v in result.items() if k not in ("source", "asm")}, indent=2))
+    return written + [summary]
+
+
+def format_result(result: dict[str, Any], show: tuple[str, ...] = ("source", "asm")) -> str:
+    lines = [f"# {result['family']} for {result['target']}: kernel {result['kernel']}",
+             f"# problem {result['problem']}", f"# config  {result['config']}"]
+    if "source" in show:
+        lines += ["", f"==== source ({result['language']}) ====", result["source"].rstrip()]
+    if "asm" in show:
+        for stage, text in result["asm"].items():
+            if stage in ("ptx", "sass", "amdgcn", "isa"):
+                lines += ["", f"==== {stage} ====", text.rstrip()]
+    lines += ["", "==== key instructions ===="]
+    for stage, counts in result["key_instructions"].items():
+        for pattern, n in counts.items():
+            lines.append(f"{stage:7s} {pattern:55s} x{n}" + ("" if n else "   MISSING"))
+    return "\n".join(lines)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("asm", help="show a template family's kernel compiled for a target (PTX/SASS, amdgcn)")
+    p.add_argument("family", nargs="?", help="template family, e.g. triton.nvfp4_gemm (see --list)")
+    p.add_argument("--list", action="store_true", help="print every family with the targets it claims")
+    p.add_argument("--target", help="e.g. sm_90a, sm_100a, gfx950, gfx1250")
+    p.add_argument("--shape", default="x".join(map(str, DEFAULT_SHAPE)), help="MxNxK (default %(default)s)")
+    p.add_argument("--dtype", help="operand dtype, e.g. bfloat16 (default: the family's)")
+    p.add_argument("--config", help="config overrides, e.g. block_m=64,num_warps=4")
+    p.add_argument("--out", help="write source, assembly and a JSON summary to this folder instead of printing them")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.list:
+        print(listing())
+        return 0
+    if not args.family or not args.target:
+        print("inductor-ext asm: give FAMILY --target T (or --list)", file=sys.stderr)
+        return 2
+    try:
+        result = build(args.family, args.target, parse_shape(args.shape), args.dtype, args.config)
+    except AsmError as e:
+        print(f"inductor-ext asm: {e}", file=sys.stderr)
+        return 2
+    if args.out:
+        for path in write(result, Path(args.out)):
+            print(path)
+        print(format_result(result, show=()))
+    else:
+        print(format_result(result))
+    missing = [p for counts in result["key_instructions"].values() for p, n in counts.items() if not n]
+    return 1 if missing else 0

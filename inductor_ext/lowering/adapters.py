@@ -1,0 +1,127 @@
+"""Generic lowering adapters: how a template family's configs become Inductor autotune choices,
+one adapter per choice kind (``templates/family.py``), none per family.
+
+- ``triton_template``: the family's ``inductor_source()`` as a ``TritonTemplate`` (Inductor
+  renders it, can fuse epilogues into it, and benchmarks it); one choice per config with the
+  family's ``inductor_kwargs``.
+- ``extern``: a compiled kernel called from the generated wrapper. Each (family, config) is an
+  ``ExternKernelChoice`` named ``ext_<family op>_<config name>``, registered for every config in
+  the family's ``ALL_CONFIGS`` when this module is imported, so a graph loaded from Inductor's FX
+  graph cache in a new process finds it. It calls the family's own op (``EXTERN_OP`` with
+  ``extern_kwargs``) when it has one, else ``call(problem, config, target, *tensors)`` through
+  this module, with the problem as JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch._inductor.kernel.mm_common import mm_grid
+from torch._inductor.select_algorithm import ExternKernelChoice, TritonTemplate
+
+from inductor_ext.lowering import pdl_consumers
+from inductor_ext.lowering.op_specs import op_inputs
+from inductor_ext.lowering.prepared import Prepared
+from inductor_ext.templates import registry
+
+
+def prepare(family: ModuleType, kernel_inputs: Any, op: str) -> Prepared | str:
+    """The family's problem for this op instance with every choice's inputs, or why not."""
+    inputs = op_inputs(op, kernel_inputs)
+    if isinstance(inputs, str):
+        return inputs
+    problem = family.problem_for(inputs.spec)
+    if isinstance(problem, str):
+        return problem
+    extra = inputs.triton_extra if family.CHOICE_KIND == "triton_template" else {}
+    return Prepared(problem, inputs.nodes, inputs.layout, extra)
+
+
+def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
+    """Append the choice for ``config``; returns it, or None when the family (or Inductor)
+    cannot generate it."""
+    check = getattr(family, "config_supports", None)
+    if check is not None and check(prepared.problem, config, target):
+        return None
+    kind = family.CHOICE_KIND
+    if kind == "triton_template":
+        return _append_triton(family, choices, prepared, config, target)
+    if kind == "extern":
+        return _append_extern(family, choices, prepared, config, target)
+    raise ValueError(f"{family.FAMILY}: unknown choice kind {kind!r}")
+
+
+# --------------------------------------------------------------------------- triton_template
+
+
+@functools.lru_cache(maxsize=None)
+def triton_template(family_name: str) -> TritonTemplate:
+    """One TritonTemplate per family, named ``ext_<family op>`` (e.g. ``ext_gemm``)."""
+    family = registry.get(family_name)
+    return TritonTemplate(name=f"ext_{registry.slug(family_name)}", grid=mm_grid, source=family.inductor_source())
+
+
+def _append_triton(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
+    before = len(choices)
+    triton_template(family.FAMILY).maybe_append_choice(
+        choices, input_nodes=prepared.inputs, layout=prepared.layout,
+        num_stages=config.num_stages, num_warps=config.num_warps,
+        **pdl_consumers.template_launch_kwargs(prepared.problem), **prepared.extra,
+        **family.inductor_kwargs(prepared.problem, config, target))
+    return choices[-1] if len(choices) > before else None
+
+
+# ------------------------------------------------------------------------------------ extern
+
+
+def extern_name(family: ModuleType, config: Any) -> str:
+    return f"ext_{family.FAMILY.replace('.', '_')}_{registry.config_name(config)}"
+
+
+def extern_choice(family: ModuleType, config: Any) -> ExternKernelChoice:
+    """The registered ExternKernelChoice of one (family, config), created on first use."""
+    name = extern_name(family, config)
+    existing = ExternKernelChoice.lookup(name)
+    if existing is not None:
+        return existing
+    op_name = getattr(family, "EXTERN_OP", None)
+    if op_name is not None:
+        namespace, _, op = op_name.partition("::")
+        overload = getattr(getattr(torch.ops, namespace), op).default
+        return ExternKernelChoice(overload, name=name, has_out_variant=False, op_overload=overload)
+    kernel = functools.partial(_call_family, family.FAMILY, dataclasses.asdict(config))
+    kernel.__name__ = name  # type: ignore[attr-defined]
+    return ExternKernelChoice(kernel, name=name, has_out_variant=False)
+
+
+def _call_family(family_name: str, config: dict[str, Any], *tensors: Any, problem: str, target: str) -> Any:
+    """What the generated wrapper runs for a generic extern choice."""
+    family = registry.get(family_name)
+    return family.call(registry.from_dict(family.Problem, json.loads(problem)),
+                       registry.from_dict(family.Config, config), target, *tensors)
+
+
+def _append_extern(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
+    if config not in family.ALL_CONFIGS:
+        return None  # only registered configs can be called from cached code
+    if getattr(family, "EXTERN_OP", None) is not None:
+        kwargs = family.extern_kwargs(prepared.problem, config)
+    else:
+        kwargs = {"problem": registry.problem_json(prepared.problem), "target": target}
+    choice = extern_choice(family, config).bind(prepared.inputs, prepared.layout, **kwargs)
+    choice.description = f"{family.FAMILY} {registry.config_name(config)}"  # what dumps show as its config
+    choices.append(choice)
+    return choice
+
+
+def register_extern_choices() -> None:
+    """Register every extern family's configs (cached compiled graphs call them by name)."""
+    for family in registry.families().values():
+        if family.CHOICE_KIND == "extern":
+            for config in family.ALL_CONFIGS:
+                extern_choice(family, config)

@@ -1,0 +1,134 @@
+"""Per-op Inductor glue: an op's ``KernelInputs`` as plain data (``OpSpec``) for the template
+families, plus what every choice of that op takes (input nodes, output layout) and the extra
+TritonTemplate arguments the op needs (addmm's bias epilogue).
+
+One entry per op in ``OPS``; an op not listed is not offered to any family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch._inductor import ir
+from torch._inductor.kernel.mm_common import addmm_epilogue, mm_args
+
+from inductor_ext.templates.family import OpSpec, TensorSpec
+
+
+@dataclass
+class OpInputs:
+    """One op instance ready for a family: its spec, and the Inductor side of every choice."""
+
+    spec: OpSpec
+    nodes: tuple[Any, ...]  # the input nodes every choice takes, in the spec's order
+    layout: Any  # the output layout
+    triton_extra: dict[str, Any] = field(default_factory=dict)  # extra TritonTemplate kwargs
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _static(values: Any) -> tuple[int, ...] | None:
+    out = []
+    for v in values:
+        if not getattr(v, "is_number", True):
+            return None
+        out.append(int(v))
+    return tuple(out)
+
+
+def tensor_spec(node: Any) -> TensorSpec | str:
+    """A node's shape, strides and dtype, or why it cannot be described (dynamic shapes)."""
+    shape, stride = _static(node.get_size()), _static(node.get_stride())
+    if shape is None or stride is None:
+        return "dynamic shapes are not supported yet"
+    return TensorSpec(shape, stride, dtype_name(node.get_dtype()))
+
+
+def _box(node: Any) -> ir.TensorBox:
+    return node if isinstance(node, ir.TensorBox) else ir.TensorBox(node)
+
+
+def _spec(op: str, nodes: tuple[Any, ...], layout: Any, device_type: str, scalars: dict[str, Any],
+          optional: tuple[Any, ...] = ()) -> OpSpec | str:
+    specs = []
+    for node in nodes:
+        spec = tensor_spec(node)
+        if isinstance(spec, str):
+            return spec
+        specs.append(spec)
+    shape, stride = _static(layout.size), _static(layout.stride)
+    if shape is None or stride is None:
+        return "dynamic shapes are not supported yet"
+    out = TensorSpec(shape, stride, dtype_name(layout.dtype))
+    return OpSpec(op, tuple(specs) + optional, out, scalars, device_type)
+
+
+def _mm(kernel_inputs: Any) -> OpInputs | str:
+    mat1, mat2 = (_box(n) for n in kernel_inputs.nodes())
+    m, n, k, layout, mat1, mat2 = mm_args(mat1, mat2)
+    spec = _spec("mm", (mat1, mat2), layout, kernel_inputs.device_type, {})
+    return spec if isinstance(spec, str) else OpInputs(spec, (mat1, mat2), layout)
+
+
+def _addmm(kernel_inputs: Any) -> OpInputs | str:
+    nodes = [_box(n) for n in kernel_inputs.nodes()]
+    m, n, k, layout, mat1, mat2, bias = mm_args(nodes[1], nodes[2], nodes[0])
+    alpha, beta = kernel_inputs.get_scalar("alpha"), kernel_inputs.get_scalar("beta")
+    spec = _spec("addmm", (bias, mat1, mat2), layout, kernel_inputs.device_type, {"alpha": alpha, "beta": beta})
+    if isinstance(spec, str):
+        return spec
+    # Inductor's epilogue applies beta * bias + alpha * acc, the bias being a prefix input.
+    extra = {"prefix_args": 1, "epilogue_fn": addmm_epilogue(layout.dtype, alpha, beta),
+             "epilogue_fn_hash": f"addmm_{alpha}_{beta}"}
+    return OpInputs(spec, (bias, mat1, mat2), layout, extra)
+
+
+def _nvfp4_gemm(kernel_inputs: Any) -> OpInputs | str:
+    a, b_t, sa, sb, alpha, *rest = kernel_inputs.nodes()  # _scaled_mm's order
+    layout = kernel_inputs.output_layout()
+    scalars = {"activation": kernel_inputs.get_scalar("activation"),
+               "out_dtype": dtype_name(kernel_inputs.get_scalar("out_dtype"))}
+    nodes = (a, b_t, sa, sb, alpha, *rest)
+    spec = _spec("nvfp4_gemm", nodes, layout, kernel_inputs.device_type, scalars,
+                 optional=() if rest else (None,))
+    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+
+
+def _scaled_mm(kernel_inputs: Any) -> OpInputs | str:
+    """Inductor's ``scaled_mm`` lowering: a, b, scale_a, scale_b[, bias] (no scale_result)."""
+    nodes = tuple(kernel_inputs.nodes())
+    layout = kernel_inputs.output_layout()
+    optional = (None, None) if len(nodes) == 4 else (None,)  # bias, scale_result
+    spec = _spec("scaled_mm", nodes, layout, kernel_inputs.device_type,
+                 {"out_dtype": dtype_name(layout.dtype)}, optional=optional)
+    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+
+
+def _grouped_mm(kernel_inputs: Any) -> OpInputs | str:
+    """ext's ``grouped_mm`` lowering (lowering/grouped_mm.py): mat_a, mat_b[, offs] (no bias)."""
+    nodes = tuple(kernel_inputs.nodes())
+    layout = kernel_inputs.output_layout()
+    optional = (None, None) if len(nodes) == 2 else (None,)  # offs, bias
+    spec = _spec("grouped_mm", nodes, layout, kernel_inputs.device_type,
+                 {"out_dtype": dtype_name(layout.dtype)}, optional=optional)
+    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+
+
+# Inductor's op name (as passed to get_template_configs, or by our own lowerings) -> glue.
+# OpSpec.inputs per op: mm (A, B); addmm (bias, A, B); nvfp4_gemm (a, b, scale_a, scale_b,
+# alpha, bias|None); scaled_mm (a, b, scale_a, scale_b, bias|None, scale_result|None);
+# grouped_mm (mat_a, mat_b, offs|None, bias|None).
+OPS: dict[str, Callable[[Any], OpInputs | str]] = {"mm": _mm, "addmm": _addmm, "nvfp4_gemm": _nvfp4_gemm,
+                                                   "scaled_mm": _scaled_mm, "grouped_mm": _grouped_mm}
+
+
+def op_inputs(op: str, kernel_inputs: Any) -> OpInputs | str:
+    """The op's inputs for the families, or why none can be offered."""
+    glue = OPS.get(op)
+    if glue is None:
+        return f"ext offers no templates for {op!r} (served: {', '.join(OPS)})"
+    return glue(kernel_inputs)

@@ -1,0 +1,101 @@
+"""Finds the template families: every module ``templates/<dsl>/<name>.py`` defining ``FAMILY``.
+
+A new family is one new file; nothing here lists them. Modules without ``FAMILY`` (shared
+pieces such as ``triton/launch.py``) are skipped. A module that defines ``FAMILY`` but misses
+part of the protocol (``templates/family.py``) is an error naming what is missing, not a family
+that silently never gets offered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import json
+import pkgutil
+from types import ModuleType
+from typing import Any
+
+import inductor_ext.templates as _package
+from inductor_ext.templates.family import CHOICE_KINDS
+
+# What every family module defines, and what each choice kind adds.
+_REQUIRED = ("FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "Problem", "Config", "problem_for", "supports", "configs",
+             "render")
+_BY_KIND = {"triton_template": ("inductor_source", "inductor_kwargs"), "extern": ("call", "ALL_CONFIGS")}
+
+
+class FamilyError(TypeError):
+    """A template module that claims to be a family but does not follow the protocol."""
+
+
+@functools.lru_cache(maxsize=None)
+def families() -> dict[str, ModuleType]:
+    """Family name -> module, for every family module under ``inductor_ext/templates``."""
+    found: dict[str, ModuleType] = {}
+    for dsl in pkgutil.iter_modules(_package.__path__):
+        if not dsl.ispkg:
+            continue
+        package = importlib.import_module(f"{_package.__name__}.{dsl.name}")
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            if not hasattr(module, "FAMILY"):
+                continue
+            check(module)
+            if module.FAMILY in found:
+                raise FamilyError(f"two modules define family {module.FAMILY!r}: "
+                                  f"{found[module.FAMILY].__name__} and {module.__name__}")
+            found[module.FAMILY] = module
+    return found
+
+
+def check(module: ModuleType) -> None:
+    """Raise :class:`FamilyError` naming what ``module`` misses of the family protocol."""
+    kind = getattr(module, "CHOICE_KIND", None)
+    if kind not in CHOICE_KINDS:
+        raise FamilyError(f"{module.__name__}: CHOICE_KIND = {kind!r}; use one of {CHOICE_KINDS}")
+    missing = [name for name in (*_REQUIRED, *_BY_KIND[kind]) if not hasattr(module, name)]
+    if missing:
+        raise FamilyError(f"{module.__name__} (family {getattr(module, 'FAMILY', '?')!r}) lacks {', '.join(missing)} "
+                          "of the template-family protocol (templates/family.py)")
+
+
+def get(name: str) -> ModuleType:
+    known = families()
+    if name not in known:
+        raise KeyError(f"unknown template family {name!r}; available: {', '.join(sorted(known))}")
+    return known[name]
+
+
+def for_op(op: str, target: str) -> list[ModuleType]:
+    """Families serving ``op`` that claim ``target``, by name."""
+    return [m for _, m in sorted(families().items()) if op in m.OPS and target in m.TARGETS]
+
+
+def slug(family: str) -> str:
+    """``"triton.nvfp4_gemm"`` -> ``"nvfp4_gemm"``: the family's op part, used in kernel names."""
+    return family.split(".", 1)[1]
+
+
+def config_name(config: Any) -> str:
+    """``config.name()`` when the family defines one, else its fields (``threads1024_chunks1``)."""
+    if hasattr(config, "name"):
+        return config.name()
+    return "_".join(f"{k}{str(v).lower()}" for k, v in dataclasses.asdict(config).items())
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """A Problem or Config back from its dict (JSON turns tuples into lists)."""
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def config_from_dict(module: ModuleType, data: dict[str, Any]) -> Any:
+    return from_dict(module.Config, data)
+
+
+def problem_json(problem: Any) -> str:
+    return json.dumps(dataclasses.asdict(problem), sort_keys=True)

@@ -1,0 +1,72 @@
+"""``inductor-ext asm``: every family and target claimed today compiles with the real toolchain
+and shows its key instruction; bad input is a one-line error naming what is allowed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inductor_ext.cli import asm, main
+
+# (family, target, the instruction it must show, the assembly stage holding it)
+CLAIMED = [
+    ("triton.gemm", "sm_90a", r"wgmma\.mma_async", "ptx"),
+    ("triton.gemm", "sm_100a", r"tcgen05\.mma", "ptx"),
+    ("triton.gemm", "gfx950", r"v_mfma", "amdgcn"),
+    ("triton.gemm", "gfx1250", r"v_wmma", "amdgcn"),
+    ("triton.nvfp4_gemm", "sm_100a", r"tcgen05\.mma\.cta_group::1\.kind::mxf4nvf4\.block_scale\.block16", "ptx"),
+    ("cutedsl.nvfp4_gemm", "sm_100a", r"tcgen05\.mma\.cta_group::[12]\.kind::mxf4nvf4\.block_scale\.block16", "ptx"),
+    ("triton.nvfp4_dequant_gemm", "sm_90a", r"wgmma\.mma_async", "ptx"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _asm_cache(monkeypatch, isa_cache):
+    if isa_cache:
+        monkeypatch.setenv("INDUCTOR_EXT_ISA_CACHE", isa_cache)
+
+
+@pytest.mark.isa
+@pytest.mark.parametrize("family, target, instruction, stage", CLAIMED)
+def test_claimed_pair_shows_its_key_instruction(family, target, instruction, stage):
+    result = asm.build(family, target)
+    assert result["family"] == family and result["target"] == target
+    assert result["key_instructions"][stage][instruction] > 0, result["key_instructions"]
+    assert all(n > 0 for counts in result["key_instructions"].values() for n in counts.values())
+    assert result["kernel"] in result["source"] or result["language"] != "triton"
+
+
+def test_list_has_one_line_per_family_with_its_targets(capsys):
+    assert main(["asm", "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    by_family = {line.split()[0]: line for line in lines}
+    assert len(by_family) == len(lines)
+    for family, target, _, _ in CLAIMED:
+        assert target in by_family[family], by_family[family]
+    assert "cpu" not in by_family["triton.gemm"]  # the interpreter is not a target with an ISA
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["asm", "triton.gemmm", "--target", "sm_90a"], "unknown template family 'triton.gemmm'; families: "),
+    (["asm", "triton.nvfp4_gemm", "--target", "sm_90a"], "does not claim target 'sm_90a'; it claims: sm_100a"),
+    (["asm", "triton.gemm", "--target", "sm_90a", "--shape", "12x3"], "is not MxNxK"),
+    (["asm", "triton.gemm", "--target", "sm_90a", "--config", "block_q=3"], "with a key among block_m"),
+    (["asm", "triton.gemm", "--target", "sm_90a", "--config", "block_m=big"], "block_m='big': expected an integer"),
+])
+def test_bad_input_is_one_line_naming_what_is_allowed(capsys, argv, expected):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.isa
+def test_out_writes_source_assembly_and_summary(tmp_path, capsys):
+    rc = main(["asm", "triton.gemm", "--target", "gfx950", "--shape", "64x64x128", "--config", "block_m=64,block_n=64",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    summary = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert summary["config"]["block_m"] == 64 and summary["problem"]["m"] == 64
+    assert summary["key_instructions"]["amdgcn"]["v_mfma"] > 0
+    assert next(tmp_path.glob("*.amdgcn")).read_text().count("v_mfma") > 0
+    assert "key instructions" in capsys.readouterr().out
