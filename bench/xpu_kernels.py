@@ -132,10 +132,10 @@ def bench_gemm(device: str, dtype: torch.dtype, shapes: list[tuple[int, int, int
                      **timed(lambda: a @ b, device, reps, inner)})
         problem = sycl_gemm.GemmProblem(m, n, k, dname)
         candidates = sycl_gemm.configs(problem, "xpu")
-        sycl_gemm.prebuild([(problem, c) for c in candidates], device=device)
+        sycl_gemm.prebuild([(problem, c) for c in candidates], "xpu", device)
         best = None
         for config in candidates:
-            run = lambda config=config: sycl_gemm.run(problem, config, "xpu", a, b)  # noqa: E731
+            run = lambda config=config: sycl_gemm.call(problem, config, "xpu", a, b)  # noqa: E731
             row = {**base, "arm": f"sycl.gemm[{config.name()}]", "max_abs_err": max_err(run(), want),
                    **timed(run, device, reps, inner)}
             rows.append(row)

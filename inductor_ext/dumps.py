@@ -20,6 +20,7 @@ import torch
 
 from inductor_ext import codegen as codegens
 from inductor_ext.codegen import KernelInfo
+from inductor_ext.templates import registry
 
 INDEX = "index.json"
 
@@ -214,11 +215,37 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
                             "graph": graph_name, "user_source": where.get(d.node, []),
                             "modules": _modules_of([d.node], modules), "decision": d})
     for e in entries:
+        if e["language"] == "extern" and e["decision"] is not None:
+            _add_template_source(e, folder, root)
         d = e["decision"]
         e["decision"] = None if d is None else {"winner": d.winner, "reason": d.reason, "problem": d.problem,
                                                 "candidates": d.candidates}
     _extend_index(root, entries)
     return entries
+
+
+def _add_template_source(entry: dict[str, Any], folder: Path, root: Path) -> None:
+    """An extern call whose decision an ext template family won (its ``call()`` runs a kernel ext
+    rendered, e.g. a SYCL GEMM): name the family and config, and write that kernel's source."""
+    d = entry["decision"]
+    won = next((c for c in d.candidates if c["name"] == d.winner), None)
+    if won is None or won["kind"] != "template" or won.get("problem_dict") is None:
+        return
+    family = registry.families().get(won["family"])
+    if family is None:
+        return
+    problem = registry.from_dict(family.Problem, won["problem_dict"])
+    config = registry.config_from_dict(family, won["config_dict"])
+    try:
+        ks = family.render(problem, config, d.target)
+    except Exception as e:  # noqa: BLE001  (a dump never fails a compile)
+        entry["template"], entry["config"] = won["family"], won["config_dict"]
+        entry["render_error"] = f"{type(e).__name__}: {e}"
+        return
+    path = folder / f"{ks.name}{ks.suffix}"
+    path.write_text(ks.source)
+    entry.update(template=won["family"], config=won["config_dict"], language=ks.language,
+                 properties=dict(ks.launch), file=str(path.relative_to(root)))
 
 
 def _modules_of(nodes: Iterable[str], modules: dict[str, str]) -> list[str]:

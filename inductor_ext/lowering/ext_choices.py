@@ -54,6 +54,7 @@ class Decision:
     reason: str = "autotune off"
     choice_ids: dict[int, int] = field(default_factory=dict)  # id(ChoiceCaller) -> candidate index
     key: ProblemKey | None = None  # set when the result should go into the autotune cache
+    target: str = ""  # the target the templates were rendered for (dumps render the winner again)
 
 
 # Decisions made in this process, in order; dumps and the demo take what a compile added.
@@ -97,7 +98,8 @@ class ExtChoices(InductorChoices):
         if not families or self.config.autotune == "off":
             return choices
         node = V.graph.current_node.name if V.graph.current_node is not None else "?"
-        decision = Decision(node=node, op=op_name, problem=_problem_text(op_name, kernel_inputs))
+        decision = Decision(node=node, op=op_name, problem=_problem_text(op_name, kernel_inputs),
+                            target=self.config.target)
         decisions.append(decision)
         decision.candidates = [_candidate(c, "aten", "aten", None, None) for c in choices]
         prepared = {}
@@ -121,6 +123,7 @@ class ExtChoices(InductorChoices):
             return self._only(choices, decision, choices[0], "fallback: cache-only and no cache entry")
         for family, ready in prepared.items():
             module = registry.get(family)
+            offered = []
             for cand in policy.candidates(module, ready.problem, self.config.target, self.config.autotune):
                 try:
                     choice = self._append(module, choices, ready, cand.config)
@@ -131,8 +134,11 @@ class ExtChoices(InductorChoices):
                 if choice is None:
                     log.warning("ext: dropped %s config %s for %s: %s", family, cand.config, node, why)
                     continue
+                offered.append(cand.config)
                 decision.candidates.append(_candidate(choice, "template", family, cand.policy,
-                                                      registry.config_to_dict(cand.config)))
+                                                      registry.config_to_dict(cand.config), ready.problem))
+            if module.CHOICE_KIND == "extern":
+                adapters.prebuild_extern(module, ready.problem, offered, self.config.target, kernel_inputs.device_type)
         decision.choice_ids = {id(c): i for i, c in enumerate(choices)}
         decision.reason = "benchmark"
         return choices
@@ -160,6 +166,9 @@ class ExtChoices(InductorChoices):
         targets = getattr(module, "TARGETS", ())
         if self.config.target not in targets:
             return f"verified for {', '.join(targets)}, not target {self.config.target}"
+        missing = getattr(module, "missing", lambda: None)()
+        if missing:
+            return f"{module.FAMILY} cannot run here: {missing}"
         if device == "cpu" and not self.config.interpret and not getattr(module, "RUNS_ON_CPU", False):
             executor = getattr(module, "CPU_EXECUTOR", None)
             if executor is None:
@@ -190,7 +199,8 @@ class ExtChoices(InductorChoices):
         chosen = self._append(module, [], prepared[entry.winner], registry.config_from_dict(module, entry.config))
         if chosen is None:
             return self._only(choices, decision, choices[0], "fallback: cached config could not be generated")
-        decision.candidates.append(_candidate(chosen, "template", entry.winner, "cache", entry.config))
+        decision.candidates.append(_candidate(chosen, "template", entry.winner, "cache", entry.config,
+                                              prepared[entry.winner].problem))
         return self._only(choices, decision, chosen, "cache")
 
     def _key(self, op_name: str, kernel_inputs: Any) -> ProblemKey:
@@ -284,9 +294,11 @@ def _problem_text(op_name: str, kernel_inputs: Any) -> dict[str, Any]:
             "dtype": str(kernel_inputs.nodes()[-1].get_dtype()).removeprefix("torch.")}
 
 
-def _candidate(choice: Any, kind: str, family: str, proposer: str | None, config: dict[str, Any] | None) -> dict[str, Any]:
+def _candidate(choice: Any, kind: str, family: str, proposer: str | None, config: dict[str, Any] | None,
+               problem: Any = None) -> dict[str, Any]:
     return {"name": choice.name, "kind": kind, "family": family, "policy": proposer,
-            "config": getattr(choice, "description", ""), "config_dict": config, "time_us": None}
+            "config": getattr(choice, "description", ""), "config_dict": config, "time_us": None,
+            "problem_dict": None if problem is None else dataclasses.asdict(problem)}
 
 
 def _cache_candidate(candidate: dict[str, Any]) -> dict[str, Any]:

@@ -20,9 +20,12 @@ SYCL_LOCAL_MEMORY_LIMIT = 64 * 1024
 
 PRESETS = {
     "xpu": {
-        "description": "Intel XPU: ATen and Inductor's XPU codegen (no ext templates verified yet)",
+        # Kernels: Inductor's Triton codegen for XPU stays the default; options={"xpu_codegen":
+        # "sycl"} (codegen/sycl) switches to ext's SYCL kernels, which interpret mode always uses.
+        "description": "Intel XPU: SYCL GEMM/gemv templates against oneDNN; Inductor's Triton kernels "
+                       "(xpu_codegen='sycl': ext's SYCL kernels)",
         "target": "xpu",
-        "passes": [], "templates": [], "autotune": "off", "pdl": "off", "template_margin": 0.0,
+        "passes": [], "templates": ["sycl.gemm"], "autotune": "quick", "pdl": "off", "template_margin": 0.02,
     },
 }
 

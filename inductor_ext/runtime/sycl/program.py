@@ -312,6 +312,25 @@ class Program:
         return self
 
 
+    def device_images(self) -> list[bytes]:
+        """The built program as its device's backend received it: for a build from source, one
+        SPIR-V module (``runtime/sycl/spirv.py`` disassembles it). Builds first if needed."""
+        self.build()
+        if self._bundle is None:
+            return []  # no kernels, nothing built
+        lib, images, index = self.lib, [], 0
+        while True:
+            count, data, size, err = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_void_p()
+            _check(lib, lib.ext_sycl_bundle_image(self._bundle, index, ctypes.byref(count), ctypes.byref(data),
+                                                  ctypes.byref(size), ctypes.byref(err)), err,
+                   "reading the program's device image")
+            if index >= count.value:
+                return images
+            images.append(ctypes.string_at(data.value, size.value))
+            lib.ext_sycl_free(data)
+            index += 1
+
+
 def _strings(values: Sequence[str]) -> ctypes.Array:
     return (ctypes.c_char_p * max(len(values), 1))(*[v.encode() for v in values])
 

@@ -51,7 +51,7 @@ enum ArgKind { ARG_POINTER = 0, ARG_BYTES = 1, ARG_LOCAL = 2 };
 
 extern "C" {
 
-int ext_sycl_abi_version() { return 1; }
+int ext_sycl_abi_version() { return 2; }
 
 void ext_sycl_free(void *p) { std::free(p); }
 
@@ -151,6 +151,29 @@ int ext_sycl_get_kernel(void *bundle, const char *name, void **kernel_out, char 
     auto *b = static_cast<sycl::kernel_bundle<sycl::bundle_state::executable> *>(bundle);
     if (!b->ext_oneapi_has_kernel(name)) return fail(err, std::string("no kernel named ") + name);
     *kernel_out = new sycl::kernel(b->ext_oneapi_get_kernel(name));
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(err, e.what());
+  }
+}
+
+// Device image `index` of a built bundle as its backend received it (a SPIR-V module for a build
+// from source), copied into *data_out (malloc'd) with *size_out bytes; *count is the number of
+// images. An index past the end only sets *count.
+int ext_sycl_bundle_image(void *bundle, int index, int *count, void **data_out, size_t *size_out, char **err) {
+  try {
+    auto *b = static_cast<sycl::kernel_bundle<sycl::bundle_state::executable> *>(bundle);
+    int i = 0;
+    *data_out = nullptr;
+    *size_out = 0;
+    for (const auto &image : *b) {
+      if (i++ != index) continue;
+      std::vector<std::byte> bytes = image.ext_oneapi_get_backend_content();
+      *data_out = std::malloc(bytes.size() ? bytes.size() : 1);
+      std::memcpy(*data_out, bytes.data(), bytes.size());
+      *size_out = bytes.size();
+    }
+    *count = i;
     return 0;
   } catch (const std::exception &e) {
     return fail(err, e.what());

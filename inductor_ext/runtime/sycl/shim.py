@@ -20,7 +20,7 @@ from inductor_ext.runtime import toolchain
 from inductor_ext.runtime.sycl import wheels as wheels_mod
 
 SOURCE = Path(__file__).with_name("shim.cpp")
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 _P, _INT, _SIZE = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
 _PP, _STRS = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_char_p)
@@ -37,6 +37,7 @@ SIGNATURES = {
     "ext_sycl_release_bundle": ([_P], None),
     "ext_sycl_get_kernel": ([_P, ctypes.c_char_p, _PP, _PP], _INT),
     "ext_sycl_release_kernel": ([_P], None),
+    "ext_sycl_bundle_image": ([_P, _INT, ctypes.POINTER(_INT), _PP, ctypes.POINTER(_SIZE), _PP], _INT),
     "ext_sycl_kernel_max_work_group": ([_P, _P, ctypes.POINTER(_SIZE), _PP], _INT),
     "ext_sycl_launch": ([_P, _P, _INT, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE), _INT, ctypes.POINTER(_INT),
                          _PP, ctypes.POINTER(_SIZE), _INT, _PP], _INT),

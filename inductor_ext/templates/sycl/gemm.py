@@ -12,16 +12,20 @@ Two kernels, one family (the config's ``kind`` picks):
   split K, and ``reduce_over_group`` adds their partial sums. No local memory, no barrier.
 
 Kernels are SYCL free functions (``nd_range_kernel<1>``), compiled at run time by
-``runtime/sycl``; ``run()`` launches them on torch's XPU queue, or on Intel's OpenCL CPU device for
-CPU tensors (tier C). M, N, K and the strides are kernel arguments, so one build serves every
-shape of a dtype and config.
+``runtime/sycl``; ``call()`` launches them on torch's XPU queue, or on Intel's OpenCL CPU device
+for CPU tensors (tier C, ``options={"interpret": True}``). M, N, K, the strides, alpha and beta are
+kernel arguments, so one build serves every shape of a (dtype, bias, config): a decision's
+candidates are built together by ``prebuild()`` (one compiler run), later shapes find them built.
+
+``compile_asm()`` shows the SPIR-V module Intel's run-time compiler produced (what an Intel GPU's
+driver compiles to its ISA; there is no GPU ISA without one), with its sub-group operations.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from inductor_ext.targets.intel import SYCL_LOCAL_MEMORY_LIMIT, SYCL_SUB_GROUP_SIZE, SYCL_WORK_GROUP_LIMIT
 from inductor_ext.templates.base import KernelSource
@@ -37,6 +41,7 @@ FAMILY = "sycl.gemm"
 TARGETS = ("xpu",)
 OPS = ("mm", "addmm")
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = "Intel's OpenCL CPU device"  # how interpret mode runs it on CPU tensors
 
 DTYPES = ("float32", "float16", "bfloat16")
 GEMV_MAX_M = 8
@@ -49,6 +54,7 @@ PARAMS = (
     ("stride_cm", "i64"), ("stride_cn", "i64"), ("stride_bias_m", "i64"), ("stride_bias_n", "i64"),
     ("alpha", "f32"), ("beta", "f32"),
 )
+PARAM_KINDS = tuple(kind for _, kind in PARAMS)
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,11 @@ class GemmProblem:
     bias: bool = False
     alpha: float = 1.0
     beta: float = 1.0
+
+    @property
+    def adds_bias(self) -> bool:
+        """Whether the kernel reads the bias: addmm with beta == 0 ignores it (NaNs included), as torch."""
+        return self.bias and self.beta != 0
 
 
 @dataclass(frozen=True)
@@ -113,7 +124,8 @@ def _tensor_dtype(t: TensorSpec | None) -> str | None:
 
 
 def problem_for(spec: OpSpec) -> GemmProblem | str:
-    """The problem of an ``mm`` or ``addmm`` (inputs: bias, a, b), or why this family skips it."""
+    """The problem of an ``mm`` (inputs: A, B) or ``addmm`` (bias, A, B; alpha, beta), or why this
+    family skips it."""
     if spec.op not in OPS:
         return f"sycl.gemm serves {OPS}, not {spec.op}"
     if spec.op == "mm":
@@ -147,6 +159,10 @@ _TILED_CONFIGS = (
     GemmConfig("tiled", 32, 64, 16, 8, 2),  # 128 work-items
     GemmConfig("tiled", 16, 64, 32, 4, 2),  # short M: 128 work-items, deeper K slices
 )
+_GEMV_SUB_GROUPS = 8
+_GEMV_CONFIGS = tuple(GemmConfig("gemv", rows=rows, sub_groups=_GEMV_SUB_GROUPS) for rows in (1, 2, 4, 8))
+ALL_CONFIGS = _GEMV_CONFIGS + _TILED_CONFIGS  # every config a compiled graph may call (registered by name)
+Problem, Config = GemmProblem, GemmConfig
 
 
 def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
@@ -156,13 +172,22 @@ def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
     found = []
     if problem.m <= GEMV_MAX_M:
         rows = 1 << max(problem.m - 1, 0).bit_length()
-        found.append(GemmConfig("gemv", rows=rows, sub_groups=8))
+        found.append(GemmConfig("gemv", rows=rows, sub_groups=_GEMV_SUB_GROUPS))
     fitting = [c for c in _TILED_CONFIGS if c.tile_m <= max(16, 2 * problem.m)]
     return found + (fitting or [_TILED_CONFIGS[-1]])
 
 
+def config_supports(problem: GemmProblem, config: GemmConfig, target: str) -> str | None:
+    """None when ``config`` can compute ``problem``, else why not (a gemv keeps at most ``rows`` rows)."""
+    reason = config.check()
+    if reason is None and config.kind == "gemv" and problem.m > config.rows:
+        reason = f"gemv with {config.rows} rows cannot serve M={problem.m}"
+    return reason
+
+
 def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
-    return f"ext_sycl_gemm_{problem.dtype}{'_bias' if problem.bias else ''}_{config.name()}"
+    """Names what the source depends on (dtype, bias, config), never the shape: one build per name."""
+    return f"ext_sycl_gemm_{problem.dtype}{'_bias' if problem.adds_bias else ''}_{config.name()}"
 
 
 def _signature(name: str, dtype: str) -> str:
@@ -178,7 +203,7 @@ def _signature(name: str, dtype: str) -> str:
 
 def _epilogue(problem: GemmProblem, value: str, indent: str) -> str:
     bias = (f"{indent}v += beta * {SYCL.widen('BIAS[m * stride_bias_m + n * stride_bias_n]', problem.dtype)};\n"
-            if problem.bias else "")
+            if problem.adds_bias else "")
     return (f"{indent}float v = alpha * {value};\n{bias}"
             f"{indent}C[m * stride_cm + n * stride_cn] = {SYCL.cast('v', problem.dtype)};\n")
 
@@ -281,7 +306,7 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "xpu") -> Ker
     name = kernel_name(problem, config)
     widen = functools.partial(SYCL.widen, dtype=problem.dtype)
     common = {"helpers": HELPERS_NAME, "signature": _signature(name, problem.dtype), "lanes": LANES,
-              "bias_note": " + beta * bias" if problem.bias else ""}
+              "bias_note": " + beta * bias" if problem.adds_bias else ""}
     if config.kind == "gemv":
         if problem.m > config.rows:
             raise ValueError(f"sycl.gemm gemv with {config.rows} rows cannot serve M={problem.m}")
@@ -297,8 +322,8 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "xpu") -> Ker
                                load_b=widen("B[k * stride_bk + n * stride_bn]"),
                                epilogue=_epilogue(problem, "acc[r][j]", " " * 8))
         groups = -(-problem.m // config.tile_m) * -(-problem.n // config.tile_n)
-    launch = {"global_size": [groups * config.work_group()], "local_size": [config.work_group()],
-              "params": [kind for _, kind in PARAMS], "includes": [HELPERS_NAME]}
+    launch = {"nd_range_kernel": 1, "global_size": [groups * config.work_group()],
+              "local_size": [config.work_group()], "params": list(PARAM_KINDS), "includes": [HELPERS_NAME]}
     return KernelSource(name=name, source=source, template=FAMILY, config=asdict(config), launch=launch,
                         language="sycl")
 
@@ -306,20 +331,40 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "xpu") -> Ker
 _kernels: dict[tuple[str, str, str], Any] = {}  # (device, name, source) -> built runtime kernel
 
 
-def prebuild(pairs: list[tuple[GemmProblem, GemmConfig]], device: str = "cpu", target: str = "xpu") -> None:
-    """Build the kernels of several (problem, config) pairs in one compiler run (autotuning
-    candidates, tests): ``run()`` then finds them built. Each run of the compiler costs seconds,
-    most of it fixed, so one run for all candidates is much cheaper than one each."""
+def _device(device: "str | torch.device") -> str:
+    """"cpu", or "xpu:<index>" (a bare "xpu" is torch's current XPU): what a build is for."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "xpu" and device.index is None:
+        device = torch.device("xpu", torch.xpu.current_device())
+    return str(device)
+
+
+def missing() -> str | None:
+    """None when these kernels can run here, else what to install (Intel's SYCL runtime wheels)."""
     from inductor_ext.runtime import sycl
 
+    return sycl.missing()
+
+
+def prebuild(pairs: Sequence[tuple[GemmProblem, GemmConfig]], target: str, device_type: str) -> None:
+    """Build the kernels of several (problem, config) pairs in one compiler run for tensors on
+    ``device_type`` ("xpu", or "cpu": Intel's OpenCL CPU device); ``call()`` then finds them built.
+    A run of the compiler costs seconds, most of it fixed, so one run for a decision's candidates
+    is much cheaper than one each. Raises the compiler's error when one of them does not compile
+    (``call()`` then builds each on its own, and only the broken one fails)."""
+    from inductor_ext.runtime import sycl
+
+    device = _device(device_type)
     program = sycl.Program(device, prelude="", includes={HELPERS_NAME: HELPERS})
     pending = {}
     for problem, config in pairs:
         ks = render(problem, config, target)
         key = (device, ks.name, ks.source)
-        if key not in _kernels and ks.name not in program.kernels:
+        if key not in _kernels and key not in pending:
             # each source includes the helper header once (#pragma once)
-            pending[key] = program.add_kernel(ks.name, ks.source, [kind for _, kind in PARAMS])
+            pending[key] = program.add_kernel(ks.name, ks.source, PARAM_KINDS)
     program.build()
     _kernels.update(pending)
 
@@ -329,28 +374,58 @@ def _kernel(ks: KernelSource, device: str) -> Any:
     if key not in _kernels:
         from inductor_ext.runtime import sycl
 
-        _kernels[key] = sycl.compile_kernel(ks.source, ks.name, [kind for _, kind in PARAMS], device=device,
+        _kernels[key] = sycl.compile_kernel(ks.source, ks.name, PARAM_KINDS, device=device,
                                             includes={HELPERS_NAME: HELPERS})
     return _kernels[key]
 
 
-def run(problem: GemmProblem, config: GemmConfig, target: str, a: "torch.Tensor", b: "torch.Tensor",
-        bias: "torch.Tensor | None" = None) -> "torch.Tensor":
-    """Render, build (once per source and device) and launch: returns C [m, n]. CPU tensors run on
-    Intel's OpenCL CPU device, xpu tensors on torch's current XPU queue."""
+def call(problem: GemmProblem, config: GemmConfig, target: str, *tensors: "torch.Tensor") -> "torch.Tensor":
+    """C [m, n] for the op's tensors in its order: ``mm`` (A, B), ``addmm`` (bias, A, B; the bias
+    broadcasts to [m, n]). Renders, builds (once per source and device) and launches: CPU tensors
+    run on Intel's OpenCL CPU device, xpu tensors on torch's current XPU queue."""
     import torch
 
+    if len(tensors) != (3 if problem.bias else 2):
+        raise ValueError(f"sycl.gemm {problem}: takes {'(bias, A, B)' if problem.bias else '(A, B)'}, "
+                         f"got {len(tensors)} tensors")
+    bias, a, b = tensors if problem.bias else (None, *tensors)
     if tuple(a.shape) != (problem.m, problem.k) or tuple(b.shape) != (problem.k, problem.n):
         raise ValueError(f"sycl.gemm {problem}: got A {tuple(a.shape)} and B {tuple(b.shape)}")
-    if (bias is not None) != problem.bias:
-        raise ValueError(f"sycl.gemm {problem}: bias {'missing' if bias is None else 'given but not in the problem'}")
-    if str(a.dtype).removeprefix("torch.") != problem.dtype or b.dtype != a.dtype:
-        raise ValueError(f"sycl.gemm {problem}: A is {a.dtype}, B is {b.dtype}")
+    dtypes = {t.dtype for t in tensors}
+    if str(a.dtype).removeprefix("torch.") != problem.dtype or len(dtypes) != 1:
+        raise ValueError(f"sycl.gemm {problem}: got tensors of {sorted(map(str, dtypes))}")
+    if len({t.device for t in tensors}) != 1:
+        raise ValueError(f"sycl.gemm {problem}: tensors on {sorted({str(t.device) for t in tensors})}")
     ks = render(problem, config, target)
-    kernel = _kernel(ks, str(a.device))
+    kernel = _kernel(ks, _device(a.device))
     c = torch.empty((problem.m, problem.n), dtype=a.dtype, device=a.device)
-    bias_arg = bias.expand(problem.m, problem.n) if bias is not None else c
+    bias_arg = bias.expand(problem.m, problem.n) if bias is not None and problem.adds_bias else c
     kernel(a, b, c, bias_arg, problem.m, problem.n, problem.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
            c.stride(0), c.stride(1), bias_arg.stride(0), bias_arg.stride(1), problem.alpha, problem.beta,
            global_size=ks.launch["global_size"], local_size=ks.launch["local_size"])
     return c
+
+
+# What `inductor-ext asm sycl.gemm --target xpu` looks for in the SPIR-V (every config has both:
+# tiled kernels broadcast A with select_from_group, gemv kernels add with reduce_over_group).
+# Tiled kernels also hold work-group local memory (`OpVariable ... Workgroup`) and barriers
+# (`OpControlBarrier`), shown in the listing.
+KEY_INSTRUCTIONS = {"xpu": [("spirv", r"OpSubgroupShuffleINTEL|OpGroupFAdd|OpGroupNonUniform\w+"),
+                            ("spirv", rf"OpExecutionMode %\S+ SubgroupSize {SYCL_SUB_GROUP_SIZE}\b")]}
+
+
+def compile_asm(problem: GemmProblem, config: GemmConfig, target: str) -> dict[str, str]:
+    """{"spirv": text}: the SPIR-V module Intel's run-time compiler builds from this kernel's
+    source (the device-independent form; an Intel GPU's driver compiles it to the GPU's ISA,
+    which needs the GPU). Built through the same runtime as ``call()``, on the OpenCL CPU device."""
+    from inductor_ext.runtime import sycl
+    from inductor_ext.runtime.sycl import spirv
+
+    reason = supports(problem) or config_supports(problem, config, target)
+    if reason:
+        raise ValueError(f"sycl.gemm cannot serve {problem} with {config}: {reason}")
+    ks = render(problem, config, target)
+    program = sycl.Program("cpu", prelude="", includes={HELPERS_NAME: HELPERS})
+    program.add_kernel(ks.name, ks.source, PARAM_KINDS)
+    images = program.device_images()
+    return {"spirv": "\n".join(spirv.disassemble(image) for image in images)}

@@ -1,0 +1,226 @@
+"""Tier C through the backend: ``torch.compile(fn, backend="ext", options={"preset": "xpu",
+"interpret": True})`` on CPU tensors generates SYCL exactly as for an Intel GPU (codegen/sycl for
+Inductor's kernels, the sycl.gemm template beside ATen for GEMMs) and runs every kernel on Intel's
+OpenCL CPU device. No environment variable is involved.
+
+Each graph is compiled once per module (fixtures), so the SYCL programs are built once: one per
+graph for Inductor's kernels, one per autotune decision for the GEMM candidates.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from inductor_ext import backend, dumps, presets
+from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext.codegen.sycl import CODEGEN
+from inductor_ext.config import ExtOptionError
+from inductor_ext.lowering.ext_choices import decisions
+from inductor_ext.runtime import sycl
+from inductor_ext.runtime.sycl import wheels
+from inductor_ext.templates.sycl import gemm
+from inductor_ext.testing.sycl_device import needs_sycl
+
+TOLERANCE = {torch.float32: (2e-5, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+XPU_INTERPRET = {"preset": "xpu", "interpret": True}
+
+
+def compile_ext(fn: Callable[..., Any], tmp: Path, **options: Any) -> Callable[..., Any]:
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="ext", options={**XPU_INTERPRET, "dump_dir": str(tmp / "dumps"),
+                                                     "autotune_cache": str(tmp / "autotune.db"), **options})
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+
+def ops(x, b, xs, rows, s_in, ln_in, ln_w, ln_b, rms_in, rms_w, a, m, bias):
+    """One graph holding every kernel kind: a pointwise chain with broadcast, a short (serial) and
+    a long (work-group) reduction over odd sizes, softmax, layernorm, RMSNorm, mm and addmm."""
+    return ((torch.relu(x * 2 + b).sin() - 1) / (b.abs() + 1),
+            xs.sum(-1),
+            rows.sum(-1),
+            torch.softmax(s_in, -1),
+            F.layer_norm(ln_in, (ln_in.shape[-1],), ln_w, ln_b),
+            rms_norm(rms_in, rms_w),
+            a @ m,
+            torch.addmm(bias, a, m, beta=0.5, alpha=2.0))
+
+
+def ops_inputs(dtype: torch.dtype) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    shapes = [(37, 45), (45,), (33, 13), (3, 4097), (9, 777), (5, 333), (333,), (333,), (6, 515), (515,),
+              (3, 70), (70, 45), (45,)]
+    tensors = [torch.randn(s) for s in shapes]
+    tensors[4] = tensors[4] * 3
+    return [t.to(dtype) for t in tensors]
+
+
+@pytest.fixture(scope="module", params=[torch.float32, torch.float16, torch.bfloat16],
+                ids=["float32", "float16", "bfloat16"])
+def ops_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``ops`` compiled for xpu in interpret mode, the GEMM template forced (ATen is faster on the
+    CPU device, and the point here is that the template's kernels compute the right numbers)."""
+    if sycl.missing():
+        pytest.skip(f"SYCL kernels cannot run here: {sycl.missing()}")
+    dtype = request.param
+    tmp = tmp_path_factory.mktemp(f"ops_{str(dtype).removeprefix('torch.')}")
+    args = ops_inputs(dtype)
+    first, builds = len(decisions), len(sycl.BUILDS)
+    out = compile_ext(ops, tmp, force_template="sycl.gemm")(*args)
+    return {"dtype": dtype, "out": out, "expected": ops(*args), "decisions": decisions[first:],
+            "builds": sycl.BUILDS[builds:], "dumps": tmp / "dumps"}
+
+
+OUTPUTS = ["pointwise", "sum_serial", "sum_group", "softmax", "layernorm", "rmsnorm", "mm", "addmm"]
+
+
+@needs_sycl
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_ops_equal_eager(ops_run: dict[str, Any], output: str) -> None:
+    i = OUTPUTS.index(output)
+    rtol, atol = TOLERANCE[ops_run["dtype"]]
+    if output in ("mm", "addmm", "sum_group") and ops_run["dtype"] != torch.float32:
+        rtol, atol = rtol, atol * 8  # sums of 70 or 4097 products, rounded once to 16 bits
+    torch.testing.assert_close(ops_run["out"][i], ops_run["expected"][i], rtol=rtol, atol=atol)
+
+
+@needs_sycl
+def test_gemms_ran_the_sycl_template(ops_run: dict[str, Any]) -> None:
+    """Both GEMMs were offered beside ATen, benchmarked, and (forced) won: the graph called
+    sycl.gemm, with gemv and tiled candidates for M=3, each decision's built in one compiler run."""
+    by_op = {d.op: d for d in ops_run["decisions"]}
+    assert set(by_op) == {"mm", "addmm"}
+    for d in by_op.values():
+        names = [c["name"] for c in d.candidates]
+        assert names[0] in ("mm", "addmm") and d.candidates[0]["kind"] == "aten"
+        assert any(n.startswith("ext_sycl_gemm_gemv") for n in names) and any("tiled" in n for n in names)
+        assert d.winner.startswith("ext_sycl_gemm_") and d.reason == "force_template=sycl.gemm"
+        assert all(c["time_us"] is not None for c in d.candidates)
+    gemm_builds = [b for b in ops_run["builds"] if b.kernels[0].startswith("ext_sycl_gemm_") and not b.in_process_hit]
+    assert gemm_builds and all(len(b.kernels) == 2 for b in gemm_builds), gemm_builds  # gemv + tiled together
+
+
+@needs_sycl
+def test_dumps_show_sycl_sources_with_their_nd_range(ops_run: dict[str, Any]) -> None:
+    root = ops_run["dumps"]
+    index = dumps.read_index(root)
+    sycl_kernels = [k for k in index["kernels"] if k["language"] == "sycl"]
+    assert len(sycl_kernels) >= 6  # every non-GEMM op above is a SYCL kernel (some may fuse)
+    for k in sycl_kernels:
+        source = (root / k["file"]).read_text()
+        assert k["properties"]["nd_range_kernel"] == 1
+        assert "SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<1>))" in source
+    modes = {k["properties"]["mode"] for k in sycl_kernels if k["template"] is None}
+    assert modes == {"pointwise", "serial", "group"}
+    gemms = [k for k in index["kernels"] if k["template"] == "sycl.gemm"]
+    assert len(gemms) == 2, [k["kernel"] for k in index["kernels"]]
+    for k in gemms:  # the template's own source, rendered for the winner
+        assert k["language"] == "sycl" and k["properties"]["nd_range_kernel"] == 1
+        assert "sycl::reduce_over_group" in (root / k["file"]).read_text() or \
+            "sycl::select_from_group" in (root / k["file"]).read_text()
+    table = dumps.format_table(index)
+    assert all(k["kernel"] in table for k in sycl_kernels if k["template"] is None) and "sycl.gemm" in table
+
+
+# ------------------------------------------------------------------------------ training
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One training step of a small MLP (forward and backward graphs), GEMMs autotuned for real:
+    ATen is faster on the CPU device, so it wins and the decisions are cached."""
+    if sycl.missing():
+        pytest.skip(f"SYCL kernels cannot run here: {sycl.missing()}")
+    tmp = tmp_path_factory.mktemp("training")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
+                                torch.nn.Linear(16, 8))
+    reference = copy.deepcopy(model)
+    x, y = torch.randn(8, 32), torch.randint(0, 8, (8,))
+    first, builds = len(decisions), len(sycl.BUILDS)
+    step = compile_ext(lambda x, y: F.cross_entropy(model(x), y), tmp)
+    loss = step(x, y)
+    loss.backward()
+    expected = F.cross_entropy(reference(x), y)
+    expected.backward()
+    return {"loss": loss, "expected": expected, "model": model, "reference": reference,
+            "decisions": decisions[first:], "builds": sycl.BUILDS[builds:], "tmp": tmp}
+
+
+@needs_sycl
+def test_training_step_equals_eager(training: dict[str, Any]) -> None:
+    torch.testing.assert_close(training["loss"], training["expected"], rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(training["model"].named_parameters(), training["reference"].parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+@needs_sycl
+def test_training_gemms_autotuned_against_aten_and_cached(training: dict[str, Any]) -> None:
+    made = training["decisions"]
+    assert {d.op for d in made} >= {"addmm", "mm"}, [d.op for d in made]  # forward and backward
+    for d in made:
+        ours = [c for c in d.candidates if c["family"] == "sycl.gemm"]
+        assert ours and all(c["time_us"] for c in ours), d.candidates  # each ran and was timed
+        assert d.reason in ("benchmark", "template within margin 2% of ATen"), d.reason
+    entries = AutotuneCache(str(training["tmp"] / "autotune.db")).entries()
+    assert len(entries) == len({d.key for d in made})
+    assert all(any(c["name"].startswith("ext_sycl_gemm_") for c in e.candidates) for e in entries)
+
+
+@needs_sycl
+def test_training_kernels_are_sycl_in_both_graphs(training: dict[str, Any]) -> None:
+    index = dumps.read_index(training["tmp"] / "dumps")
+    graphs = {k["graph"].rsplit("_", 1)[1] for k in index["kernels"] if k["language"] == "sycl"}
+    assert graphs == {"forward", "backward"}
+    assert not [k for k in index["kernels"] if k["language"] in ("cpp", "triton")]  # nothing else generated
+
+
+# ------------------------------------------------------------------------------ errors and options
+
+
+@needs_sycl
+def test_compile_error_gives_the_compilers_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from inductor_ext.codegen.sycl.overrides import SyclOverrides
+
+    monkeypatch.setattr(SyclOverrides, "sigmoid", staticmethod(lambda x: f"no_such_function({x})"), raising=False)
+    fn = compile_ext(lambda x: torch.sigmoid(x) * 3, tmp_path, inductor={"fx_graph_cache": False})
+    with pytest.raises(Exception) as info:
+        fn(torch.randn(10))
+    text = str(info.value)
+    assert "use of undeclared identifier 'no_such_function'" in text  # clang's own words
+    assert "--- kernel source ---" in text and "no_such_function(" in text
+
+
+def test_xpu_codegen_option_decides_who_generates_kernels() -> None:
+    resolve = presets.resolve
+    assert backend.device_codegen(resolve({"preset": "xpu"})) is None  # a real XPU: Inductor's Triton
+    assert backend.device_codegen(resolve({"preset": "xpu", "xpu_codegen": "triton", "interpret": True})) is None
+    if sycl.missing() is None:
+        assert backend.device_codegen(resolve(XPU_INTERPRET)) is CODEGEN
+        assert backend.device_codegen(resolve({"preset": "xpu", "xpu_codegen": "sycl"})) is CODEGEN
+    with pytest.raises(ExtOptionError, match="'auto', 'sycl', 'triton'"):
+        resolve({"preset": "xpu", "xpu_codegen": "opencl"})
+
+
+def test_asking_for_sycl_without_the_wheels_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wheels, "find", lambda: None)
+    with pytest.raises(ExtOptionError, match=r'pip install "inductor-ext\[sycl\]"'):
+        backend.device_codegen(presets.resolve({"preset": "xpu", "xpu_codegen": "sycl"}))
+    # the template then steps aside for ATen with the same reason
+    assert 'pip install "inductor-ext[sycl]"' in gemm.missing()
+
+
+def test_xpu_preset_autotunes_the_sycl_gemm_template() -> None:
+    config = presets.resolve({"preset": "xpu"})
+    assert config.templates == ("sycl.gemm",) and config.autotune != "off"
+    assert json.loads(config.to_json())["plugin_options"] == {}  # Triton stays the XPU default
