@@ -195,9 +195,10 @@ def test_non_contiguous_operands_and_addmm(built: list, shape: tuple[int, int, i
 
 @needs_sycl
 def test_prebuild_builds_once_and_call_finds_it(built: list) -> None:
-    (record,) = built  # one compiler run for every pair
-    assert len(record.kernels) == len({gemm.kernel_name(p, c) for p, c in _pairs()})
+    # one compiler run for every pair not built yet (other modules may have built some)
+    assert len(built) <= 1 and all(not b.in_process_hit for b in built)
     before = len(sycl.BUILDS)
+    gemm.prebuild(_pairs(), "xpu", "cpu")
     problem = GemmProblem(37, 45, 70)
     gemm.prebuild([(problem, c) for c in gemm.configs(problem, "xpu")], "xpu", "cpu")  # all built: no run
     gemm.call(GemmProblem(20, 30, 40), gemm.configs(problem, "xpu")[0], "xpu", torch.randn(20, 40),

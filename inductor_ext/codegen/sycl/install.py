@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import re
@@ -102,7 +103,7 @@ def describe_kernels(output_code: str) -> list[KernelInfo]:
     return [
         KernelInfo(name=m["name"], language="sycl", source=m["source"], suffix=".sycl.cpp",
                    properties={"nd_range_kernel": int(m["ndim"]), "mode": m["mode"],
-                               "work_group": int(m["work_group"])},
+                               "work_group": int(m["work_group"]), "params": list(ast.literal_eval(m["params"]))},
                    header=m["header"].strip())
         for m in _KERNEL.finditer(output_code)
     ]

@@ -109,6 +109,8 @@ def cpu_queue() -> Queue:
 def queue_for(device: "torch.device | str") -> Queue:
     """The queue kernels for tensors on ``device`` run on: the OpenCL CPU device for "cpu",
     torch's current queue for "xpu"."""
+    if device == "cpu":
+        return cpu_queue()  # (without importing torch: a build-only process does not need it)
     import torch
 
     device = torch.device(device)
@@ -352,9 +354,7 @@ def _build(lib: ctypes.CDLL, queue: Queue, source: str, includes: dict[str, str]
 def compile_kernel(source: str, name: str, params: Sequence[str], device: "torch.device | str" = "cpu",
                    includes: dict[str, str] | None = None, options: Sequence[str] = ()) -> Kernel:
     """One kernel from a whole source text (which includes what it needs), built now."""
-    import torch
-
-    program = Program(str(torch.device(device)), prelude="", includes=dict(includes or {}), options=tuple(options))
+    program = Program(str(device), prelude="", includes=dict(includes or {}), options=tuple(options))
     kernel = program.add_kernel(name, source, params)
     program.build()
     return kernel

@@ -360,13 +360,19 @@ def prebuild(pairs: Sequence[tuple[GemmProblem, GemmConfig]], target: str, devic
     program = sycl.Program(device, prelude="", includes={HELPERS_NAME: HELPERS})
     pending = {}
     for problem, config in pairs:
-        ks = render(problem, config, target)
+        ks = _rendered(problem, config, target)
         key = (device, ks.name, ks.source)
         if key not in _kernels and key not in pending:
             # each source includes the helper header once (#pragma once)
             pending[key] = program.add_kernel(ks.name, ks.source, PARAM_KINDS)
     program.build()
     _kernels.update(pending)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rendered(problem: GemmProblem, config: GemmConfig, target: str) -> KernelSource:
+    """render(), once per problem and config: call() runs on every step of a compiled graph."""
+    return render(problem, config, target)
 
 
 def _kernel(ks: KernelSource, device: str) -> Any:
@@ -396,7 +402,7 @@ def call(problem: GemmProblem, config: GemmConfig, target: str, *tensors: "torch
         raise ValueError(f"sycl.gemm {problem}: got tensors of {sorted(map(str, dtypes))}")
     if len({t.device for t in tensors}) != 1:
         raise ValueError(f"sycl.gemm {problem}: tensors on {sorted({str(t.device) for t in tensors})}")
-    ks = render(problem, config, target)
+    ks = _rendered(problem, config, target)
     kernel = _kernel(ks, _device(a.device))
     c = torch.empty((problem.m, problem.n), dtype=a.dtype, device=a.device)
     bias_arg = bias.expand(problem.m, problem.n) if bias is not None and problem.adds_bias else c
