@@ -61,7 +61,7 @@ def ops(x, b, xs, rows, s_in, ln_in, ln_w, ln_b, rms_in, rms_w, a, m, bias):
 def ops_inputs(dtype: torch.dtype) -> list[torch.Tensor]:
     torch.manual_seed(0)
     shapes = [(37, 45), (45,), (33, 13), (3, 4097), (9, 777), (5, 333), (333,), (333,), (6, 515), (515,),
-              (3, 70), (70, 45), (45,)]
+              (3, 70), (70, 45), (45,)]  # GEMMs with M = 3: a gemv and the 16-row tile are offered
     tensors = [torch.randn(s) for s in shapes]
     tensors[4] = tensors[4] * 3
     return [t.to(dtype) for t in tensors]
@@ -148,11 +148,12 @@ def training(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.skip(f"SYCL kernels cannot run here: {sycl.missing()}")
     tmp = tmp_path_factory.mktemp("training")
     torch.manual_seed(0)
-    # every GEMM of the step has M <= 8 (batch, hidden and classes): gemv and the 16-row tile
-    model = torch.nn.Sequential(torch.nn.Linear(32, 8), torch.nn.GELU(), torch.nn.LayerNorm(8),
-                                torch.nn.Linear(8, 8))
+    # Every GEMM of the step has M = 4 (batch, hidden and classes), so its candidates are the
+    # gemv and the 16-row tile that ops_run's fp32 mm and addmm built: no compiler run of its own.
+    model = torch.nn.Sequential(torch.nn.Linear(32, 4), torch.nn.GELU(), torch.nn.LayerNorm(4),
+                                torch.nn.Linear(4, 4))
     reference = copy.deepcopy(model)
-    x, y = torch.randn(8, 32), torch.randint(0, 8, (8,))
+    x, y = torch.randn(4, 32), torch.randint(0, 4, (4,))
     first, builds = len(decisions), len(sycl.BUILDS)
     step = compile_ext(lambda x, y: F.cross_entropy(model(x), y), tmp)
     loss = step(x, y)

