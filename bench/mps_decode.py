@@ -5,7 +5,8 @@ Metal templates against ATen on the same decode shapes.
    GQA attention, SwiGLU MLP) or its MoE variant (top-k router, experts through
    ``torch._grouped_mm``), LM head and softmax over the vocabulary. Arms, side by side in one run:
    eager, ``torch.compile(backend="inductor")``, ``torch.compile(backend="ext",
-   options={"preset": "mps"})``. Median milliseconds with p10/p90, ratios to eager, max
+   options={"preset": "mps"})``, timed round-robin (one call of each arm per repetition, so a
+   load spike hits every arm alike). Median milliseconds with p10/p90, ratios to eager, max
    difference to eager.
 2. Kernels: every default config of ``metal.linear_gemv``, ``metal.scaled_mm`` (fp8 rowwise),
    ``metal.grouped_mm`` and ``metal.softmax`` against ``F.linear``, ``torch._scaled_mm``,
@@ -16,8 +17,15 @@ Metal templates against ATen on the same decode shapes.
     python bench/mps_decode.py --model moe --batch 4 --out moe.json
     python bench/mps_decode.py --device cpu --smoke               # CPU smoke: eager arm, tiny model,
                                                                   # kernels through the CPU executor (untimed)
+    python bench/mps_decode.py --device cpu --smoke --compile --metal-interpret
+                          # + inductor and ext (cpu preset) arms, and "ext-metal": the Mac's ext arm (preset
+                          # mps, Metal templates forced) with interpret=True: its Metal kernels on the CPU
+                          # executor, checked against eager, never timed
 
-Ratios come from this script only; a ratio within the arms' p10-p90 spread is "within noise".
+Ratios come from this script only; a ratio within the arms' p10-p90 spread is "within noise". On a
+shared CPU, single calls that use OpenMP threads can stall for hundreds of milliseconds when a core
+is taken (an early CPU smoke read "ext 348 ms vs inductor 0.7 ms" from that, arms timed one after
+the other); the arms are now interleaved and the spread is reported, and --threads 1 avoids it.
 """
 
 from __future__ import annotations
@@ -86,7 +94,9 @@ class Decoder(torch.nn.Module):
         flat = chosen.flatten()
         order = flat.argsort()
         rows = h.repeat_interleave(self.top_k, 0)[order]
-        offs = torch.bincount(flat, minlength=self.experts).cumsum(0).to(torch.int32)
+        # counts per expert with a static shape (bincount's depends on the data: a graph break)
+        counts = torch.zeros(self.experts, dtype=torch.int64, device=h.device).index_add_(0, flat, torch.ones_like(flat))
+        offs = counts.cumsum(0).to(torch.int32)
         gate, up = torch._grouped_mm(rows, layer.gate_up.transpose(-2, -1), offs=offs).chunk(2, -1)
         out = torch._grouped_mm(F.silu(gate) * up, layer.down.transpose(-2, -1), offs=offs)
         out = torch.empty_like(out).index_copy_(0, order, out)
@@ -115,19 +125,27 @@ def _sync(device: str) -> None:
         torch.mps.synchronize()
 
 
-def measure(fn: Callable[[], Any], device: str, reps: int, warmup: int = 3) -> dict[str, float]:
-    """Milliseconds per call: median, p10, p90 over ``reps`` synchronized calls after warm-up."""
+def measure(fns: dict[str, Callable[[], Any]], device: str, reps: int, warmup: int = 3) -> dict[str, dict[str, float]]:
+    """Milliseconds per call of each function: median, p10, p90 over ``reps`` synchronized calls
+    after warm-up, the functions called round-robin (so that drift and load hit all alike)."""
     for _ in range(warmup):
-        fn()
+        for fn in fns.values():
+            fn()
     _sync(device)
-    samples = []
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        samples.append((time.perf_counter() - start) * 1e3)
-    q = statistics.quantiles(samples, n=10) if len(samples) >= 2 else samples * 9
-    return {"median_ms": statistics.median(samples), "p10_ms": q[0], "p90_ms": q[-1], "reps": reps}
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            samples[name].append((time.perf_counter() - start) * 1e3)
+    return {name: _summary(s) for name, s in samples.items()}
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    # inclusive: the deciles stay within the samples (the default extrapolates, even below 0)
+    q = statistics.quantiles(samples, n=10, method="inclusive") if len(samples) >= 2 else samples * 9
+    return {"median_ms": statistics.median(samples), "p10_ms": q[0], "p90_ms": q[-1], "reps": len(samples)}
 
 
 def _ratio(base: dict[str, float], arm: dict[str, float]) -> dict[str, Any]:
@@ -146,25 +164,32 @@ def bench_model(args: argparse.Namespace) -> dict[str, Any]:
     tokens = torch.randint(0, cfg["vocab"], (args.batch,), device=args.device)
     pos = args.cache - 1
     arms: dict[str, Callable[[], torch.Tensor]] = {"eager": lambda: model(tokens, pos)}
+    checked: dict[str, Callable[[], torch.Tensor]] = {}  # run for their numbers only
     if args.device == "mps" or args.compile:
         inductor = torch.compile(model, backend="inductor", dynamic=False)
         ext = torch.compile(model, backend="ext", dynamic=False,
                             options={"preset": "mps" if args.device == "mps" else "cpu"})
         arms["inductor"] = lambda: inductor(tokens, pos)
         arms["ext"] = lambda: ext(tokens, pos)
+    if args.device == "cpu" and args.metal_interpret:
+        # ATen always beats the CPU executor: force the templates so that their numbers are checked
+        forced = [f.FAMILY for f in (linear_gemv, scaled_mm, grouped_mm, softmax)]
+        metal = torch.compile(model, backend="ext", dynamic=False,
+                              options={"preset": "mps", "interpret": True, "force_template": forced})
+        checked["ext-metal"] = lambda: metal(tokens, pos)
     result: dict[str, Any] = {"config": cfg, "batch": args.batch, "cache": args.cache, "dtype": args.dtype, "arms": {}}
     with torch.no_grad():
         want = arms["eager"]()
-        for name, fn in arms.items():
-            got = fn()
-            timing = measure(fn, args.device, args.reps)
-            timing["max_abs_diff_vs_eager"] = (got.float() - want.float()).abs().max().item()
-            result["arms"][name] = timing
-            print(f"{name:>9}: {timing['median_ms']:.3f} ms (p10 {timing['p10_ms']:.3f}, p90 {timing['p90_ms']:.3f}), "
-                  f"max |diff| vs eager {timing['max_abs_diff_vs_eager']:.2e}", flush=True)
-    for name in arms:
-        if name != "eager":
-            result["arms"][name]["vs_eager"] = _ratio(result["arms"]["eager"], result["arms"][name])
+        diffs = {name: (fn().float() - want.float()).abs().max().item() for name, fn in {**arms, **checked}.items()}
+        timings = measure(arms, args.device, args.reps)
+    for name, diff in diffs.items():
+        timing = {**timings.get(name, {}), "max_abs_diff_vs_eager": diff}
+        if name in timings and name != "eager":
+            timing["vs_eager"] = _ratio(timings["eager"], timings[name])
+        result["arms"][name] = timing
+        speed = (f"{timing['median_ms']:.3f} ms (p10 {timing['p10_ms']:.3f}, p90 {timing['p90_ms']:.3f})"
+                 if name in timings else "not timed")
+        print(f"{name:>9}: {speed}, max |diff| vs eager {diff:.2e}", flush=True)
     return result
 
 
@@ -178,7 +203,7 @@ def kernel_cases(device: str, smoke: bool) -> list[tuple[str, Any, Any, tuple, C
     for m in (1, 4):
         x, w, bias = r(m, d), r(f, d), r(f)
         cases.append((f"linear_gemv m={m} {f}x{d}", linear_gemv, linear_gemv.Problem(m, f, d, "bfloat16", True, "silu"),
-                      (x, w.t(), bias), lambda x=x, w=w, bias=bias: F.silu(F.linear(x, w, bias)),
+                      (bias, x, w.t()), lambda x=x, w=w, bias=bias: F.silu(F.linear(x, w, bias)),
                       lambda x=x, w=w, bias=bias: scaled_mm_reference(x.cpu(), w.cpu(), bias=bias.cpu(),
                                                                       activation="silu", out_dtype=dt)))
         a8, w8 = r(m, d, dtype=torch.float8_e4m3fn), r(f, d, dtype=torch.float8_e4m3fn)
@@ -210,14 +235,16 @@ def bench_kernels(args: argparse.Namespace) -> list[dict[str, Any]]:
     for name, family, problem, targs, aten, reference in kernel_cases(args.device, args.smoke):
         want = reference()
         entry: dict[str, Any] = {"name": name, "family": family.FAMILY, "problem": repr(problem), "configs": []}
+        runs = {repr(config): (lambda config=config: family.call(problem, config, "mps", *targs))
+                for config in family.configs(problem, "mps")}
+        timings = measure({"aten": aten, **runs}, args.device, args.reps) if timed else {}
         if timed:
-            entry["aten"] = measure(aten, args.device, args.reps)
-        for config in family.configs(problem, "mps"):
-            run = lambda config=config: family.call(problem, config, "mps", *targs)  # noqa: E731
+            entry["aten"] = timings["aten"]
+        for config, run in runs.items():
             got = run().cpu()
-            row: dict[str, Any] = {"config": repr(config), "max_abs_diff_vs_reference": (got.float() - want.float()).abs().max().item()}
+            row: dict[str, Any] = {"config": config, "max_abs_diff_vs_reference": (got.float() - want.float()).abs().max().item()}
             if timed:
-                row.update(measure(run, args.device, args.reps))
+                row.update(timings[config])
                 row["vs_aten"] = _ratio(entry["aten"], row)
             entry["configs"].append(row)
         if timed:
@@ -244,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--smoke", action="store_true", help="tiny model and shapes (CPU check of the script)")
     p.add_argument("--compile", action="store_true", help="also run the compiled arms on cpu")
+    p.add_argument("--metal-interpret", action="store_true",
+                   help="cpu: also compile the Mac's ext arm (preset mps) with interpret=True and check its numbers")
+    p.add_argument("--threads", type=int, help="torch threads on cpu (1 avoids OpenMP stalls on a shared machine)")
     p.add_argument("--skip-kernels", action="store_true")
     p.add_argument("--out", help="write the JSON report here")
     args = p.parse_args(argv)
@@ -251,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         print("cpu without --smoke: the full model on CPU only tests the script; pass --smoke", file=sys.stderr)
     if args.smoke:
         args.cache, args.reps = min(args.cache, 64), min(args.reps, 5)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     report: dict[str, Any] = {"device": args.device, "torch": torch.__version__, "model": bench_model(args)}
     if not args.skip_kernels:
         report["kernels"] = bench_kernels(args)

@@ -1,8 +1,10 @@
 """Kernel dumps: every generated kernel's source plus index.json saying where it came from.
 
 Kernels are read from Inductor's output code (also on an FX graph cache hit), so what is dumped
-is exactly what runs: Inductor's own Triton and C++ kernels, and each device codegen's (Metal,
-SYCL) through its own ``describe_kernels``. Each entry names the kernel, its template and config, the FX nodes it
+is exactly what runs: Inductor's own Triton and C++ kernels, each device codegen's (Metal,
+SYCL) through its own ``describe_kernels``, and every call of an extern template family's
+choice (``lowering/adapters.py``: Metal's MSL templates, ...) with the source its family renders
+for the call's problem. Each entry names the kernel, its template and config, the FX nodes it
 computes, the user's file:line for them, and ext's autotune decision for GEMMs.
 """
 
@@ -34,6 +36,11 @@ _CONSTEXPR_RE = re.compile(r"^\s+(\w+) : tl\.constexpr = (.+)$", re.M)
 _LAUNCH_RE = re.compile(r"(num_warps|num_stages)=(\d+)")
 _TEMPLATE_RE = re.compile(r"# inductor_ext template: ([\w.]+)")
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
+# `buf3 = extern_kernels.ext_<family>_<config>(..., problem='{...}', target='mps')`: a call of an
+# extern template family's choice, as the generic extern adapter binds it.
+_EXTERN_CALL_RE = re.compile(r"^[ \t]*(?P<out>\w+) = extern_kernels\.(?P<name>ext_\w+)\(.*, "
+                             r"problem='(?P<problem>\{[^']*\})', target='(?P<target>\w+)'\)[ \t]*$", re.M)
+_HANDLE_RE = re.compile(r"\[Provenance debug handles\] (extern_kernels\.\w+:\d+)")
 
 
 def user_locations(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
@@ -87,13 +94,33 @@ def inductor_kernels(code: str) -> list[KernelInfo]:
     return found
 
 
+def extern_template_kernels(code: str) -> list[KernelInfo]:
+    """Each call of an extern template family's choice in an output module, named
+    ``<choice>.<output buffer>``, with the source its family renders for the call's problem."""
+    known = registry.extern_choices()
+    found = []
+    for match in _EXTERN_CALL_RE.finditer(code):
+        if match.group("name") not in known:
+            continue
+        family, config = known[match.group("name")]
+        problem = registry.from_dict(family.Problem, json.loads(match.group("problem")))
+        source = family.render(problem, config, match.group("target"))
+        header = _comment_block_before(code, match.start(), indented=True)
+        handle = _HANDLE_RE.search(header)
+        found.append(KernelInfo(f"{match.group('name')}.{match.group('out')}", source.language, source.source,
+                                source.suffix, {"provenance": handle.group(1)} if handle else {}, header,
+                                family.FAMILY, registry.config_to_dict(config)))
+    return found
+
+
 def kernel_infos(code: str) -> list[KernelInfo]:
-    """Every kernel in an output module: Inductor's own, then each device codegen's (Metal,
-    SYCL, ...), found through the codegen's own description of its output."""
+    """Every kernel in an output module: Inductor's own, each device codegen's (Metal, SYCL,
+    ...), found through the codegen's own description of its output, and the extern template
+    choices it calls."""
     infos = inductor_kernels(code)
     for codegen in codegens.available().values():
         infos += codegen.describe_kernels(code)
-    return infos
+    return infos + extern_template_kernels(code)
 
 
 def parse_output_code(code: str) -> list[dict[str, Any]]:
@@ -105,11 +132,13 @@ def parse_output_code(code: str) -> list[dict[str, Any]]:
         is_template = "@triton_heuristics.template(" in source
         config = {k: v.strip() for k, v in _CONSTEXPR_RE.findall(source)} if is_template else {}
         config.update({k: int(v) for k, v in _LAUNCH_RE.findall(source[:2000])} if is_template else {})
+        config.update(info.config)
         aten = _ATEN_RE.search(info.header)
         kernels.append({
             "kernel": info.name,
             "language": info.language,
-            "template": template.group(1) if template else ("inductor template" if is_template else None),
+            "template": info.template or (template.group(1) if template else
+                                          ("inductor template" if is_template else None)),
             "config": config,
             "properties": dict(info.properties),
             "fx_nodes": list(dict.fromkeys(_FRAGMENT_NODE_RE.findall(info.header))),
@@ -120,13 +149,16 @@ def parse_output_code(code: str) -> list[dict[str, Any]]:
     return kernels
 
 
-def _comment_block_before(code: str, pos: int) -> str:
+def _comment_block_before(code: str, pos: int, indented: bool = False) -> str:
+    """The comment lines right before ``pos`` (at any indentation when ``indented``: the
+    wrapper's calls sit inside its ``call`` function)."""
     lines = code[:pos].rstrip("\n").split("\n")
     block = []
     for line in reversed(lines):
-        if not line.startswith("#"):
+        text = line.lstrip() if indented else line
+        if not text.startswith("#"):
             break
-        block.append(line)
+        block.append(text)
     return "\n".join(reversed(block))
 
 
@@ -193,8 +225,9 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
             asm_path.write_text(text)
             k["asm_files"].append(str(asm_path.relative_to(root)))
         k["graph"] = graph_name
+        handle = k["properties"].get("provenance")  # an extern call's own debug handle
         nodes, locations = next((v for key, v in (provenance or {}).items()
-                                 if key.rsplit(":", 1)[0] == k["kernel"]), ([], []))
+                                 if key == handle or key.rsplit(":", 1)[0] == k["kernel"]), ([], []))
         k["fx_nodes"] = k["fx_nodes"] or nodes
         k["user_source"] = locations or sorted({loc for n in k["fx_nodes"] for loc in where.get(n, [])})
         k["modules"] = _modules_of(k["fx_nodes"], modules)
@@ -202,8 +235,9 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
         entries.append(k)
     # ATen calls (extern kernels) have no generated source: list them with their decision.
     generated = {e["kernel"] for e in entries}
+    described = {e["properties"].get("provenance") for e in entries}
     for key, (nodes, locations) in (provenance or {}).items():
-        if key.rsplit(":", 1)[0] not in generated and key.startswith("extern_kernels."):
+        if key.rsplit(":", 1)[0] not in generated and key not in described and key.startswith("extern_kernels."):
             entries.append({"kernel": key, "language": "extern", "template": "aten", "config": {},
                             "fx_nodes": nodes, "aten_ops": [], "file": None, "graph": graph_name,
                             "user_source": locations, "modules": _modules_of(nodes, modules),
@@ -215,37 +249,11 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
                             "graph": graph_name, "user_source": where.get(d.node, []),
                             "modules": _modules_of([d.node], modules), "decision": d})
     for e in entries:
-        if e["language"] == "extern" and e["decision"] is not None:
-            _add_template_source(e, folder, root)
         d = e["decision"]
         e["decision"] = None if d is None else {"winner": d.winner, "reason": d.reason, "problem": d.problem,
                                                 "candidates": d.candidates}
     _extend_index(root, entries)
     return entries
-
-
-def _add_template_source(entry: dict[str, Any], folder: Path, root: Path) -> None:
-    """An extern call whose decision an ext template family won (its ``call()`` runs a kernel ext
-    rendered, e.g. a SYCL GEMM): name the family and config, and write that kernel's source."""
-    d = entry["decision"]
-    won = next((c for c in d.candidates if c["name"] == d.winner), None)
-    if won is None or won["kind"] != "template" or won.get("problem_dict") is None:
-        return
-    family = registry.families().get(won["family"])
-    if family is None:
-        return
-    problem = registry.from_dict(family.Problem, won["problem_dict"])
-    config = registry.config_from_dict(family, won["config_dict"])
-    try:
-        ks = family.render(problem, config, d.target)
-    except Exception as e:  # noqa: BLE001  (a dump never fails a compile)
-        entry["template"], entry["config"] = won["family"], won["config_dict"]
-        entry["render_error"] = f"{type(e).__name__}: {e}"
-        return
-    path = folder / f"{ks.name}{ks.suffix}"
-    path.write_text(ks.source)
-    entry.update(template=won["family"], config=won["config_dict"], language=ks.language,
-                 properties=dict(ks.launch), file=str(path.relative_to(root)))
 
 
 def _modules_of(nodes: Iterable[str], modules: dict[str, str]) -> list[str]:

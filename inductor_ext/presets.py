@@ -72,8 +72,9 @@ def _check_known(fields: dict[str, Any], preset: str, target: str, passes: dict[
                              f"({', '.join(with_pdl)}); "
                              f"preset {preset!r} targets {target!r}. Use pdl='off' or 'auto' there.")
     force = fields.get("force_template")
-    if force is not None and force not in fields["templates"]:
-        raise ExtOptionError(f"force_template={force!r} is not among the enabled templates {list(fields['templates'])}")
+    for name in (force,) if isinstance(force, str) else force or ():
+        if name not in fields["templates"]:
+            raise ExtOptionError(f"force_template={name!r} is not among the enabled templates {list(fields['templates'])}")
 
 
 def describe(name: str) -> dict[str, Any]:

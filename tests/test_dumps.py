@@ -45,6 +45,41 @@ def test_parse_output_code_reads_template_config_and_nodes():
     assert cpp["language"] == "cpp" and cpp["template"] is None and "extern" in cpp["source"]
 
 
+EXTERN_CALL = """
+def call(args):
+    with torch.no_grad():
+        # Topologically Sorted Source Nodes: [logits, probs], Original ATen: [inductor_ext.softmax]
+        # [Provenance debug handles] extern_kernels.ext_metal_softmax_threads256_chunks1:7
+        buf4 = extern_kernels.ext_metal_softmax_threads256_chunks1(buf3, problem='{"dtype": "bfloat16", "n": 4096, "out_dtype": "float32", "rows": 2}', target='mps')
+        buf5 = extern_kernels.mm(buf4, arg1_1)
+"""
+
+
+def test_extern_template_calls_are_listed_with_their_family_source(tmp_path):
+    """An extern template family's call is dumped with the source its family renders for the
+    call's problem (here Metal MSL), its template and config, and its own provenance."""
+    from inductor_ext.templates.metal import softmax
+
+    (kernel,) = dumps.parse_output_code(EXTERN_CALL)
+    assert kernel["kernel"] == "ext_metal_softmax_threads256_chunks1.buf4" and kernel["language"] == "msl"
+    assert kernel["template"] == "metal.softmax" and kernel["config"] == {"threads": 256, "chunks": 1}
+    assert kernel["suffix"] == ".metal" and kernel["aten_ops"] == ["inductor_ext.softmax"]
+    problem = softmax.Problem(2, 4096, "bfloat16", "float32")
+    assert kernel["source"] == softmax.render(problem, softmax.Config(256, 1), "mps").source
+    assert kernel["properties"] == {"provenance": "extern_kernels.ext_metal_softmax_threads256_chunks1:7"}
+    gm = torch.fx.symbolic_trace(torch.nn.Identity())
+    provenance = {"extern_kernels.ext_metal_softmax_threads256_chunks1:7": (["softmax"], ["model.py:3"]),
+                  "extern_kernels.mm:8": (["mm"], ["model.py:4"])}
+    entries = dumps.write(tmp_path, "graph000_inference", EXTERN_CALL, gm, [], provenance)
+    by_kernel = {e["kernel"]: e for e in entries}
+    assert by_kernel["ext_metal_softmax_threads256_chunks1.buf4"]["fx_nodes"] == ["softmax"]
+    assert by_kernel["ext_metal_softmax_threads256_chunks1.buf4"]["user_source"] == ["model.py:3"]
+    assert by_kernel["extern_kernels.mm:8"]["template"] == "aten"  # ATen's calls stay listed as before
+    assert len(entries) == 2
+    assert "kernel void softmax_row(" in (tmp_path / "graph000_inference" /
+                                          "ext_metal_softmax_threads256_chunks1.buf4.metal").read_text()
+
+
 def test_gpu_asm_collects_ptx_and_amdgcn_from_compiled_kernels():
     def compiled(**asm):
         return types.SimpleNamespace(kernel=types.SimpleNamespace(asm=asm))

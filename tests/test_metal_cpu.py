@@ -582,6 +582,36 @@ def test_required_threads_per_threadgroup_is_enforced():
         metal_cpu.run(src, "k", 1, 32, torch.zeros(1))
 
 
+TG_MEMORY = """
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void fits(device float* o [[buffer(0)]], uint i [[thread_index_in_threadgroup]],
+                 uint g [[thread_position_in_grid]]) {
+  threadgroup float a[4096], b[4096];  // 32 KiB: all an Apple GPU has
+  a[i] = 1.0f; b[i] = 2.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  o[g] = a[i] + b[(i + 1) % 32];  // another thread's value: shared
+}
+kernel void too_big(device float* o [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {
+  threadgroup float a[8192];
+  threadgroup half b[2];  // 4 bytes over
+  a[i] = 1.0f; b[0] = half(0.0f);
+  o[i] = a[i];
+}
+"""
+
+
+def test_threadgroup_memory_beyond_an_apple_gpus_is_an_error():
+    """A Mac refuses a pipeline over maxThreadgroupMemoryLength: the executor too, not silently."""
+    out = torch.zeros(64)
+    metal_cpu.run(TG_MEMORY, "fits", 2, 32, out)
+    assert out.tolist() == [3.0] * 64
+    with pytest.raises(MetalLaunchError, match=r"threadgroup memory: the kernel declares 32772 bytes, more than "
+                                               r"the 32768"):
+        metal_cpu.run(TG_MEMORY, "too_big", 1, 32, out)
+
+
 def test_threadgroup_declarations_become_shared_statics():
     from inductor_ext.runtime.metal_cpu import msl
 

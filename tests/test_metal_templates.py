@@ -55,8 +55,10 @@ def strided(rows: int, cols: int, dtype: torch.dtype, scale: float = 1.0) -> tor
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.FAMILY)
 def test_family_protocol(family):
     assert family.TARGETS == ("mps",) and family.CHOICE_KIND == "extern" and family.OPS
-    for name in ("problem_for", "supports", "configs", "render", "call", "ALL_CONFIGS", "Problem", "Config"):
+    for name in ("problem_for", "supports", "configs", "render", "call", "ALL_CONFIGS", "Problem", "Config",
+                 "compile_asm"):
         assert hasattr(family, name), name
+    assert family.CPU_EXECUTOR == "the Metal-on-CPU executor"  # interpret mode runs it on CPU tensors
     registry.check(family)  # what the registry requires of a family
 
 
@@ -179,9 +181,24 @@ def test_linear_gemv_matches_reference(device, m, n, k, dtype, bias, act):
     problem = linear_gemv.problem_for(spec)
     assert problem == linear_gemv.Problem(m, n, k, str(dtype).removeprefix("torch."), bias, act)
     want = scaled_mm_reference(x, w, bias=bias_t, activation=act, out_dtype=dtype)
+    tensors = (bias_t, x, w.t()) if bias else (x, w.t())  # the op's order: addmm(bias, x, b), mm(x, b)
     for config in linear_gemv.configs(problem, "mps"):
-        got = linear_gemv.call(problem, config, "mps", *on(device, x, w.t(), bias_t)).cpu()
+        got = linear_gemv.call(problem, config, "mps", *on(device, *tensors)).cpu()
         torch.testing.assert_close(got, want, **TOL[dtype], msg=lambda s: f"{config}: {s}")
+
+
+def test_linear_gemv_bias_broadcast_over_rows():
+    """Inductor's addmm hands the bias over as a row expanded to [M, N] (stride 0)."""
+    torch.manual_seed(3)
+    x, w, bias = torch.randn(3, 70), torch.randn(45, 70), torch.randn(45)
+    row = bias.expand(3, 45)
+    spec = OpSpec("addmm", (spec_of(row), spec_of(x), spec_of(w.t())), TensorSpec((3, 45), (45, 1), "float32"))
+    problem = linear_gemv.problem_for(spec)
+    assert problem == linear_gemv.Problem(3, 45, 70, "float32", True)
+    got = linear_gemv.call(problem, linear_gemv.ALL_CONFIGS[0], "mps", row, x, w.t())
+    torch.testing.assert_close(got, scaled_mm_reference(x, w, bias=bias, out_dtype=torch.float32), **TOL[torch.float32])
+    assert "not one row" in linear_gemv.problem_for(
+        OpSpec("addmm", (spec_of(torch.randn(3, 45)), spec_of(x), spec_of(w.t())), spec.out))
 
 
 def test_linear_gemv_refusals():

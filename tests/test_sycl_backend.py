@@ -3,15 +3,15 @@
 Inductor's kernels, the sycl.gemm template beside ATen for GEMMs) and runs every kernel on Intel's
 OpenCL CPU device. No environment variable is involved.
 
-Each graph is compiled once per module (fixtures), so the SYCL programs are built once: one per
-graph for Inductor's kernels, one per autotune decision for the GEMM candidates.
+Each graph is compiled once per module (fixtures; every dtype's ops in one graph), so the SYCL
+programs are built once: one per graph for Inductor's kernels, one per autotune decision for the
+GEMM candidates (shared with tests/test_sycl_gemm.py when both run in one process).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import types
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,7 +23,7 @@ from inductor_ext import backend, dumps, presets
 from inductor_ext.autotune.cache import AutotuneCache
 from inductor_ext.codegen.sycl import CODEGEN
 from inductor_ext.config import ExtOptionError
-from inductor_ext.lowering.ext_choices import ExtChoices, decisions
+from inductor_ext.lowering.ext_choices import decisions, unusable_reason
 from inductor_ext.runtime import sycl
 from inductor_ext.runtime.sycl import wheels
 from inductor_ext.templates.sycl import gemm
@@ -67,19 +67,28 @@ def ops_inputs(dtype: torch.dtype) -> list[torch.Tensor]:
     return [t.to(dtype) for t in tensors]
 
 
-@pytest.fixture(scope="module", params=[torch.float32, torch.float16, torch.bfloat16],
-                ids=["float32", "float16", "bfloat16"])
-def ops_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """``ops`` compiled for xpu in interpret mode, the GEMM template forced (ATen is faster on the
-    CPU device, and the point here is that the template's kernels compute the right numbers)."""
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DTYPE_IDS = ["float32", "float16", "bfloat16"]
+
+
+def ops_in_every_dtype(*args: torch.Tensor) -> tuple:
+    """``ops`` once per dtype, in one graph: one Inductor compile and one SYCL program for all."""
+    n = len(args) // len(DTYPES)
+    return tuple(ops(*args[i * n:(i + 1) * n]) for i in range(len(DTYPES)))
+
+
+@pytest.fixture(scope="module")
+def ops_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``ops`` in fp32, fp16 and bf16, compiled for xpu in interpret mode, the GEMM template forced
+    (ATen is faster on the CPU device; the point here is that the template computes the right
+    numbers when the compiled graph calls it)."""
     if sycl.missing():
         pytest.skip(f"SYCL kernels cannot run here: {sycl.missing()}")
-    dtype = request.param
-    tmp = tmp_path_factory.mktemp(f"ops_{str(dtype).removeprefix('torch.')}")
-    args = ops_inputs(dtype)
+    tmp = tmp_path_factory.mktemp("ops")
+    args = [t for dtype in DTYPES for t in ops_inputs(dtype)]
     first, builds = len(decisions), len(sycl.BUILDS)
-    out = compile_ext(ops, tmp, force_template="sycl.gemm")(*args)
-    return {"dtype": dtype, "out": out, "expected": ops(*args), "decisions": decisions[first:],
+    out = compile_ext(ops_in_every_dtype, tmp, force_template="sycl.gemm")(*args)
+    return {"out": out, "expected": ops_in_every_dtype(*args), "decisions": decisions[first:],
             "builds": sycl.BUILDS[builds:], "dumps": tmp / "dumps"}
 
 
@@ -88,24 +97,27 @@ OUTPUTS = ["pointwise", "sum_serial", "sum_group", "softmax", "layernorm", "rmsn
 
 @needs_sycl
 @pytest.mark.parametrize("output", OUTPUTS)
-def test_ops_equal_eager(ops_run: dict[str, Any], output: str) -> None:
-    i = OUTPUTS.index(output)
-    if ops_run["expected"][i] is None:
-        assert ops_run["out"][i] is None and output == "mm"
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_ops_equal_eager(ops_run: dict[str, Any], dtype: torch.dtype, output: str) -> None:
+    i, d = OUTPUTS.index(output), DTYPES.index(dtype)
+    got, expected = ops_run["out"][d][i], ops_run["expected"][d][i]
+    if expected is None:
+        assert got is None and output == "mm"
         return  # mm runs in fp32 only (above)
-    rtol, atol = TOLERANCE[ops_run["dtype"]]
-    if output in ("mm", "addmm", "sum_group") and ops_run["dtype"] != torch.float32:
-        rtol, atol = rtol, atol * 8  # sums of 70 or 4097 products, rounded once to 16 bits
-    torch.testing.assert_close(ops_run["out"][i], ops_run["expected"][i], rtol=rtol, atol=atol)
+    assert got.dtype == expected.dtype
+    rtol, atol = TOLERANCE[dtype]
+    if output in ("mm", "addmm", "sum_group") and dtype != torch.float32:
+        atol *= 8  # sums of 70 or 4097 products, rounded once to 16 bits
+    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
 
 
 @needs_sycl
 def test_gemms_ran_the_sycl_template(ops_run: dict[str, Any]) -> None:
-    """Both GEMMs were offered beside ATen, benchmarked, and (forced) won: the graph called
+    """Every GEMM was offered beside ATen, benchmarked, and (forced) won: the graph called
     sycl.gemm, with gemv and tiled candidates for M=3, each decision's built in one compiler run."""
-    by_op = {d.op: d for d in ops_run["decisions"]}
-    assert set(by_op) == ({"mm", "addmm"} if ops_run["dtype"] == torch.float32 else {"addmm"})
-    for d in by_op.values():
+    made = sorted((d.op, d.problem["dtype"]) for d in ops_run["decisions"])
+    assert made == [("addmm", "bfloat16"), ("addmm", "float16"), ("addmm", "float32"), ("mm", "float32")]
+    for d in ops_run["decisions"]:
         names = [c["name"] for c in d.candidates]
         assert names[0] in ("mm", "addmm") and d.candidates[0]["kind"] == "aten"
         assert any(n.startswith("ext_sycl_gemm_gemv") for n in names) and any("tiled" in n for n in names)
@@ -119,22 +131,23 @@ def test_gemms_ran_the_sycl_template(ops_run: dict[str, Any]) -> None:
 def test_dumps_show_sycl_sources_with_their_nd_range(ops_run: dict[str, Any]) -> None:
     root = ops_run["dumps"]
     index = dumps.read_index(root)
-    sycl_kernels = [k for k in index["kernels"] if k["language"] == "sycl"]
+    sycl_kernels = [k for k in index["kernels"] if k["language"] == "sycl" and k["template"] is None]
     assert len(sycl_kernels) >= 6  # every non-GEMM op above is a SYCL kernel (some may fuse)
     for k in sycl_kernels:
         source = (root / k["file"]).read_text()
         assert k["properties"]["nd_range_kernel"] == 1
         assert "SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<1>))" in source
-    modes = {k["properties"]["mode"] for k in sycl_kernels if k["template"] is None}
+    modes = {k["properties"]["mode"] for k in sycl_kernels}
     assert modes == {"pointwise", "serial", "group"}
+    assert not [k for k in index["kernels"] if k["language"] in ("cpp", "triton")]  # nothing else generated
     gemms = [k for k in index["kernels"] if k["template"] == "sycl.gemm"]
     assert len(gemms) == len(ops_run["decisions"]), [k["kernel"] for k in index["kernels"]]
-    for k in gemms:  # the template's own source, rendered for the winner
-        assert k["language"] == "sycl" and k["properties"]["nd_range_kernel"] == 1
-        assert "sycl::reduce_over_group" in (root / k["file"]).read_text() or \
-            "sycl::select_from_group" in (root / k["file"]).read_text()
+    for k in gemms:  # the template's own source, rendered for the call's problem
+        source = (root / k["file"]).read_text()
+        assert k["language"] == "sycl" and "SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<1>))" in source
+        assert "sycl::reduce_over_group" in source or "sycl::select_from_group" in source
     table = dumps.format_table(index)
-    assert all(k["kernel"] in table for k in sycl_kernels if k["template"] is None) and "sycl.gemm" in table
+    assert all(k["kernel"] in table for k in sycl_kernels) and "sycl.gemm" in table
 
 
 # ------------------------------------------------------------------------------ training
@@ -225,8 +238,7 @@ def test_asking_for_sycl_without_the_wheels_says_what_to_install(monkeypatch: py
         backend.device_codegen(presets.resolve({"preset": "xpu", "xpu_codegen": "sycl"}))
     # the template then steps aside for ATen with the same reason
     assert 'pip install "inductor-ext[sycl]"' in gemm.missing()
-    choices = ExtChoices(presets.resolve({"preset": "xpu"}))
-    reason = choices._unusable_reason(types.SimpleNamespace(device_type="xpu"), gemm)
+    reason = unusable_reason(presets.resolve({"preset": "xpu"}), gemm, "xpu")
     assert reason.startswith("sycl.gemm cannot run here") and "inductor-ext[sycl]" in reason
 
 

@@ -26,6 +26,8 @@ class KernelInfo:
     suffix: str  # file suffix for its dump (".py", ".cpp", ".metal", ".sycl.cpp")
     properties: dict[str, Any] = field(default_factory=dict)  # e.g. {"nd_range_kernel": 2}
     header: str = ""  # the comment block before it in the output code (FX nodes, ATen ops)
+    template: str | None = None  # the template family that rendered it, if any
+    config: dict[str, Any] = field(default_factory=dict)  # that family's config
 
 
 @dataclass(frozen=True)

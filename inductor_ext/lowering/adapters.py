@@ -83,13 +83,9 @@ def _append_triton(family: ModuleType, choices: list[Any], prepared: Prepared, c
 # ------------------------------------------------------------------------------------ extern
 
 
-def extern_name(family: ModuleType, config: Any) -> str:
-    return f"ext_{family.FAMILY.replace('.', '_')}_{registry.config_name(config)}"
-
-
 def extern_choice(family: ModuleType, config: Any) -> ExternKernelChoice:
     """The registered ExternKernelChoice of one (family, config), created on first use."""
-    name = extern_name(family, config)
+    name = registry.extern_name(family.FAMILY, config)
     existing = ExternKernelChoice.lookup(name)
     if existing is not None:
         return existing
@@ -140,7 +136,5 @@ def prebuild_extern(family: ModuleType, problem: Any, configs: list[Any], target
 
 def register_extern_choices() -> None:
     """Register every extern family's configs (cached compiled graphs call them by name)."""
-    for family in registry.families().values():
-        if family.CHOICE_KIND == "extern":
-            for config in family.ALL_CONFIGS:
-                extern_choice(family, config)
+    for family, config in registry.extern_choices().values():
+        extern_choice(family, config)

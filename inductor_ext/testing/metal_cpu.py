@@ -6,7 +6,9 @@ the MSL that real generators produce on Linux.
   executor, so Inductor's and Helion's Metal launch code runs unchanged on CPU tensors.
 - :func:`inductor_mps_wrapper` / :func:`run_inductor_mps`: Inductor's MPS codegen for a function,
   generated here (fake tensors on ``mps``, ``make_fx`` with Inductor's decompositions,
-  ``GraphLowering``) and run with the executor on CPU tensors.
+  ``GraphLowering``) and run with the executor on CPU tensors. With ``choices=`` (a choices
+  handler such as ext's) its GEMM and softmax lowerings ask that handler, as a compile for an
+  ``mps`` device does; extern choices then run on the CPU tensors too.
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ def cpu_compile_shader(*, checked: bool = True, sources: list[str] | None = None
         yield
 
 
-def inductor_mps_wrapper(fn: Callable[..., Any], *example_inputs: torch.Tensor) -> str:
+def inductor_mps_wrapper(fn: Callable[..., Any], *example_inputs: torch.Tensor, choices: Any = None) -> str:
     """The Python wrapper module Inductor's MPS codegen writes for ``fn`` (its Metal kernels
-    inside), generated on this machine from fake ``mps`` tensors shaped like the inputs."""
+    inside), generated on this machine from fake ``mps`` tensors shaped like the inputs, with
+    ``choices`` as Inductor's choices handler when given. Autotuning cannot run here (no mps
+    device): a lowering must end with one choice, or fail."""
     from torch._inductor.codegen.mps import MetalKernel
     from torch._inductor.debug import DebugContext
     from torch._inductor.decomposition import select_decomp_table
@@ -65,7 +69,8 @@ def inductor_mps_wrapper(fn: Callable[..., Any], *example_inputs: torch.Tensor) 
         with mode:
             fake = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="mps") for t in example_inputs]
             gm = make_fx(fn, decomposition_table=select_decomp_table())(*fake)
-        with V.set_fake_mode(mode), V.set_debug_handler(DebugContext()):
+        handler = V.set_choices_handler(choices) if choices is not None else contextlib.nullcontext()
+        with V.set_fake_mode(mode), V.set_debug_handler(DebugContext()), handler:
             graph = GraphLowering(gm, example_inputs=fake)
             with V.set_graph_handler(graph):
                 graph.run(*fake)
@@ -74,12 +79,12 @@ def inductor_mps_wrapper(fn: Callable[..., Any], *example_inputs: torch.Tensor) 
 
 
 def run_inductor_mps(fn: Callable[..., Any], *inputs: torch.Tensor, checked: bool = True,
-                     sources: list[str] | None = None) -> Sequence[torch.Tensor]:
+                     sources: list[str] | None = None, choices: Any = None) -> Sequence[torch.Tensor]:
     """``fn(*inputs)`` computed by the Metal kernels Inductor's MPS codegen generates for it,
     each run by the CPU executor on the CPU inputs. Returns the wrapper's outputs."""
     from torch._inductor.codecache import PyCodeCache
 
-    code = inductor_mps_wrapper(fn, *inputs).replace("device='mps'", "device='cpu'")
+    code = inductor_mps_wrapper(fn, *inputs, choices=choices).replace("device='mps'", "device='cpu'")
     with cpu_compile_shader(checked=checked, sources=sources):
         module = PyCodeCache.load(code)
         return module.call(list(inputs))

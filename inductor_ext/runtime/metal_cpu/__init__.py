@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from inductor_ext.runtime.metal_cpu.build import MetalCompileError
 from inductor_ext.runtime.metal_cpu.launch import MetalLaunchError
-from inductor_ext.runtime.metal_cpu.library import CpuShaderLibrary, compile_shader, kernel_from_source, run
+from inductor_ext.runtime.metal_cpu.library import (CpuShaderLibrary, build_report, compile_shader, kernel_from_source,
+                                                    run)
 from inductor_ext.runtime.metal_cpu.msl import MslSignatureError, MslUnsupported
 
 __all__ = ["CpuShaderLibrary", "MetalCompileError", "MetalLaunchError", "MslSignatureError", "MslUnsupported",
-           "compile_shader", "kernel_from_source", "run"]
+           "build_report", "compile_shader", "kernel_from_source", "run"]

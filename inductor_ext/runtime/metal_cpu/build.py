@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from inductor_ext.runtime import toolchain
+from inductor_ext.targets.apple import THREADGROUP_MEMORY_BYTES
 
 SHIM_DIR = Path(__file__).with_name("include")
 
@@ -25,7 +26,8 @@ SHIM_DIR = Path(__file__).with_name("include")
 # MSL floating literals are float; -fsigned-char: MSL char is signed; no exceptions (fibers never
 # unwind); -w: MSL idioms warn in C++ (ignored attributes).
 FLAGS = ("-std=c++20", "-O2", "-fPIC", "-shared", "-w", "-fsingle-precision-constant", "-fsigned-char",
-         "-fno-exceptions", "-fno-rtti", "-fno-strict-aliasing", "-D__METAL__=1", "-D__METAL_VERSION__=310", "-D__HAVE_TENSOR__=1")
+         "-fno-exceptions", "-fno-rtti", "-fno-strict-aliasing", "-D__METAL__=1", "-D__METAL_VERSION__=310", "-D__HAVE_TENSOR__=1",
+         f"-DMCPU_THREADGROUP_MEMORY_BYTES={THREADGROUP_MEMORY_BYTES}")
 
 
 class MetalCompileError(RuntimeError):

@@ -104,3 +104,23 @@ def run(msl_source: str, kernel_name: str, grid: Any, threadgroup: Any, *args: A
     lib = compile_shader(msl_source, checked=checked)
     kernel = getattr(lib, kernel_name).kernel
     lib.dispatch(kernel, args, (g[0] * tg[0], g[1] * tg[1], g[2] * tg[2]), tg)
+
+
+def build_report(source: str) -> str:
+    """What the executor made of ``source``, for ``inductor-ext asm``: the compiler and flags,
+    the cached library, and each kernel's buffer bindings and position attributes. No Metal
+    compiler exists on Linux, so this is the proof that the MSL parses, binds and compiles as
+    the executor runs it; Apple's compiler may still reject what the shim accepts."""
+    lib = compile_shader(source)
+    cxx, version = build.compiler()
+    lines = ["// Metal-on-CPU executor build: MSL compiled as C++ with the shim headers; this is host code for",
+             "// testing, not Apple GPU code (no Metal compiler exists on Linux).",
+             f"compiler  {cxx} ({version})",
+             f"flags     {' '.join(build.FLAGS)}",
+             f"library   {lib.path}"]
+    for kernel in lib.kernels.values():
+        lines.append(f"kernel    {kernel.name} (line {kernel.line})")
+        for p in kernel.params:
+            where = f"buffer({p.index})" if p.kind == "buffer" else f"[[{p.attribute}]]"
+            lines.append(f"  {where:36s} {p.type} {p.name}")
+    return "\n".join(lines) + "\n"

@@ -14,6 +14,14 @@ for one dtype); vector loads use packed types, so rows need no alignment beyond 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from inductor_ext.templates.base import KernelSource
+
+# What runs these families' kernels on CPU tensors under options={"interpret": True}.
+CPU_EXECUTOR = "the Metal-on-CPU executor"
+
 STORAGE = {"float32": "float", "float16": "half", "bfloat16": "ushort", "float8_e4m3fn": "uchar"}
 OUT_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat"}
 
@@ -65,8 +73,6 @@ ACTIVATIONS = {
 
 def storage(dtype: str) -> str:
     return STORAGE[dtype]
-
-
 
 
 def store(dtype: str, value: str) -> str:
@@ -123,3 +129,12 @@ def signature(params: list[str]) -> str:
     attrs = ["uint3 tgpos [[threadgroup_position_in_grid]]", "uint sg [[simdgroup_index_in_threadgroup]]",
              "uint lane [[thread_index_in_simdgroup]]", "uint tid [[thread_index_in_threadgroup]]"]
     return ",\n    ".join(bound + attrs)
+
+
+def compile_asm(ks: "KernelSource") -> dict[str, str]:
+    """``inductor-ext asm`` for a Metal kernel: no Metal compiler exists on Linux, so the stages
+    are the MSL itself ("msl", where the key instructions are counted) and what the Metal-on-CPU
+    executor built from it ("executor": compiler, flags, library, buffer bindings)."""
+    from inductor_ext.runtime import metal_cpu
+
+    return {"msl": ks.source, "executor": metal_cpu.build_report(ks.source)}

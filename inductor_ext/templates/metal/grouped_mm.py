@@ -23,6 +23,8 @@ FAMILY = "metal.grouped_mm"
 TARGETS = ("mps",)
 OPS = ("grouped_mm",)  # Inductor's lowering name (lowering/op_specs.py)
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = _msl.CPU_EXECUTOR
+KEY_INSTRUCTIONS = {"mps": [("msl", r"\bsimd_sum\(")]}  # inductor-ext asm, counted in the MSL
 
 DTYPES = ("bfloat16", "float16", "float32")
 MAX_ROWS = 64  # beyond this it is a prefill: a tiled grouped GEMM reuses weights across rows
@@ -150,3 +152,14 @@ def call(problem: Problem, config: Config, target: str, a: "torch.Tensor", b: "t
                        out.stride(0)]
     metal.launch(ks.source, ks.name, ks.launch["grid"], ks.launch["threadgroup"], *args)
     return out
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem | str:
+    """``inductor-ext asm --shape MxNxK``: M routed rows over 8 experts of [K, N] weights."""
+    problem = Problem(m, n, k, 8, dtype or "bfloat16")
+    return supports(problem) or problem
+
+
+def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:
+    """The MSL and the Metal-on-CPU executor's build of it (no Metal compiler on Linux)."""
+    return _msl.compile_asm(render(problem, config, target))

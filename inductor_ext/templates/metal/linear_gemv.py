@@ -22,6 +22,9 @@ FAMILY = "metal.linear_gemv"
 TARGETS = ("mps",)
 OPS = ("mm", "addmm")
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = _msl.CPU_EXECUTOR
+# inductor-ext asm: the SIMD-group reduction that ends every gemv (counted in the MSL).
+KEY_INSTRUCTIONS = {"mps": [("msl", r"\bsimd_sum\(")]}
 
 DTYPES = ("bfloat16", "float16", "float32")
 MAX_M = 4
@@ -63,8 +66,10 @@ def problem_for(spec: OpSpec) -> Problem | str:
     if x.stride[1] != 1 or b.stride[0] != 1:
         return "gemv needs x and the weight contiguous along K (F.linear's layout)"
     if bias is not None:
-        if bias.shape[-1] != n or any(s != 1 for s in bias.shape[:-1]) or bias.dtype != x.dtype:
-            return f"bias {bias.shape} {bias.dtype} does not broadcast as a row of {n} {x.dtype}"
+        # [N], [1, N], or a row broadcast over M (stride 0), as Inductor's addmm passes it
+        broadcast = all(size == 1 or stride == 0 for size, stride in zip(bias.shape[:-1], bias.stride[:-1]))
+        if bias.shape[-1] != n or not broadcast or bias.dtype != x.dtype:
+            return f"bias {bias.shape} (strides {bias.stride}) {bias.dtype} is not one row of {n} {x.dtype}"
     return Problem(m, n, k, x.dtype, bias is not None, spec.scalars.get("activation"))
 
 
@@ -140,13 +145,17 @@ def render(problem: Problem, config: Config, target: str) -> KernelSource:
                         launch={"grid": grid, "threadgroup": [32 * config.simdgroups, 1, 1]}, language="msl")
 
 
-def call(problem: Problem, config: Config, target: str, x: "torch.Tensor", b: "torch.Tensor",
-        bias: "torch.Tensor | None" = None) -> "torch.Tensor":
-    """``act(x @ b + bias)`` for ``b`` [K, N] contiguous along K (``w.t()``); bias [N] or [1, N]."""
+def call(problem: Problem, config: Config, target: str, *tensors: "torch.Tensor") -> "torch.Tensor":
+    """``act(x @ b + bias)``, the tensors in the op's order: ``mm(x, b)`` or ``addmm(bias, x, b)``;
+    ``b`` [K, N] contiguous along K (``w.t()``); bias [N], [1, N] or a row broadcast over M
+    (stride 0)."""
     import torch
 
     from inductor_ext.runtime import metal
 
+    if len(tensors) != 2 + problem.bias:
+        raise ValueError(f"{FAMILY}: expected {'(bias, x, b)' if problem.bias else '(x, b)'}, got {len(tensors)} tensors")
+    bias, x, b = tensors if problem.bias else (None, *tensors)
     ks = render(problem, config, target)
     if x.stride(1) != 1 or b.stride(0) != 1:
         raise ValueError(f"gemv needs x and b contiguous along K; strides {x.stride()} and {b.stride()}")
@@ -159,3 +168,14 @@ def call(problem: Problem, config: Config, target: str, x: "torch.Tensor", b: "t
         args.append(bias.stride(-1))
     metal.launch(ks.source, ks.name, ks.launch["grid"], ks.launch["threadgroup"], *args)
     return out
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem | str:
+    """``inductor-ext asm --shape MxNxK``: ``F.linear`` of M rows, N outputs, K inputs."""
+    problem = Problem(m, n, k, dtype or "bfloat16")
+    return supports(problem) or problem
+
+
+def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:
+    """The MSL and the Metal-on-CPU executor's build of it (no Metal compiler on Linux)."""
+    return _msl.compile_asm(render(problem, config, target))

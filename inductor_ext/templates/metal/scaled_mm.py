@@ -29,6 +29,7 @@ FAMILY = "metal.scaled_mm"
 TARGETS = ("mps",)
 OPS = ("scaled_mm",)  # Inductor's lowering name (lowering/op_specs.py)
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = _msl.CPU_EXECUTOR
 
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 GEMV_MAX_M = 4
@@ -59,6 +60,13 @@ class Config:
     mma: bool = False  # tiled: simdgroup matrices, warps_m x warps_n SIMD groups
     warps_m: int = 2
     warps_n: int = 2
+
+    def name(self) -> str:
+        """Only the fields the path uses (choice names, dumps)."""
+        if self.path == "gemv":
+            return f"gemv_s{self.simdgroups}_c{self.columns}_v{self.vec}"
+        tile = f"{self.block_m}x{self.block_n}x{self.block_k}"
+        return f"mma_{tile}_w{self.warps_m}x{self.warps_n}" if self.mma else f"tiled_{tile}_t{self.thread_m}x{self.thread_n}"
 
     @property
     def threads(self) -> int:
@@ -344,3 +352,24 @@ def call(problem: Problem, config: Config, target: str, a: "torch.Tensor", b: "t
         args.append(bias.stride(0))
     metal.launch(ks.source, ks.name, ks.launch["grid"], ks.launch["threadgroup"], *args)
     return out
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem:
+    """``inductor-ext asm --shape MxNxK``: e4m3 x e4m3 with rowwise scales; ``dtype`` is the
+    output dtype (default bfloat16)."""
+    return Problem(m, n, k, "rowwise", dtype or "bfloat16")
+
+
+def key_instructions(problem: Problem, config: Config, target: str) -> list[tuple[str, str]]:
+    """inductor-ext asm, counted in the MSL: what each path is built on (the gemv's SIMD-group
+    reduction, the 8x8 simdgroup-matrix multiply, the SIMT tiles' threadgroup staging)."""
+    if config.path == "gemv":
+        return [("msl", r"\bsimd_sum\(")]
+    if config.mma:
+        return [("msl", r"\bsimdgroup_multiply_accumulate\("), ("msl", r"\bsimdgroup_load\(")]
+    return [("msl", r"\bthreadgroup_barrier\(")]
+
+
+def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:
+    """The MSL and the Metal-on-CPU executor's build of it (no Metal compiler on Linux)."""
+    return _msl.compile_asm(render(problem, config, target))

@@ -24,6 +24,10 @@ FAMILY = "metal.softmax"
 TARGETS = ("mps",)
 OPS = ("softmax",)
 CHOICE_KIND = "extern"
+CPU_EXECUTOR = _msl.CPU_EXECUTOR
+# inductor-ext asm, counted in the MSL: the SIMD-group max and sum of the online softmax, and
+# the barriers of the threadgroup-wide combine.
+KEY_INSTRUCTIONS = {"mps": [("msl", r"\bsimd_max\("), ("msl", r"\bsimd_sum\("), ("msl", r"\bthreadgroup_barrier\(")]}
 
 DTYPES = ("float32", "float16", "bfloat16")
 MIN_COLUMNS = 1024  # shorter rows: Inductor's fused reduction does as well
@@ -223,3 +227,14 @@ def call(problem: Problem, config: Config, target: str, x: "torch.Tensor") -> "t
         metal.launch(ks.source, "softmax_normalize", grid, tg, out, x2, partial, problem.n, x2.stride(0),
                      out.stride(0))
     return out.view(x.shape)
+
+
+def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem | str:
+    """``inductor-ext asm --shape MxNxK``: softmax over M rows of N (K is not used)."""
+    problem = Problem(m, n, dtype or "float32")
+    return supports(problem) or problem
+
+
+def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:
+    """The MSL and the Metal-on-CPU executor's build of it (no Metal compiler on Linux)."""
+    return _msl.compile_asm(render(problem, config, target))

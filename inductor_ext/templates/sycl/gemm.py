@@ -412,12 +412,16 @@ def call(problem: GemmProblem, config: GemmConfig, target: str, *tensors: "torch
     return c
 
 
-# What `inductor-ext asm sycl.gemm --target xpu` looks for in the SPIR-V (every config has both:
-# tiled kernels broadcast A with select_from_group, gemv kernels add with reduce_over_group).
-# Tiled kernels also hold work-group local memory (`OpVariable ... Workgroup`) and barriers
-# (`OpControlBarrier`), shown in the listing.
-KEY_INSTRUCTIONS = {"xpu": [("spirv", r"OpSubgroupShuffleINTEL|OpGroupFAdd|OpGroupNonUniform\w+"),
-                            ("spirv", rf"OpExecutionMode %\S+ SubgroupSize {SYCL_SUB_GROUP_SIZE}\b")]}
+def key_instructions(problem: GemmProblem, config: GemmConfig, target: str) -> list[tuple[str, str]]:
+    """What ``inductor-ext asm sycl.gemm --target xpu`` looks for in the SPIR-V: every kernel runs
+    on 16-lane sub-groups; a gemv adds its lanes' partial sums with reduce_over_group (a float add
+    on the sub-group scope, 3), a tile broadcasts A with select_from_group (a sub-group shuffle)
+    from work-group local memory it stages between barriers."""
+    found = [("spirv", rf"OpExecutionMode %\S+ SubgroupSize {SYCL_SUB_GROUP_SIZE}\b")]
+    if config.kind == "gemv":
+        return found + [("spirv", r"OpGroupFAdd %float %uint_3 Reduce")]
+    return found + [("spirv", r"OpSubgroupShuffleINTEL"), ("spirv", r"OpVariable %\S+ Workgroup"),
+                    ("spirv", r"OpControlBarrier")]
 
 
 def compile_asm(problem: GemmProblem, config: GemmConfig, target: str) -> dict[str, str]:

@@ -26,6 +26,9 @@
 #endif
 #define MCPU_DEPOSIT_BYTES 64  // largest value a lane hands to a SIMD collective
 #define MCPU_MAX_THREADS 1024  // Apple GPUs: at most 1024 threads per threadgroup
+#ifndef MCPU_THREADGROUP_MEMORY_BYTES
+#define MCPU_THREADGROUP_MEMORY_BYTES 32768  // Apple GPUs: maxThreadgroupMemoryLength
+#endif
 
 namespace mcpu {
 
@@ -99,6 +102,7 @@ struct Group {
   bool failed;
   char message[1024];
   uint64_t generation;  // counts threadgroups, for threadgroup-memory poisoning
+  size_t tg_bytes;  // threadgroup memory this threadgroup has declared so far
   void* sched_sp;
 #ifdef MCPU_UCONTEXT
   ucontext_t sched_ctx;
@@ -247,11 +251,19 @@ static inline const Snapshot* simd_exchange(const void* value, size_t bytes, Sit
 
 // ------------------------------------------------------------------------ threadgroup memory
 // `threadgroup` arrays become function statics; the first thread that passes the declaration
-// in each threadgroup fills them with 0xFF bytes (NaN, -1), since Metal leaves them undefined.
+// in each threadgroup fills them with 0xFF bytes (NaN, -1), since Metal leaves them undefined,
+// and counts them against the threadgroup memory an Apple GPU has (a Mac refuses such a kernel).
 static const int kMaxTgVars = 64;
 static void* g_tg_ptr[kMaxTgVars];
 static uint64_t g_tg_gen[kMaxTgVars];
 static int g_tg_count = 0;
+
+static inline void threadgroup_declared(size_t bytes) {
+  g_group->tg_bytes += bytes;
+  if (g_group->tg_bytes > MCPU_THREADGROUP_MEMORY_BYTES)
+    fail("threadgroup memory: the kernel declares %zu bytes, more than the %d bytes of an Apple GPU "
+         "(maxThreadgroupMemoryLength)", g_group->tg_bytes, MCPU_THREADGROUP_MEMORY_BYTES);
+}
 
 static inline void threadgroup_var(void* p, size_t bytes) {
   for (int i = 0; i < g_tg_count; i++) {
@@ -259,15 +271,17 @@ static inline void threadgroup_var(void* p, size_t bytes) {
       if (g_tg_gen[i] != g_group->generation) {
         g_tg_gen[i] = g_group->generation;
         memset(p, 0xFF, bytes);
+        threadgroup_declared(bytes);
       }
       return;
     }
   }
-  if (g_tg_count < kMaxTgVars) {
+  memset(p, 0xFF, bytes);
+  if (g_tg_count < kMaxTgVars) {  // (past that many, arrays are neither tracked nor counted)
     g_tg_ptr[g_tg_count] = p;
     g_tg_gen[g_tg_count++] = g_group->generation;
+    threadgroup_declared(bytes);
   }
-  memset(p, 0xFF, bytes);
 }
 
 // ------------------------------------------------------------------------ scheduler
@@ -467,6 +481,7 @@ static int dispatch(ThreadFn fn, Launch* L) {
           g->nthreads = n;
           g->nsimd = (n + MCPU_SIMD_WIDTH - 1) / MCPU_SIMD_WIDTH;
           g->generation++;
+          g->tg_bytes = 0;
           set_positions(fibers, gpos, size, G, groups, T);
           run_threadgroup(g);
           if (g->failed) {
