@@ -2,7 +2,7 @@
 Intel GPU and run on Intel's OpenCL CPU device with CPU tensors (``CODEGEN.install`` with
 ``interpret=True`` around ``torch.compile(..., backend="inductor")``), compared with eager.
 
-Compiles are expensive on CPU (Inductor, then one SYCL program per graph), so each module-scoped
+Compiles are expensive on CPU (Inductor, then one SYCL program per graph), so one module-scoped
 fixture compiles one graph holding many small cases, and each test checks its own output of it.
 The ops users reach through the backend (softmax, norms, GEMMs, dtypes, a training step) are
 tested there: tests/test_sycl_backend.py."""
@@ -34,10 +34,6 @@ def compile_and_run(fn: Callable[..., Any], *args: Any, dynamic: bool = False) -
     return out, kernels
 
 
-def modes(kernels: list) -> list[str]:
-    return [k.properties["mode"] for k in kernels]
-
-
 # ------------------------------------------------------------------------------ pointwise
 
 def pointwise(x, y, xn, i, z, u, v):
@@ -48,21 +44,32 @@ def pointwise(x, y, xn, i, z, u, v):
             torch.maximum(u, v) + torch.minimum(u, v))  # NaN propagates
 
 
-@pytest.fixture(scope="module")
-def pointwise_run() -> dict[str, Any]:
-    torch.manual_seed(0)
+def pointwise_inputs() -> tuple[torch.Tensor, ...]:
     z = torch.randn(4099) * 1000
     z[:4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1 + 2**-8 + 2**-20])
-    args = (torch.randn(37, 45), torch.randn(45), torch.randn(50, 70).t()[3:, ::2],
+    return (torch.randn(37, 45), torch.randn(45), torch.randn(50, 70).t()[3:, ::2],
             torch.arange(67 * 25, dtype=torch.int64).reshape(67, 25), z,
             torch.tensor([1.0, float("nan"), -3.0, float("inf")]), torch.tensor([float("nan"), 2.0, -4.0, 0.0]))
-    out, kernels = compile_and_run(pointwise, *args)
-    return {"out": out, "expected": pointwise(*args), "kernels": kernels}
+
+
+@pytest.fixture(scope="module")
+def graph_run() -> dict[str, Any]:
+    """``pointwise`` and ``reductions`` (below) in one graph: one compile, one SYCL program."""
+    torch.manual_seed(0)
+    pw_args, red_args = pointwise_inputs(), reduction_inputs()
+    fn = lambda *args: pointwise(*args[:len(pw_args)]) + reductions(*args[len(pw_args):])  # noqa: E731
+    out, kernels = compile_and_run(fn, *pw_args, *red_args)
+    return {"out": out, "expected": fn(*pw_args, *red_args), "kernels": kernels, "split": 6}
+
+
+@pytest.fixture(scope="module")
+def pointwise_run(graph_run: dict[str, Any]) -> dict[str, Any]:
+    n = graph_run["split"]
+    return {"out": graph_run["out"][:n], "expected": graph_run["expected"][:n], "kernels": graph_run["kernels"]}
 
 
 def test_pointwise_chain_with_broadcast(pointwise_run: dict[str, Any]) -> None:
     torch.testing.assert_close(pointwise_run["out"][0], pointwise_run["expected"][0], rtol=2e-5, atol=1e-5)
-    assert set(modes(pointwise_run["kernels"])) == {"pointwise"}
 
 
 def test_non_contiguous_inputs_and_integer_ops(pointwise_run: dict[str, Any]) -> None:
@@ -92,15 +99,17 @@ def reductions(s1, s2, s3, x, w, ln_x, ln_w):
             F.layer_norm(ln_x, (333,), ln_w) * torch.softmax(ln_x, -1))  # row stores reloaded: fenced
 
 
-@pytest.fixture(scope="module")
-def reductions_run() -> dict[str, Any]:
-    torch.manual_seed(0)
+def reduction_inputs() -> tuple[torch.Tensor, ...]:
     x = torch.randn(301, 17)
     x[5, 3] = float("nan")
-    args = (torch.randn(33, 13), torch.randn(7, 1000), torch.randn(3, 4097), x, torch.randn(4, 2000) + 3,
+    return (torch.randn(33, 13), torch.randn(7, 1000), torch.randn(3, 4097), x, torch.randn(4, 2000) + 3,
             torch.randn(5, 333), torch.randn(333))
-    out, kernels = compile_and_run(reductions, *args)
-    return {"out": out, "expected": reductions(*args), "kernels": kernels}
+
+
+@pytest.fixture(scope="module")
+def reductions_run(graph_run: dict[str, Any]) -> dict[str, Any]:
+    n = graph_run["split"]
+    return {"out": graph_run["out"][n:], "expected": graph_run["expected"][n:], "kernels": graph_run["kernels"]}
 
 
 REDUCTION_OUTPUTS = ["sum_13", "sum_1000", "sum_4097", "amax", "argmax", "mean", "var", "mean_welford",
@@ -114,15 +123,16 @@ def test_reductions_equal_eager(reductions_run: dict[str, Any], output: str) -> 
                                equal_nan=True)
 
 
-def test_short_reductions_run_serially_long_ones_in_work_groups(reductions_run: dict[str, Any]) -> None:
+def test_each_kernel_maps_its_work_by_its_kind(graph_run: dict[str, Any]) -> None:
+    """Pointwise kernels: a work-item per element; short reductions: a work-item per row (serial);
+    long ones: a work-group per row."""
     seen = set()
-    for k in reductions_run["kernels"]:
+    for k in graph_run["kernels"]:
         numel = re.search(r"const int64_t r0_numel = (\d+);", k.source)
-        if numel:
-            expected = "serial" if int(numel[1]) < 64 else "group"
-            assert k.properties["mode"] == expected, (k.name, numel[1], k.properties)
-            seen.add(int(numel[1]))
-    assert {13, 1000, 4097, 301} <= seen, seen
+        expected = "pointwise" if numel is None else "serial" if int(numel[1]) < 64 else "group"
+        assert k.properties["mode"] == expected, (k.name, numel and numel[1], k.properties)
+        seen.add(int(numel[1]) if numel else "pointwise")
+    assert {13, 1000, 4097, 301, "pointwise"} <= seen, seen
 
 
 def test_dynamic_shapes() -> None:
