@@ -94,8 +94,12 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
     first, seen = len(decisions), dumps.provenance_keys()
     # Inductor caches its choices handler per thread on first use and then ignores the
     # inductor_choices_class config (which we still patch: its uuid keys the FX graph cache).
-    # Install ours for exactly this compile, and put back whatever was there.
-    with V.set_choices_handler(ExtChoices(config)):
+    # Install ours for exactly this compile, and put back whatever was there. The device codegen
+    # too: the backward graph is compiled at the first backward(), after ext_backend returned.
+    codegen = device_codegen(config)
+    with contextlib.ExitStack() as stack, V.set_choices_handler(ExtChoices(config)):
+        if codegen is not None:
+            stack.enter_context(codegen.install(config))
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
     if not config.dump_dir:
         return compiled

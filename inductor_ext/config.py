@@ -32,7 +32,8 @@ class OptionSpec:
     check: Callable[[str, Any], Any]  # returns the normalised value or raises ExtOptionError
 
 
-def _choice(allowed: tuple[str, ...]) -> Callable[[str, Any], Any]:
+def one_of(allowed: tuple[str, ...]) -> Callable[[str, Any], Any]:
+    """An option check accepting exactly the values in ``allowed`` (for registered options too)."""
     def check(key: str, value: Any) -> str:
         if value not in allowed:
             raise ExtOptionError(f"options[{key!r}] = {value!r} is not allowed; use one of {', '.join(map(repr, allowed))}")
@@ -102,10 +103,10 @@ def _preset_name(key: str, value: Any) -> str:
 
 OPTIONS: dict[str, OptionSpec] = {
     "preset": OptionSpec("hardware preset; 'auto' detects it from the example inputs' device", _preset_name),
-    "autotune": OptionSpec("autotuning effort: off | cache-only | quick | full", _choice(AUTOTUNE_EFFORTS)),
+    "autotune": OptionSpec("autotuning effort: off | cache-only | quick | full", one_of(AUTOTUNE_EFFORTS)),
     "templates": OptionSpec("template families offered beside ATen, e.g. ['triton.gemm']", _names),
     "passes": OptionSpec("graph passes to install, by name", _names),
-    "pdl": OptionSpec("programmatic dependent launch: off | auto | force", _choice(PDL_MODES)),
+    "pdl": OptionSpec("programmatic dependent launch: off | auto | force", one_of(PDL_MODES)),
     "template_margin": OptionSpec("a template wins only when this much faster than ATen (0.05 = 5%)", _non_negative_float),
     "autotune_cache": OptionSpec("path of the SQLite autotune cache", _optional_path),
     "dump_dir": OptionSpec("write every generated kernel and index.json here", _optional_path),

@@ -37,3 +37,31 @@ def test_grouped_mm_is_offered_through_exts_lowering(compiled):
     grouped = compiled["grouped"]
     assert grouped["op"] == "grouped_mm" and grouped["candidates"][0] == "_grouped_mm"
     assert grouped["winner"].startswith("ext_fake_mm_") and grouped["called"] and grouped["exact"]
+
+
+def test_a_failed_prebuild_is_logged_and_each_call_builds_its_own(caplog):
+    """prebuild (one compiler run for a decision's candidates) is an optimisation: when it fails,
+    lowering goes on and each candidate's call() builds (or fails) on its own."""
+    import logging
+    import types
+
+    from inductor_ext.lowering import adapters
+
+    seen = []
+
+    def prebuild(pairs, target, device_type):
+        seen.append((pairs, target, device_type))
+        raise RuntimeError("error: use of undeclared identifier 'oops'")
+
+    family = types.SimpleNamespace(FAMILY="fake.prebuild", prebuild=prebuild)
+    # torch's logging owns the "inductor_ext" logger (no propagation to caplog's root handler)
+    logger = logging.getLogger(adapters.log.name)
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger=adapters.log.name):
+            adapters.prebuild_extern(family, "problem", ["c1", "c2"], "xpu", "cpu")
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert seen == [([("problem", "c1"), ("problem", "c2")], "xpu", "cpu")]
+    assert "could not prebuild 2 candidates" in caplog.text and "undeclared identifier 'oops'" in caplog.text
+    adapters.prebuild_extern(types.SimpleNamespace(FAMILY="fake.none"), "problem", ["c1"], "xpu", "cpu")  # no hook

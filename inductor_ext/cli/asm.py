@@ -6,11 +6,12 @@ compiled with the real toolchain, with the key instructions it found.
                      [--config block_m=128,block_n=64] [--out DIR]
 
 Families compile through ``compile_asm(problem, config, target)`` when they define it (CuTeDSL,
-FlyDSL, Metal), else as Triton source (``runtime.triton_compile``). The key instructions are the
-family's own: ``key_instructions(problem, config, target)`` when its configs build on different
-instructions, else ``KEY_INSTRUCTIONS[target]``; the target's MMA instruction (``targets``) when it
-names none (a norm kernel has no matrix instruction). Metal has no compiler on Linux: its families
-count their key instructions in the MSL and show the Metal-on-CPU executor's build of it.
+FlyDSL, Metal; SYCL returns the SPIR-V its run-time compiler made), else as Triton source
+(``runtime.triton_compile``). The key instructions are the family's own:
+``key_instructions(problem, config, target)`` when its configs build on different instructions,
+else ``KEY_INSTRUCTIONS[target]``; the target's MMA instruction (``targets``) when it names none
+(a norm kernel has no matrix instruction). Metal has no compiler on Linux: its families count
+their key instructions in the MSL and show the Metal-on-CPU executor's build of it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from inductor_ext import targets
 from inductor_ext.runtime import asm_text
 from inductor_ext.runtime.kernel_source import SUFFIXES
+from inductor_ext.runtime.toolchain import ToolchainMissing
 from inductor_ext.templates import registry
 from inductor_ext.templates.family import OpSpec, TensorSpec
 
@@ -181,7 +183,7 @@ def format_result(result: dict[str, Any], show: tuple[str, ...] = ("source", "as
         lines += ["", f"==== source ({result['language']}) ====", result["source"].rstrip()]
     if "asm" in show:
         for stage, text in result["asm"].items():
-            if stage in ("ptx", "sass", "amdgcn", "isa", "executor"):
+            if stage in ("ptx", "sass", "amdgcn", "isa", "executor", "spirv"):
                 lines += ["", f"==== {stage} ====", text.rstrip()]
     lines += ["", "==== key instructions ===="]
     for stage, counts in result["key_instructions"].items():
@@ -212,7 +214,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         result = build(args.family, args.target, parse_shape(args.shape), args.dtype, args.config)
-    except AsmError as e:
+    except (AsmError, ToolchainMissing) as e:
         print(f"inductor-ext asm: {e}", file=sys.stderr)
         return 2
     if args.out:

@@ -9,7 +9,8 @@ one adapter per choice kind (``templates/family.py``), none per family.
   the family's ``ALL_CONFIGS`` when this module is imported, so a graph loaded from Inductor's FX
   graph cache in a new process finds it. It calls the family's own op (``EXTERN_OP`` with
   ``extern_kwargs``) when it has one, else ``call(problem, config, target, *tensors)`` through
-  this module, with the problem as JSON.
+  this module, with the problem as JSON. A family with ``prebuild`` gets a decision's candidates
+  at once before Inductor benchmarks them (``prebuild_extern``), so it can compile them in one go.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 from types import ModuleType
 from typing import Any
 
@@ -28,6 +30,8 @@ from inductor_ext.lowering import pdl_consumers
 from inductor_ext.lowering.op_specs import op_inputs
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import registry
+
+log = logging.getLogger("inductor_ext.autotune")
 
 
 def prepare(family: ModuleType, kernel_inputs: Any, op: str) -> Prepared | str:
@@ -113,6 +117,21 @@ def _append_extern(family: ModuleType, choices: list[Any], prepared: Prepared, c
     choice.description = f"{family.FAMILY} {registry.config_name(config)}"  # what dumps show as its config
     choices.append(choice)
     return choice
+
+
+def prebuild_extern(family: ModuleType, problem: Any, configs: list[Any], target: str, device_type: str) -> None:
+    """Hand an extern family the configs of one decision that it is about to be benchmarked with
+    (``prebuild(pairs, target, device_type)``, optional), before Inductor benchmarks them one by
+    one. A failure is logged, never fatal: ``call()`` then builds each config on its own, and
+    only a broken one loses the benchmark."""
+    hook = getattr(family, "prebuild", None)
+    if hook is None or not configs:
+        return
+    try:
+        hook([(problem, config) for config in configs], target, device_type)
+    except Exception as e:  # noqa: BLE001  (a compile error, a missing runtime: each call says it again)
+        log.warning("ext: %s could not prebuild %d candidates for %s (%s: %s); building each on its own",
+                    family.FAMILY, len(configs), problem, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
 
 
 def register_extern_choices() -> None:

@@ -123,6 +123,7 @@ class ExtChoices(InductorChoices):
             return self._only(choices, decision, choices[0], "fallback: cache-only and no cache entry")
         for family, ready in prepared.items():
             module = registry.get(family)
+            offered = []
             for cand in policy.candidates(module, ready.problem, self.config.target, self.config.autotune):
                 try:
                     choice = self._append(module, choices, ready, cand.config)
@@ -133,8 +134,11 @@ class ExtChoices(InductorChoices):
                 if choice is None:
                     log.warning("ext: dropped %s config %s for %s: %s", family, cand.config, node, why)
                     continue
+                offered.append(cand.config)
                 decision.candidates.append(_candidate(choice, "template", family, cand.policy,
                                                       registry.config_to_dict(cand.config)))
+            if module.CHOICE_KIND == "extern":
+                adapters.prebuild_extern(module, ready.problem, offered, self.config.target, kernel_inputs.device_type)
         decision.choice_ids = {id(c): i for i, c in enumerate(choices)}
         decision.reason = "benchmark"
         return choices
@@ -237,6 +241,9 @@ def unusable_reason(config: ExtConfig, module: ModuleType, device: str) -> str |
     targets = getattr(module, "TARGETS", ())
     if config.target not in targets:
         return f"verified for {', '.join(targets)}, not target {config.target}"
+    missing = getattr(module, "missing", lambda: None)()
+    if missing:
+        return f"{module.FAMILY} cannot run here: {missing}"
     if device == "cpu" and not getattr(module, "RUNS_ON_CPU", False):
         # CPU tensors: only a family with a CPU executor, and only in interpret mode (a FlyDSL
         # launch without a ROCm GPU would abort the process, so it is never offered there).

