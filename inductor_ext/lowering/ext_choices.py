@@ -26,7 +26,7 @@ from inductor_ext import targets
 from inductor_ext.autotune import pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import adapters, cutedsl_nvfp4, nvfp4_gemm, op_specs, pdl_consumers
+from inductor_ext.lowering import adapters, cpp_gemm, cutedsl_nvfp4, nvfp4_gemm, op_specs, pdl_consumers
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
@@ -34,7 +34,7 @@ from inductor_ext.templates.base import module_source_hash
 log = logging.getLogger("inductor_ext.autotune")
 
 # Lowering modules whose text shapes the generated code of every family (part of the cache key).
-_LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4)
+_LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4, cpp_gemm)
 
 
 def available_templates() -> dict[str, ModuleType]:
@@ -153,15 +153,20 @@ class ExtChoices(InductorChoices):
 
     def _unusable_reason(self, kernel_inputs: Any, module: ModuleType) -> str | None:
         device = kernel_inputs.device_type
-        targets = getattr(module, "TARGETS", ())
-        if self.config.target not in targets:
-            return f"verified for {', '.join(targets)}, not target {self.config.target}"
-        if device == "cpu" and not self.config.interpret and not getattr(module, "RUNS_ON_CPU", False):
+        targets_ = getattr(module, "TARGETS", ())
+        if self.config.target not in targets_:
+            return f"verified for {', '.join(targets_)}, not target {self.config.target}"
+        # Interpret mode runs a device preset's kernels on CPU tensors; the CPU's own are native.
+        interpreting = self.config.interpret and self.config.device_type != "cpu"
+        if device == "cpu" and not interpreting and not getattr(module, "RUNS_ON_CPU", False):
             executor = getattr(module, "CPU_EXECUTOR", None)
             if executor is None:
                 return f"{module.FAMILY} has no CPU executor: it runs only on its device"
             dsl = module.FAMILY.split(".", 1)[0].capitalize()
-            return f"{dsl} templates run on CPU only with options={{'interpret': True}} ({executor})"
+            preset = next((name for name, data in targets.presets().items()
+                           if data["target"] in targets_ and data["device_type"] != "cpu"), "hopper")
+            return (f"{dsl} templates run on CPU tensors only in interpret mode of a preset for their device, "
+                    f"e.g. options={{'preset': {preset!r}, 'interpret': True}} ({executor})")
         if device != "cpu" and device != self.config.device_type:
             return f"preset {self.config.preset!r} is for {self.config.device_type}, not {device}"
         return None
