@@ -80,19 +80,19 @@ def problem_for(spec: OpSpec) -> CppGemmProblem | str:
     a, b = spec.inputs[-2:]
     if a is None or b is None:
         return f"{spec.op} without both operands"
+    if spec.op != "bmm" and not b.constant:
+        return ("the weight is not a compile-time constant: the C++ GEMM template packs it once under "
+                "freezing (inference under torch.no_grad() with the cpu preset); ATen serves training")
     if a.dtype != b.dtype or spec.out.dtype != a.dtype:
         return f"mixed dtypes {a.dtype} @ {b.dtype} -> {spec.out.dtype}"
     if a.stride[-1] != 1:
         return "A is not row-major (its last stride is not 1)"
     if spec.op == "bmm":
         problem = CppGemmProblem("bmm", a.shape[1], b.shape[2], a.shape[2], a.dtype, batch=a.shape[0])
-        return supports(problem) or problem
-    if not b.constant:
-        return ("the weight is not a compile-time constant: the C++ GEMM template packs it once under "
-                "freezing (inference under torch.no_grad() with the cpu preset); ATen serves training")
-    alpha, beta = float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0))
-    problem = CppGemmProblem(spec.op, a.shape[0], b.shape[1], a.shape[1], a.dtype, alpha=alpha, beta=beta,
-                             constant_weight=True)
+    else:
+        alpha, beta = float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0))
+        problem = CppGemmProblem(spec.op, a.shape[0], b.shape[1], a.shape[1], a.dtype, alpha=alpha, beta=beta,
+                                 constant_weight=True)
     return supports(problem) or problem
 
 
