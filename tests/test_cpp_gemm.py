@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import types
 
 import pytest
 import torch
@@ -94,6 +95,18 @@ def test_amx_needs_even_k_and_unit_alpha(monkeypatch):
     assert {c.isa for c in gemm.configs(odd_k, "cpu")} == {"avx512"}
     scaled = gemm.CppGemmProblem("addmm", 32, 64, 64, "bfloat16", alpha=2.0)
     assert "alpha == 1" in gemm.config_supports(scaled, gemm.CppGemmConfig("amx", 32, 16, 32), "cpu")
+
+
+def test_where_each_family_runs():
+    cpu_tensors = types.SimpleNamespace(device_type="cpu")
+    on_cpu = ext_choices.ExtChoices(presets.resolve({"templates": ["triton.gemm", "cpp.gemm"], "interpret": True}))
+    assert on_cpu._unusable_reason(cpu_tensors, gemm) is None
+    # Triton kernels run on CPU tensors only as a GPU preset's, interpreted: the message says how.
+    why = on_cpu._unusable_reason(cpu_tensors, registry.get("triton.gemm"))
+    assert "options={'preset': 'hopper', 'interpret': True}" in why, why
+    hopper = ext_choices.ExtChoices(presets.resolve({"preset": "hopper", "interpret": True}))
+    assert hopper._unusable_reason(cpu_tensors, registry.get("triton.gemm")) is None
+    assert hopper._unusable_reason(cpu_tensors, gemm) == "verified for cpu, not target sm_90a"
 
 
 def test_configs_refuse_other_targets():

@@ -153,9 +153,9 @@ class ExtChoices(InductorChoices):
 
     def _unusable_reason(self, kernel_inputs: Any, module: ModuleType) -> str | None:
         device = kernel_inputs.device_type
-        targets_ = getattr(module, "TARGETS", ())
-        if self.config.target not in targets_:
-            return f"verified for {', '.join(targets_)}, not target {self.config.target}"
+        claimed = getattr(module, "TARGETS", ())
+        if self.config.target not in claimed:
+            return f"verified for {', '.join(claimed)}, not target {self.config.target}"
         # Interpret mode runs a device preset's kernels on CPU tensors; the CPU's own are native.
         interpreting = self.config.interpret and self.config.device_type != "cpu"
         if device == "cpu" and not interpreting and not getattr(module, "RUNS_ON_CPU", False):
@@ -164,7 +164,7 @@ class ExtChoices(InductorChoices):
                 return f"{module.FAMILY} has no CPU executor: it runs only on its device"
             dsl = module.FAMILY.split(".", 1)[0].capitalize()
             preset = next((name for name, data in targets.presets().items()
-                           if data["target"] in targets_ and data["device_type"] != "cpu"), "hopper")
+                           if data["target"] in claimed and data["device_type"] != "cpu"), "hopper")
             return (f"{dsl} templates run on CPU tensors only in interpret mode of a preset for their device, "
                     f"e.g. options={{'preset': {preset!r}, 'interpret': True}} ({executor})")
         if device != "cpu" and device != self.config.device_type:
