@@ -154,6 +154,17 @@ def test_frozen_graph_is_recompiled_without_freezing_once_a_weight_changes(capfd
     assert len(compiles) == 2
 
 
+def test_graphs_that_communicate_are_not_frozen():
+    def gather(x, w):
+        return torch.ops._c10d_functional.all_gather_into_tensor(w, 2, "0") @ x
+
+    x, w = torch.randn(4, 3), _static(torch.randn(2, 4))
+    compiles = []
+    frozen_params.compile_frozen(torch.fx.symbolic_trace(gather), [x, w], lambda g, i, freeze: compiles.append(freeze))
+    assert compiles == [False]  # parameters gathered at run time are no constants to fold
+    assert not frozen_params.has_collectives(torch.fx.symbolic_trace(lambda x, w: x @ w))
+
+
 def test_replaced_weight_counts_as_changed():
     x, w = torch.randn(2, 3), _static(torch.randn(3, 4))
     compiles = []

@@ -92,8 +92,10 @@ def unusable(prepared: Prepared) -> str | None:
         return "A is not row-major"
     if not isinstance(_storage(mat2), ir.StorageBox):
         return "B is not stored in a buffer of its own"
-    if problem.op == "bmm" and not mat1.get_layout().is_contiguous() and problem.dtype != "float32":
-        return "bf16 bmm needs a contiguous A"
+    if problem.op == "bmm" and not mat1.get_layout().is_contiguous():
+        each_batch = mat1.get_stride()[-2] == mat1.get_size()[-1]  # rows contiguous within a batch
+        if problem.dtype != "float32" or not each_batch:
+            return "bmm needs a contiguous A (fp32: contiguous within each batch)"
     return None
 
 

@@ -100,8 +100,28 @@ class FrozenGraph:
         return self.thawed(*args)
 
 
+def has_collectives(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` communicates (e.g. SimpleFSDP's gathers of parameter shards): such a graph's
+    parameters are not values to fold at compile time."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            if str(node.target).split(".", 1)[0] in _COLLECTIVE_NAMESPACES:  # e.g. "_c10d_functional.all_gather..."
+                return True
+        elif getattr(node.target, "__module__", "").startswith("torch.distributed"):
+            return True
+    return False
+
+
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_dtensor")
+
+
 def compile_frozen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], compile: Compile) -> Compiled:
-    """``gm`` compiled with its parameters and buffers frozen, guarded against their change."""
+    """``gm`` compiled with its parameters and buffers frozen, guarded against their change; a
+    graph with collectives is compiled without freezing."""
+    if has_collectives(gm):
+        return compile(gm, example_inputs, False)
     lifted = static_inputs(example_inputs)
     if not lifted or any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         # Nothing lifted (Dynamo already installed them: freezing was on while tracing), or
