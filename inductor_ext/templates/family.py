@@ -9,7 +9,7 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
     OPS = ("_scaled_mm",)                # the Inductor lowerings it serves (OpSpec.op values)
     CHOICE_KIND = "extern"               # how lowering offers it: "triton_template" (Inductor
                                          # renders inductor_source() and can fuse epilogues),
-                                         # "extern" (a compiled kernel called through run()) or
+                                         # "extern" (a compiled kernel called through call()) or
                                          # "inductor_template" (one of Inductor's own templates,
                                          # configured by this family's configs)
     Problem, Config                      # frozen dataclasses; Config(**asdict(config)) round-trips
@@ -30,8 +30,8 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
     "extern":           call(problem, config, target, *tensors) -> Tensor, what the compiled
                         graph runs (through runtime/ launchers: the device, or on CPU tensors the
                         CPU executor), and ALL_CONFIGS, every config it may be called with
-                        (registered by name at import so cached graphs find them; config.name()
-                        names each). A family with its own torch op sets EXTERN_OP ("ns::op") and
+                        (registered by name at import so cached graphs find them; config.name(),
+                        or else its fields, names each). A family with its own torch op sets EXTERN_OP ("ns::op") and
                         extern_kwargs(problem, config) instead of being called through call().
     "inductor_template": INDUCTOR_TEMPLATE, the name of the Inductor template that lowering
                         configures with this family's configs and hands to Inductor's autotuning
