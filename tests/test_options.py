@@ -353,7 +353,7 @@ def test_unknown_template_lists_available():
     {"force_template": "triton.gemm", "templates": []},
     {"force_template": "triton.gemm", "preset": "mps"},  # mps enables only Metal templates
     {"force_template": "cutlass.gemm"},
-    {"force_template": ["triton.gemm", "cutlass.gemm"]},
+    {"force_template": ["cpp.gemm", "cutlass.gemm"]},  # the cpu preset enables cpp.gemm only
 ])
 def test_force_template_must_be_enabled(options):
     message = error_of(options)
