@@ -1,10 +1,12 @@
 """Compile-time benchmark, measured side by side in one run (CPU).
 
-(a) overhead of ext's passes and choices: backend="ext" vs backend="inductor", autotuning off;
+(a) overhead of ext's passes and choices: backend="ext" vs backend="inductor", autotuning and
+    freezing off;
 (b) what an offline autotune cache saves: ext with max autotuning from cold, with an offline
-    cache (autotune="cache-only"), and with autotuning off. On CPU, (b) runs ext's Triton
-    templates in the Triton interpreter (the only way they run here), so every arm of (b) is in
-    interpret mode and only the autotuning differs.
+    cache (autotune="cache-only"), and with autotuning off. On CPU, (b) runs the hopper preset's
+    Triton templates in the Triton interpreter (the only way they run here), so every arm of (b)
+    is in interpret mode and only the autotuning differs. (The cpu preset's own C++ templates:
+    bench/cpu_decode.py.)
 
 Every arm is a fresh process with fresh Inductor cache directories (cold caches in every arm);
 arms are interleaved over the repeats and the median is reported.
@@ -36,11 +38,12 @@ def run_arm(arm: str, cache_db: str | None) -> float:
 
     if arm in ARMS_A:
         model, x = demo.make_model("cpu")
-        backend, options = arm, None
+        # (a) is ext's overhead on the same work: no autotuning, no freezing (the cpu preset has both)
+        backend, options = arm, ({"autotune": "off", "freezing": False} if arm == "ext" else None)
     else:
         model, x = demo.make_model("cpu", batch=1, seq=16, dim=64)
         effort = {"b_off": "off", "b_cold": "full", "b_cached": "cache-only"}[arm]
-        backend, options = "ext", {"interpret": True, "autotune": effort, "autotune_cache": cache_db}
+        backend, options = "ext", {"preset": "hopper", "interpret": True, "autotune": effort, "autotune_cache": cache_db}
     kwargs = {"options": options} if options else {}
     compiled = torch.compile(model, backend=backend, **kwargs)
     with torch.no_grad():

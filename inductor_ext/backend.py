@@ -18,7 +18,7 @@ from inductor_ext import codegen as codegens
 from inductor_ext import dumps, presets, targets
 from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
-from inductor_ext.lowering import install
+from inductor_ext.lowering import frozen_params, install
 from inductor_ext.lowering.ext_choices import ExtChoices, decisions
 from inductor_ext.runtime.interpret import enable_triton_interpreter
 
@@ -55,15 +55,24 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     if install.uses_triton_interpreter(config, codegen is not None):
         enable_triton_interpreter()
     patches = {**mode_patches, **install.inductor_patches(config, codegen is not None)}
+    if config.dump_dir:
+        patches["trace.provenance_tracking_level"] = 1  # kernel -> FX nodes and user lines
+    log.info("ext: preset %s, target %s, passes %s, templates %s, autotune %s",
+             config.preset, config.target, list(config.passes), list(config.templates), config.autotune)
+    if patches.get("freezing") and not torch.is_grad_enabled():  # an inference graph: Inductor freezes it
+        return frozen_params.compile_frozen(gm, example_inputs, lambda g, inputs, freeze: _compile(
+            config, codegen, g, inputs, {**patches, "freezing": freeze}))
+    return _compile(config, codegen, gm, example_inputs, patches)
+
+
+def _compile(config: ExtConfig, codegen: DeviceCodegen | None, gm: torch.fx.GraphModule,
+             example_inputs: Sequence[Any], patches: dict[str, Any]) -> Callable[..., Any]:
     inner = functools.partial(_inner_compile, config)
     stack = contextlib.ExitStack()
     if config.dump_dir:
         # The AOTAutograd cache would skip inner_compile and so the dump; Inductor's FX graph
         # cache still applies, and a hit still yields the output code we dump.
         stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
-        patches["trace.provenance_tracking_level"] = 1  # kernel -> FX nodes and user lines
-    log.info("ext: preset %s, target %s, passes %s, templates %s, autotune %s",
-             config.preset, config.target, list(config.passes), list(config.templates), config.autotune)
     if codegen is not None:
         stack.enter_context(codegen.install(config))
     # Our handler for the whole compile: Inductor would otherwise create one lazily from the

@@ -112,6 +112,9 @@ OPTIONS: dict[str, OptionSpec] = {
     "dump_dir": OptionSpec("write every generated kernel and index.json here", _optional_path),
     "interpret": OptionSpec("test mode: run this preset's device kernels on CPU tensors with ext's executors "
                             "(Triton's interpreter, the Metal-on-CPU executor, Intel's OpenCL CPU device)", _bool),
+    "freezing": OptionSpec("inference graphs (compiled under torch.no_grad()) take parameters and buffers as "
+                           "constants (Inductor's freezing), so GEMM templates pack weights once; a weight "
+                           "changed in place afterwards makes ext recompile that graph without freezing", _bool),
     "force_template": OptionSpec("debugging: pick this template family (or any of a list of them) whenever it "
                                  "compiles, whatever the timings", _optional_names),
     "inductor": OptionSpec("extra torch._inductor.config patches (win over the preset's)", _inductor_patches),
@@ -160,6 +163,7 @@ class ExtConfig:
     autotune_cache: str | None = None
     dump_dir: str | None = None
     interpret: bool = False
+    freezing: bool = False
     force_template: str | tuple[str, ...] | None = None
     inductor: dict[str, Any] = field(default_factory=dict)
     # Values of options registered by passes and codegens (register_option), by option name.

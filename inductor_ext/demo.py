@@ -105,8 +105,8 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
     # The interpreter runs kernels in numpy: keep the problem small there.
     model, x = make_model(device, **(size or ({"batch": 1, "seq": 16, "dim": 64} if interpret else {})))
     options: dict[str, Any] = {"dump_dir": dump_dir or tempfile.mkdtemp(prefix="inductor_ext_demo_")}
-    if interpret:
-        options.update(interpret=True, autotune="quick")
+    if interpret:  # the hopper preset's Triton kernels, run on CPU tensors in Triton's interpreter
+        options.update(preset="hopper", interpret=True, autotune="quick")
     config = presets.resolve(dict(options), [x])
     out(f"device      {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'})")
     out(f"preset      {config.preset} (target {config.target}, autotune {config.autotune}, templates {list(config.templates)})")

@@ -34,7 +34,10 @@ _FRAGMENT_NODE_RE = re.compile(r"^#\s+%(\w+) :", re.M)
 _ATEN_RE = re.compile(r"Original ATen: \[(.*?)\]")
 _CONSTEXPR_RE = re.compile(r"^\s+(\w+) : tl\.constexpr = (.+)$", re.M)
 _LAUNCH_RE = re.compile(r"(num_warps|num_stages)=(\d+)")
-_TEMPLATE_RE = re.compile(r"# inductor_ext template: ([\w.]+)")
+# ext's marker in a template kernel: "# ..." in Triton, "// ..." in C++ (whose next line holds
+# the config as JSON: lowering/cpp_gemm.py).
+_TEMPLATE_RE = re.compile(r"(?:#|//) inductor_ext template: ([\w.]+)")
+_CPP_CONFIG_RE = re.compile(r"^// inductor_ext template: [\w.]+\n// (\{.*\})$", re.M)
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
 # `buf3 = extern_kernels.ext_<family>_<config>(..., problem='{...}', target='mps')`: a call of an
 # extern template family's choice, as the generic extern adapter binds it.
@@ -133,6 +136,9 @@ def parse_output_code(code: str) -> list[dict[str, Any]]:
         config = {k: v.strip() for k, v in _CONSTEXPR_RE.findall(source)} if is_template else {}
         config.update({k: int(v) for k, v in _LAUNCH_RE.findall(source[:2000])} if is_template else {})
         config.update(info.config)
+        cpp_config = _CPP_CONFIG_RE.search(source)
+        if cpp_config:
+            config = json.loads(cpp_config.group(1))
         aten = _ATEN_RE.search(info.header)
         kernels.append({
             "kernel": info.name,

@@ -22,6 +22,7 @@ from inductor_ext.templates import registry
 PRESETS: dict[str, dict[str, Any]] = targets.presets()
 
 _PRESET_KEYS = ("passes", "templates", "autotune", "pdl", "template_margin")
+_OPTIONAL_PRESET_KEYS = ("freezing",)  # ExtConfig's default where a preset does not say
 
 
 def detect_preset(example_inputs: Sequence[Any]) -> str:
@@ -51,6 +52,7 @@ def resolve(options: dict[str, Any] | None = None, example_inputs: Sequence[Any]
         raise ExtOptionError(f"unknown preset {name!r}; valid presets: auto, {', '.join(PRESETS)}")
     data = PRESETS[name]
     fields = {k: data[k] for k in _PRESET_KEYS}
+    fields.update({k: data[k] for k in _OPTIONAL_PRESET_KEYS if k in data})
     plugin = {k: opts.pop(k) for k in list(opts) if k not in CORE_OPTIONS}  # registered by passes, codegens
     fields.update(opts)  # explicit options always win
     fields["passes"] = tuple(fields["passes"])
@@ -83,7 +85,8 @@ def describe(name: str) -> dict[str, Any]:
 
     cfg = resolve({"preset": name})
     return {"description": PRESETS[name]["description"], **{f: getattr(cfg, f) for f in
-            ("preset", "device_type", "target", "passes", "templates", "autotune", "pdl", "template_margin")},
+            ("preset", "device_type", "target", "passes", "templates", "autotune", "pdl", "template_margin",
+             "freezing")},
             "inductor_patches": {k: _show(v) for k, v in sorted(inductor_patches(cfg).items())}}
 
 

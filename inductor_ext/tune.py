@@ -99,6 +99,9 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
 
     from inductor_ext.lowering import ext_choices
 
+    if interpret and preset in (None, "auto", "cpu"):
+        raise ValueError("interpret mode runs a GPU preset's kernels on CPU tensors: give that preset, "
+                         "e.g. --preset hopper (the cpu preset's own kernels need no interpreter)")
     model = load_callable(model_spec)()
     if inputs_spec:
         input_sets = [tuple(load_callable(inputs_spec)())]

@@ -19,7 +19,6 @@ from test_cutedsl_lowering import _fake_quack_gemm
 from _nvfp4_e2e_script import NvFp4Linear, reference_scaled_mm
 
 template.DEVICE_TYPES = ("cuda", "cpu")
-template.TARGETS = ("sm_100a", "cpu")
 template.RUNS_ON_CPU = True  # this process's CPU kernel of the op (below) stands in for the GPU
 _fake_quack_gemm.calls = []
 quack.gemm.gemm = _fake_quack_gemm
@@ -34,7 +33,7 @@ def _cpu(a, b, scale_a, scale_b, alpha, bias, tile_m, tile_n, cluster_m, cluster
 def main() -> dict:
     layer = NvFp4Linear(64, 96, lambda y: y, 0)
     x = torch.randn(8, 64, dtype=torch.bfloat16)
-    options = {"interpret": True, "templates": ["cutedsl.nvfp4_gemm"], "passes": ["nvfp4_alpha_fold"],
+    options = {"preset": "blackwell", "interpret": True, "templates": ["cutedsl.nvfp4_gemm"], "passes": ["nvfp4_alpha_fold"],
                "autotune": "quick", "force_template": "cutedsl.nvfp4_gemm", "inductor": {"fx_graph_cache": False}}
     with torch.no_grad():
         real = torch._scaled_mm

@@ -1,7 +1,8 @@
 """Run by test_interpret_compile.py in a process started with TRITON_INTERPRET=1.
 
-Compiles an MLP with backend="ext" in interpret mode (ext's Triton GEMM template on CPU tensors,
-autotuned against ATen), runs a training step, and prints what happened as JSON.
+Compiles an MLP with backend="ext" in interpret mode of the hopper preset (ext's Triton GEMM
+template as generated for sm_90a, run on CPU tensors in Triton's interpreter, autotuned against
+ATen with margin 0), runs a training step, and prints what happened as JSON.
 """
 
 import copy
@@ -57,7 +58,7 @@ def run(options: dict) -> dict:
 
 if __name__ == "__main__":
     out_dir = sys.argv[1]
-    base = {"interpret": True, "autotune": "quick"}
+    base = {"preset": "hopper", "interpret": True, "autotune": "quick", "template_margin": 0.0}
     results = {
         "forced": run({**base, "force_template": "triton.gemm", "dump_dir": f"{out_dir}/forced"}),
         "benchmarked": run({**base, "dump_dir": f"{out_dir}/benchmarked"}),

@@ -45,6 +45,9 @@ def reference_scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, ou
     return nvfp4_ops.reference(a, b, scale_a, scale_b, one, None, "none", out_dtype, torch.float32)
 
 
+PRESET_OF = {"triton.nvfp4_gemm": "blackwell", "triton.nvfp4_dequant_gemm": "hopper"}
+
+
 def main(family: str | None) -> dict:
     torch.manual_seed(3)
     model, x = stack(), torch.randn(8, 64, dtype=torch.bfloat16)
@@ -56,7 +59,9 @@ def main(family: str | None) -> dict:
             first_want = model[0](x)
         finally:
             torch._scaled_mm = real
-        options = {"interpret": True, "autotune": "quick" if family else "off", "inductor": {"fx_graph_cache": False}}
+        # Interpret mode of the preset whose target the family claims: its device's kernels on CPU tensors.
+        options = {"preset": PRESET_OF.get(family, "hopper"), "interpret": True, "autotune": "quick" if family else "off",
+                   "inductor": {"fx_graph_cache": False}}
         if family:
             options["force_template"] = family
         first = len(ext_choices.decisions)

@@ -1,4 +1,5 @@
-"""Run by test_autotune_integration.py with TRITON_INTERPRET=1: offline build, then cache-only compiles."""
+"""Run by test_autotune_integration.py with TRITON_INTERPRET=1: offline build, then cache-only compiles
+(the hopper preset in interpret mode: its sm_90a Triton kernels run in Triton's interpreter)."""
 
 import copy
 import dataclasses
@@ -51,10 +52,10 @@ def compile_once(options: dict) -> dict:
 if __name__ == "__main__":
     out = Path(sys.argv[1])
     built = tune.build("_tune_script:model", out / "built.db",
-                       inputs_spec="_tune_script:inputs", interpret=True, progress=False)
+                       inputs_spec="_tune_script:inputs", preset="hopper", interpret=True, progress=False)
     results = {"built": [{"problem": e.key.describe(), "winner": e.winner, "reason": e.reason,
                           "timed": sum(c["time_us"] is not None for c in e.candidates)} for e in built.entries()]}
-    base = {"interpret": True, "autotune": "cache-only"}
+    base = {"preset": "hopper", "interpret": True, "autotune": "cache-only"}
     results["cached"] = compile_once({**base, "autotune_cache": str(out / "built.db")})
     results["empty"] = compile_once({**base, "autotune_cache": str(out / "empty.db")})
     # A cache whose winners are the template (as a GPU build would record): used with no benchmarks.

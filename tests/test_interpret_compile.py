@@ -1,4 +1,5 @@
-"""Tier C through Inductor: backend="ext" in interpret mode on CPU, training step included.
+"""Tier C through Inductor: backend="ext" in interpret mode of the hopper preset on CPU tensors,
+training step included.
 
 The compile runs once, in a subprocess started with TRITON_INTERPRET=1 (Triton decides at
 kernel definition whether to interpret, so it must be set before Python starts).
@@ -66,7 +67,7 @@ def test_benchmarked_decisions_follow_the_aten_margin_rule(results):
         assert {c["kind"] for c in timed} == {"aten", "template"}, d  # both were measured
         aten = min(c["time_us"] for c in timed if c["kind"] == "aten")
         best = min(timed, key=lambda c: c["time_us"])
-        # the CPU preset's margin is 0: a template wins only when strictly faster than ATen
+        # the script's margin is 0: a template wins only when strictly faster than ATen
         if best["kind"] == "template" and best["time_us"] < aten:
             assert d["winner"] == best["name"], d
         else:

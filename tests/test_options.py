@@ -223,7 +223,7 @@ def test_mode_max_autotune_keeps_an_explicit_autotune_option():
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_mode_other_inductor_modes_pass_their_patches(mode):
     config, patches = resolve_config(CPU_INPUTS, None, mode)
-    assert config.autotune == "off"  # the cpu preset's
+    assert config.autotune == "quick"  # the cpu preset's
     assert patches == dict(list_mode_options(mode))
 
 
@@ -353,7 +353,7 @@ def test_unknown_template_lists_available():
     {"force_template": "triton.gemm", "templates": []},
     {"force_template": "triton.gemm", "preset": "mps"},  # mps enables only Metal templates
     {"force_template": "cutlass.gemm"},
-    {"force_template": ["triton.gemm", "cutlass.gemm"]},
+    {"force_template": ["cpp.gemm", "cutlass.gemm"]},  # the cpu preset enables cpp.gemm only
 ])
 def test_force_template_must_be_enabled(options):
     message = error_of(options)
@@ -363,9 +363,10 @@ def test_force_template_must_be_enabled(options):
 
 
 def test_force_template_among_enabled_is_accepted():
-    assert presets.resolve({"force_template": "triton.gemm"}).force_template == "triton.gemm"
+    assert presets.resolve({"force_template": "cpp.gemm"}).force_template == "cpp.gemm"  # the cpu preset's
+    assert presets.resolve({"preset": "hopper", "force_template": "triton.gemm"}).force_template == "triton.gemm"
     both = ["triton.gemm", "triton.nvfp4_gemm"]
-    assert presets.resolve({"force_template": both}).force_template == tuple(both)
+    assert presets.resolve({"preset": "blackwell", "force_template": both}).force_template == tuple(both)
 
 
 # --- ExtConfig.inductor_patches ---------------------------------------------------------------
@@ -408,9 +409,11 @@ def test_explicit_inductor_patches_win():
 def test_interpret_adds_interpret_patches():
     from inductor_ext.lowering.install import interpret_patches
 
-    patches = inductor_patches(presets.resolve({"interpret": True}))
+    patches = inductor_patches(presets.resolve({"preset": "hopper", "interpret": True}))
     assert interpret_patches().items() <= patches.items()
-    assert "cpu_backend" not in inductor_patches(presets.resolve({}))
+    assert "cpu_backend" not in inductor_patches(presets.resolve({"preset": "hopper"}))
+    # The CPU's own kernels are native C++: interpret mode changes nothing there.
+    assert "cpu_backend" not in inductor_patches(presets.resolve({"interpret": True}))
 
 
 def test_choices_uuid_follows_the_config():

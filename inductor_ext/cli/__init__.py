@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--inputs", help="build: MODULE:FN returning the example inputs (a tuple)")
     t.add_argument("--shapes", nargs="+", help="build: input shapes instead of --inputs, e.g. 1x16x64 8x16x64")
     t.add_argument("--preset", help="build: preset (default: detected from the inputs)")
-    t.add_argument("--interpret", action="store_true", help="build: Triton templates in the interpreter (CPU)")
+    t.add_argument("--interpret", action="store_true",
+                   help="build: a GPU preset's Triton templates in the interpreter on CPU (with --preset, e.g. hopper)")
     t.add_argument("--train", action="store_true", help="build: tune the backward GEMMs too")
     t.add_argument("--out", "-o", dest="output", help="build/merge/export/import: the file to write")
     t.set_defaults(func=_tune)
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     m.add_argument("--dump-dir", help="write the kernel dumps here")
     m.add_argument("--interpret", action="store_true",
-                   help="run ext's Triton templates on CPU in the Triton interpreter (slow; shows autotuning vs ATen)")
+                   help="run the hopper preset's Triton templates on CPU in the Triton interpreter (slow)")
     m.set_defaults(func=_demo)
     return parser
 

@@ -11,6 +11,10 @@ one adapter per choice kind (``templates/family.py``), none per family.
   ``extern_kwargs``) when it has one, else ``call(problem, config, target, *tensors)`` through
   this module, with the problem as JSON. A family with ``prebuild`` gets a decision's candidates
   at once before Inductor benchmarks them (``prebuild_extern``), so it can compile them in one go.
+- ``inductor_template``: one of Inductor's own templates, configured by the family's config
+  through its Inductor glue (``INDUCTOR_TEMPLATES``: the family's ``INDUCTOR_TEMPLATE`` name ->
+  a lowering module with ``unusable(prepared)`` and ``append(family, choices, prepared, config)``),
+  e.g. Inductor's C++ GEMM template with a chosen micro-kernel (``lowering/cpp_gemm.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import torch
 from torch._inductor.kernel.mm_common import mm_grid
 from torch._inductor.select_algorithm import ExternKernelChoice, TritonTemplate
 
-from inductor_ext.lowering import pdl_consumers
+from inductor_ext.lowering import cpp_gemm, pdl_consumers
 from inductor_ext.lowering.op_specs import op_inputs
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import registry
@@ -43,7 +47,12 @@ def prepare(family: ModuleType, kernel_inputs: Any, op: str) -> Prepared | str:
     if isinstance(problem, str):
         return problem
     extra = inputs.triton_extra if family.CHOICE_KIND == "triton_template" else {}
-    return Prepared(problem, inputs.nodes, inputs.layout, extra)
+    prepared = Prepared(problem, inputs.nodes, inputs.layout, extra)
+    if family.CHOICE_KIND == "inductor_template":
+        reason = inductor_glue(family).unusable(prepared)
+        if reason is not None:
+            return reason
+    return prepared
 
 
 def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
@@ -57,6 +66,8 @@ def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: A
         return _append_triton(family, choices, prepared, config, target)
     if kind == "extern":
         return _append_extern(family, choices, prepared, config, target)
+    if kind == "inductor_template":
+        return inductor_glue(family).append(family, choices, prepared, config)
     raise ValueError(f"{family.FAMILY}: unknown choice kind {kind!r}")
 
 
@@ -78,6 +89,19 @@ def _append_triton(family: ModuleType, choices: list[Any], prepared: Prepared, c
         **pdl_consumers.template_launch_kwargs(prepared.problem), **prepared.extra,
         **family.inductor_kwargs(prepared.problem, config, target))
     return choices[-1] if len(choices) > before else None
+
+
+# ------------------------------------------------------------------------- inductor_template
+
+# A family's INDUCTOR_TEMPLATE -> the lowering module that hands that Inductor template through.
+INDUCTOR_TEMPLATES: dict[str, ModuleType] = {"cpp_gemm": cpp_gemm}
+
+
+def inductor_glue(family: ModuleType) -> ModuleType:
+    name = family.INDUCTOR_TEMPLATE
+    if name not in INDUCTOR_TEMPLATES:
+        raise ValueError(f"{family.FAMILY}: INDUCTOR_TEMPLATE {name!r} is not one of {', '.join(INDUCTOR_TEMPLATES)}")
+    return INDUCTOR_TEMPLATES[name]
 
 
 # ------------------------------------------------------------------------------------ extern

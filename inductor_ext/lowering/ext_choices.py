@@ -26,7 +26,7 @@ from inductor_ext import targets
 from inductor_ext.autotune import pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import (adapters, cutedsl_nvfp4, grouped_mm, nvfp4_gemm, op_specs, pdl_consumers,
+from inductor_ext.lowering import (adapters, cpp_gemm, cutedsl_nvfp4, grouped_mm, nvfp4_gemm, op_specs, pdl_consumers,
                                    rms_norm, scaled_mm_v2, softmax)
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates import registry
@@ -36,7 +36,7 @@ log = logging.getLogger("inductor_ext.autotune")
 
 # Lowering modules whose text shapes the generated code of every family (part of the cache key).
 _LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4, grouped_mm, scaled_mm_v2, softmax,
-                     rms_norm)
+                     rms_norm, cpp_gemm)
 
 
 def available_templates() -> dict[str, ModuleType]:
@@ -238,21 +238,25 @@ class ExtChoices(InductorChoices):
 
 def unusable_reason(config: ExtConfig, module: ModuleType, device: str) -> str | None:
     """Why family ``module`` cannot serve this compile's tensors on ``device``, or None."""
-    targets = getattr(module, "TARGETS", ())
-    if config.target not in targets:
-        return f"verified for {', '.join(targets)}, not target {config.target}"
+    claimed = getattr(module, "TARGETS", ())
+    if config.target not in claimed:
+        return f"verified for {', '.join(claimed)}, not target {config.target}"
     missing = getattr(module, "missing", lambda: None)()
     if missing:
         return f"{module.FAMILY} cannot run here: {missing}"
     if device == "cpu" and not getattr(module, "RUNS_ON_CPU", False):
-        # CPU tensors: only a family with a CPU executor, and only in interpret mode (a FlyDSL
-        # launch without a ROCm GPU would abort the process, so it is never offered there).
+        # CPU tensors: only a family with a CPU executor, and only in interpret mode of a preset
+        # for its device (a FlyDSL launch without a ROCm GPU would abort the process, so a
+        # family without an executor is never offered there; the cpu preset's kernels are native).
         executor = getattr(module, "CPU_EXECUTOR", None)
         if executor is None:
             return f"{module.FAMILY} has no CPU executor: it runs only on its device"
-        if not config.interpret:
+        if not (config.interpret and config.device_type != "cpu"):
             dsl = module.FAMILY.split(".", 1)[0].capitalize()
-            return f"{dsl} templates run on CPU only with options={{'interpret': True}} ({executor})"
+            preset = next((name for name, data in targets.presets().items()
+                           if data["target"] in claimed and data["device_type"] != "cpu"), "hopper")
+            return (f"{dsl} templates run on CPU tensors only in interpret mode of a preset for their device, "
+                    f"e.g. options={{'preset': {preset!r}, 'interpret': True}} ({executor})")
     if device != "cpu" and device != config.device_type:
         return f"preset {config.preset!r} is for {config.device_type}, not {device}"
     return None

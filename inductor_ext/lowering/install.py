@@ -6,9 +6,12 @@ backward alike, through ``compile_fx(..., config_patches=...)``), from an ExtCon
 - with templates and autotuning, Inductor's own GEMM templates stay out, so ext's policies
   decide the candidates and ext's margin rule the winner;
 - ``pdl="force"`` on targets with programmatic dependent launch;
+- ``freezing``: Inductor's freezing (it applies to graphs compiled under ``torch.no_grad()``), and
+  with ext's templates, Inductor's own mkldnn weight packing off so that the linears stay the
+  mm/addmm that ext's choices serve (ext's C++ GEMM family packs constant weights itself);
 - ``interpret=True`` on a Triton target: Inductor's Triton codegen for CPU tensors (their kernels
   then run in Triton's interpreter); targets with a device codegen (Metal, SYCL) bring their own
-  executor instead (``codegen/``);
+  executor instead (``codegen/``); on the CPU preset it changes nothing (its kernels are native);
 - the user's explicit ``options={"inductor": {...}}`` last, so they win, except in the pass slots.
 
 ext composes with what the user already set. Every pass slot ext fills (pre/post-grad, joint)
@@ -18,7 +21,7 @@ holds the user's own passes first, from ``options={"inductor": {...}}`` or else
 and keys its FX graph cache on every pass's uuid (a user pass without one makes it bypass the
 cache, as it would without ext). Every other setting of the user's context stays as it is unless
 ext patches the same key (the choices handler, the GEMM backends when ext offers templates, PDL
-and interpret settings).
+and interpret settings, freezing).
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from inductor_ext.lowering.passes import StagePasses, pass_patches
 def uses_triton_interpreter(config: ExtConfig, device_codegen: bool = False) -> bool:
     """Whether interpret mode runs this config's kernels in Triton's interpreter: yes unless one
     of ext's device codegens (Metal, SYCL) generates them (``device_codegen``, the backend's
-    answer for this config)."""
-    return config.interpret and not device_codegen
+    answer for this config), or the preset is the CPU's own (its C++ kernels run natively)."""
+    return config.interpret and not device_codegen and config.device_type != "cpu"
 
 
 def interpret_patches() -> dict[str, Any]:
@@ -56,6 +59,10 @@ def inductor_patches(config: ExtConfig, device_codegen: bool = False) -> dict[st
         # Triton GEMM templates stay out so ext's policy decides the candidates, and winners
         # go through ExtChoices.override_best_choice (ATen margin), not fusion benchmarks.
         patches.update(max_autotune_gemm_backends="ATEN", benchmark_template_fusion=False)
+    if config.freezing:
+        patches["freezing"] = True
+        if config.autotune != "off" and config.templates:
+            patches["cpp.weight_prepack"] = False
     if config.pdl == "force" and targets.has(config.target, targets.PDL):
         # Inductor's Triton kernels then wait (gdc_wait) right before their first load of
         # the previous kernel's output; ext's templates release them early (USE_PDL).

@@ -7,12 +7,14 @@ One entry per op in ``OPS``; an op not listed is not offered to any family.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from torch._inductor import ir
 from torch._inductor.kernel.mm_common import addmm_epilogue, mm_args
+from torch._inductor.virtualized import V
 
 from inductor_ext.templates.family import OpSpec, TensorSpec
 
@@ -40,12 +42,21 @@ def _static(values: Any) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+def is_constant(node: Any) -> bool:
+    """Whether ``node`` is (a view of) a graph constant: a parameter under Inductor's freezing."""
+    data = node.data if isinstance(node, ir.TensorBox) else node
+    if isinstance(data, ir.BaseView):
+        data = data.unwrap_view()
+    return isinstance(data, ir.StorageBox) and isinstance(data.data, ir.ConstantBuffer) \
+        and data.data.get_name() in V.graph.constants
+
+
 def tensor_spec(node: Any) -> TensorSpec | str:
     """A node's shape, strides and dtype, or why it cannot be described (dynamic shapes)."""
     shape, stride = _static(node.get_size()), _static(node.get_stride())
     if shape is None or stride is None:
         return "dynamic shapes are not supported yet"
-    return TensorSpec(shape, stride, dtype_name(node.get_dtype()))
+    return TensorSpec(shape, stride, dtype_name(node.get_dtype()), is_constant(node))
 
 
 def _box(node: Any) -> ir.TensorBox:
@@ -67,10 +78,11 @@ def _spec(op: str, nodes: tuple[Any, ...], layout: Any, device_type: str, scalar
     return OpSpec(op, tuple(specs) + optional, out, scalars, device_type)
 
 
-def _mm(kernel_inputs: Any) -> OpInputs | str:
+def _product(op: str, kernel_inputs: Any) -> OpInputs | str:
+    """mm (A, B) or bmm (batched A, B): the plain product."""
     mat1, mat2 = (_box(n) for n in kernel_inputs.nodes())
     m, n, k, layout, mat1, mat2 = mm_args(mat1, mat2)
-    spec = _spec("mm", (mat1, mat2), layout, kernel_inputs.device_type, {})
+    spec = _spec(op, (mat1, mat2), layout, kernel_inputs.device_type, {})
     return spec if isinstance(spec, str) else OpInputs(spec, (mat1, mat2), layout)
 
 
@@ -141,13 +153,14 @@ def _softmax(kernel_inputs: Any) -> OpInputs | str:
 
 
 # Inductor's op name (as passed to get_template_configs, or by our own lowerings) -> glue.
-# OpSpec.inputs per op: mm (A, B); addmm (bias, A, B); nvfp4_gemm (a, b, scale_a, scale_b,
-# alpha, bias|None); scaled_mm (a, b, scale_a, scale_b, bias|None, scale_result|None);
+# OpSpec.inputs per op: mm and bmm (A, B); addmm (bias, A, B); nvfp4_gemm (a, b, scale_a,
+# scale_b, alpha, bias|None); scaled_mm (a, b, scale_a, scale_b, bias|None, scale_result|None);
 # grouped_mm (mat_a, mat_b, offs|None, bias|None); softmax (x,); rms_norm (input, weight|None;
 # scalars normalized_shape, eps).
-OPS: dict[str, Callable[[Any], OpInputs | str]] = {"mm": _mm, "addmm": _addmm, "nvfp4_gemm": _nvfp4_gemm,
-                                                   "scaled_mm": _scaled_mm, "grouped_mm": _grouped_mm,
-                                                   "softmax": _softmax, "rms_norm": _rms_norm}
+OPS: dict[str, Callable[[Any], OpInputs | str]] = {
+    "mm": functools.partial(_product, "mm"), "bmm": functools.partial(_product, "bmm"), "addmm": _addmm,
+    "nvfp4_gemm": _nvfp4_gemm, "scaled_mm": _scaled_mm, "grouped_mm": _grouped_mm, "softmax": _softmax,
+    "rms_norm": _rms_norm}
 
 
 def op_inputs(op: str, kernel_inputs: Any) -> OpInputs | str:

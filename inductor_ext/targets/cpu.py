@@ -6,20 +6,26 @@ from typing import Any
 
 from inductor_ext.targets.base import INTERPRETER, Target, Vendor
 
-# INTERPRETER: ext's Triton templates run here only in Triton's interpreter (interpret mode),
-# which also runs their PDL calls as no-ops (runtime/triton_interp).
-CPU = Target("cpu", "cpu", "cpu", "the host CPU: ATen and Inductor's C++ codegen",
+# INTERPRETER: a Triton family's "cpu" target is Triton's interpreter (its small tiles, PDL calls
+# as no-ops: runtime/triton_interp), for tests of its kernels on CPU tensors; compiles run GPU
+# presets in interpret mode instead. CPU templates (RUNS_ON_CPU) are native here.
+CPU = Target("cpu", "cpu", "cpu", "the host CPU: ATen, Inductor's C++ codegen and C++ GEMM templates",
              capabilities=frozenset({INTERPRETER}))
 # The preset for devices ext has no preset for: plain Inductor, ATen GEMMs, dumps.
 NONE = Target("none", "any", "any", "any other device: plain Inductor with ATen GEMMs")
 
 PRESETS = {
     "cpu": {
-        "description": "CPU: ATen and Inductor's C++ codegen; Triton templates only in interpret mode",
+        "description": "CPU: Inductor's C++ GEMM templates (AMX / AVX-512 / AVX2 micro-kernels, weights "
+                       "packed once under freezing) autotuned against ATen (oneDNN / MKL)",
         "target": "cpu",
-        "passes": ["nvfp4_alpha_fold"], "autotune": "off", "pdl": "off",
-        "templates": ["triton.gemm", "triton.nvfp4_gemm", "triton.nvfp4_dequant_gemm"],
-        "template_margin": 0.0,
+        "passes": ["nvfp4_alpha_fold"], "autotune": "quick", "pdl": "off",
+        # Only families whose kernels run on the CPU itself (RUNS_ON_CPU).
+        "templates": ["cpp.gemm"],
+        # CPU timings move with other processes: a template must win clearly to replace ATen.
+        "template_margin": 0.05,
+        # Inference graphs only (Inductor freezes under torch.no_grad()); guarded (lowering/frozen_params).
+        "freezing": True,
     },
     "aten": {
         "description": "any other device: plain Inductor with ATen GEMMs, ext dumps only",

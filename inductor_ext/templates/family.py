@@ -8,14 +8,17 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
                                          # Metal and SYCL, which have no ISA to inspect here)
     OPS = ("_scaled_mm",)                # the Inductor lowerings it serves (OpSpec.op values)
     CHOICE_KIND = "extern"               # how lowering offers it: "triton_template" (Inductor
-                                         # renders inductor_source() and can fuse epilogues) or
-                                         # "extern" (a compiled kernel called through run())
+                                         # renders inductor_source() and can fuse epilogues),
+                                         # "extern" (a compiled kernel called through call()) or
+                                         # "inductor_template" (one of Inductor's own templates,
+                                         # configured by this family's configs)
     Problem, Config                      # frozen dataclasses; Config(**asdict(config)) round-trips
 
     def problem_for(spec: OpSpec) -> Problem | str          # the problem, or why not served
     def supports(problem: Problem) -> str | None            # None, or the reason it cannot serve
     def configs(problem: Problem, target: str) -> list[Config]   # default candidates, best first
-    def render(problem: Problem, config: Config, target: str) -> KernelSource
+    def render(problem: Problem, config: Config, target: str) -> KernelSource   # not for
+                                         # "inductor_template": Inductor renders those
 
 ``Problem`` and ``Config`` are module attributes of exactly those names (aliases are fine:
 ``Problem, Config = GemmProblem, GemmConfig``). And, by choice kind:
@@ -30,6 +33,10 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
                         (registered by name at import so cached graphs find them; config.name(),
                         or else its fields, names each). A family with its own torch op sets EXTERN_OP ("ns::op") and
                         extern_kwargs(problem, config) instead of being called through call().
+    "inductor_template": INDUCTOR_TEMPLATE, the name of the Inductor template that lowering
+                        configures with this family's configs and hands to Inductor's autotuning
+                        (``lowering/adapters.py`` maps names to Inductor glue, e.g.
+                        "cpp_gemm" -> ``lowering/cpp_gemm.py``); the family stays plain data.
 
 Optional: ``config_supports(problem, config, target) -> str | None`` (a config the family cannot
 render for this problem); ``missing() -> str | None`` (None when its kernels can run here, else
@@ -58,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from inductor_ext.templates.base import KernelSource
 
-CHOICE_KINDS = ("triton_template", "extern")
+CHOICE_KINDS = ("triton_template", "extern", "inductor_template")
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class TensorSpec:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: str  # torch dtype name without "torch.", e.g. "bfloat16", "float8_e4m3fn"
+    constant: bool = False  # a compile-time constant (a parameter frozen by Inductor's freezing)
 
     @property
     def is_contiguous(self) -> bool:
@@ -110,4 +118,4 @@ class TemplateFamily(Protocol):
 
     def configs(self, problem: Any, target: str) -> list[Any]: ...
 
-    def render(self, problem: Any, config: Any, target: str) -> "KernelSource": ...
+    def render(self, problem: Any, config: Any, target: str) -> "KernelSource": ...  # not "inductor_template"

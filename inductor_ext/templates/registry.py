@@ -20,9 +20,9 @@ import inductor_ext.templates as _package
 from inductor_ext.templates.family import CHOICE_KINDS
 
 # What every family module defines, and what each choice kind adds.
-_REQUIRED = ("FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "Problem", "Config", "problem_for", "supports", "configs",
-             "render")
-_BY_KIND = {"triton_template": ("inductor_source", "inductor_kwargs"), "extern": ("call", "ALL_CONFIGS")}
+_REQUIRED = ("FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "Problem", "Config", "problem_for", "supports", "configs")
+_BY_KIND = {"triton_template": ("render", "inductor_source", "inductor_kwargs"), "extern": ("render", "call", "ALL_CONFIGS"),
+            "inductor_template": ("INDUCTOR_TEMPLATE",)}
 
 
 class FamilyError(TypeError):

@@ -1,0 +1,389 @@
+"""CPU inference benchmark: backend="ext" (cpu preset, cached decisions) against Inductor and eager
+on a small Llama-style decoder, all measured side by side in one run.
+
+The model has the shape of llama2.c's stories15M (dim 288, 6 layers, 6 heads, SwiGLU 768,
+vocab 32000; random weights, nothing downloaded) with a KV cache: prefill is --prefill tokens of
+one sequence (logits of the last one), decode is one token per sequence right after such a
+prefill (attending to --prefill cached tokens) for each batch in --decode-batches, in fp32 and
+bf16, under torch.no_grad().
+
+Arms (each a deep copy of the model, compiled with static shapes once per shape):
+  eager                  the model as written
+  inductor               torch.compile(model)
+  inductor_max_autotune  torch.compile(model, mode="max-autotune") with Inductor's freezing, as
+                         PyTorch's CPU max-autotune tutorial runs it (its C++ GEMM templates serve
+                         frozen weights only)
+  ext                    torch.compile(model, backend="ext"): the cpu preset, its decisions built
+                         first into an autotune cache (--ext-cache, a fresh file by default; its
+                         hits skip the benchmarks). The timed graphs are the ones that build
+                         compiled: they run the cached decisions, as a cache-only compile would.
+Timed calls are interleaved (each round runs every arm once, in rotating order) so load from
+other processes hits every arm alike; each arm reports the median with p10/p25/p75/p90.
+
+Compile time: a fresh process per arm with empty Inductor caches compiles one shape (the first
+dtype's first decode batch): ext with autotune="cache-only" from the built cache against Inductor
+max-autotune (and default, for reference).
+
+The JSON (--json) ends with ``targets``: each with its measured ratio and ``met``:
+  ext_vs_best_inductor   ext >= the faster of inductor and inductor_max_autotune on every shape
+                         (within noise: half the larger relative IQR of the two, at least 2%;
+                         a shape noisier than 10% is not met: too noisy to tell)
+  ext_vs_eager_decode    ext >= 1.5x eager on every decode shape
+  ext_cached_compile     ext's cached compile <= 0.5x inductor_max_autotune's compile time
+
+    python bench/cpu_decode.py [--json] [--dtypes float32,bfloat16] [--decode-batches 1,8]
+                               [--prefill 512] [--reps 20] [--threads N] [--ext-cache PATH] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ARMS = ("eager", "inductor", "inductor_max_autotune", "ext")
+
+
+# --------------------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class Shape:
+    dim: int = 288
+    layers: int = 6
+    heads: int = 6
+    kv_heads: int = 6
+    hidden: int = 768
+    vocab: int = 32000
+    max_seq: int = 1024
+    max_batch: int = 8
+
+
+SMOKE = Shape(dim=64, layers=1, heads=2, kv_heads=2, hidden=128, vocab=256, max_seq=64, max_batch=2)
+
+
+def rope_table(shape: Shape) -> torch.Tensor:
+    head = shape.dim // shape.heads
+    inv = 1.0 / (10000 ** (torch.arange(0, head, 2).float() / head))
+    angles = torch.outer(torch.arange(shape.max_seq).float(), inv)
+    return torch.stack([angles.cos(), angles.sin()], -1)  # [max_seq, head/2, 2]
+
+
+def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """x [B, T, H, D] rotated by table [T, D/2, 2], in fp32."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    cos, sin = table[None, :, None, :, 0], table[None, :, None, :, 1]
+    even, odd = pairs[..., 0], pairs[..., 1]
+    return torch.stack([even * cos - odd * sin, odd * cos + even * sin], -1).flatten(3).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, shape: Shape) -> None:
+        super().__init__()
+        self.shape, head = shape, shape.dim // shape.heads
+        self.wqkv = nn.Linear(shape.dim, (shape.heads + 2 * shape.kv_heads) * head, bias=False)
+        self.wo = nn.Linear(shape.heads * head, shape.dim, bias=False)
+        cache = (shape.max_batch, shape.kv_heads, shape.max_seq, head)
+        self.register_buffer("k_cache", torch.zeros(cache), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(cache), persistent=False)
+
+    def forward(self, x: torch.Tensor, table: torch.Tensor, pos: int) -> torch.Tensor:
+        b, t, _ = x.shape
+        s, head = self.shape, self.shape.dim // self.shape.heads
+        q, k, v = self.wqkv(x).split([s.heads * head, s.kv_heads * head, s.kv_heads * head], -1)
+        q = apply_rope(q.view(b, t, s.heads, head), table)
+        k = apply_rope(k.view(b, t, s.kv_heads, head), table)
+        self.k_cache[:b, :, pos:pos + t] = k.transpose(1, 2)
+        self.v_cache[:b, :, pos:pos + t] = v.view(b, t, s.kv_heads, head).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), self.k_cache[:b, :, :pos + t],
+                                           self.v_cache[:b, :, :pos + t], is_causal=t > 1,
+                                           enable_gqa=s.heads != s.kv_heads)
+        return self.wo(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class Block(nn.Module):
+    def __init__(self, shape: Shape) -> None:
+        super().__init__()
+        self.attn_norm, self.ffn_norm = nn.RMSNorm(shape.dim, eps=1e-5), nn.RMSNorm(shape.dim, eps=1e-5)
+        self.attn = Attention(shape)
+        self.w13 = nn.Linear(shape.dim, 2 * shape.hidden, bias=False)  # gate and up, fused
+        self.w2 = nn.Linear(shape.hidden, shape.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, table: torch.Tensor, pos: int) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), table, pos)
+        gate, up = self.w13(self.ffn_norm(x)).chunk(2, -1)
+        return x + self.w2(F.silu(gate) * up)
+
+
+class Decoder(nn.Module):
+    def __init__(self, shape: Shape) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(shape.vocab, shape.dim)
+        self.blocks = nn.ModuleList(Block(shape) for _ in range(shape.layers))
+        self.norm = nn.RMSNorm(shape.dim, eps=1e-5)
+        self.lm_head = nn.Linear(shape.dim, shape.vocab, bias=False)
+        self.register_buffer("rope", rope_table(shape), persistent=False)
+
+    def forward(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        x = self.embed(tokens)
+        table = self.rope[pos:pos + tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x, table, pos)
+        return self.lm_head(self.norm(x[:, -1:]))  # the next token's logits
+
+
+def make_model(shape: Shape, dtype: torch.dtype) -> Decoder:
+    torch.manual_seed(0)
+    model = Decoder(shape).eval()
+    for p in model.parameters():
+        p.data.normal_(0, 0.02)  # init as LLMs are: keeps bf16 logits meaningful
+    return model.to(dtype)
+
+
+@dataclass(frozen=True)
+class Case:
+    dtype: str
+    phase: str  # "decode" or "prefill"
+    batch: int
+    tokens: int
+    pos: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.phase}_b{self.batch}x{self.tokens}_{self.dtype}"
+
+    def inputs(self, shape: Shape) -> tuple[torch.Tensor, int]:
+        g = torch.Generator().manual_seed(self.batch * 1000 + self.tokens)
+        return torch.randint(0, shape.vocab, (self.batch, self.tokens), generator=g), self.pos
+
+
+def cases(dtypes: list[str], decode_batches: list[int], prefill: int) -> list[Case]:
+    found = []
+    for dtype in dtypes:
+        found += [Case(dtype, "decode", b, 1, prefill) for b in decode_batches]
+        found.append(Case(dtype, "prefill", 1, prefill, 0))
+    return found
+
+
+# -------------------------------------------------------------------------------------- arms
+
+
+def compile_arm(arm: str, model: nn.Module, ext_cache: str, autotune: str | None = None) -> Callable[..., torch.Tensor]:
+    """The arm's callable; static shapes for every compiled arm (one graph per shape)."""
+    if arm == "eager":
+        return model
+    if arm == "inductor":
+        return torch.compile(model, dynamic=False)
+    if arm == "inductor_max_autotune":
+        return torch.compile(model, mode="max-autotune", dynamic=False)
+    options = {"autotune_cache": ext_cache, **({"autotune": autotune} if autotune else {})}
+    return torch.compile(model, backend="ext", options=options, dynamic=False)
+
+
+def first_call(arm: str, fn: Callable[..., torch.Tensor], args: tuple[Any, ...]) -> tuple[torch.Tensor, float]:
+    """Call ``fn`` once (its compile for these inputs); seconds it took."""
+    freezing = torch._inductor.config.patch(freezing=arm == "inductor_max_autotune")
+    with freezing, torch.no_grad():
+        t0 = time.perf_counter()
+        out = fn(*args)
+        return out, time.perf_counter() - t0
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(samples, n=20, method="inclusive")  # 5% steps
+    return {"median_ms": statistics.median(samples) * 1e3, "p10_ms": q[1] * 1e3, "p25_ms": q[4] * 1e3,
+            "p75_ms": q[14] * 1e3, "p90_ms": q[17] * 1e3, "n": len(samples)}
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, dict[str, float]]:
+    samples: dict[str, list[float]] = {arm: [] for arm in fns}
+    order = list(fns)
+    with torch.no_grad():
+        for _ in range(2):  # warm-up rounds
+            for fn in fns.values():
+                fn()
+        for r in range(reps):
+            for arm in order[r % len(order):] + order[:r % len(order)]:  # rotate who goes first
+                t0 = time.perf_counter()
+                fns[arm]()
+                samples[arm].append(time.perf_counter() - t0)
+    return {arm: percentiles(s) for arm, s in samples.items()}
+
+
+def build_ext(shape: Shape, all_cases: list[Case], path: str) -> tuple[dict[str, Any], dict[str, Callable[..., Any]]]:
+    """ext's decisions for every case, into the cache at ``path`` (the cpu preset's effort; a
+    cache hit skips the benchmarks), and the compiled models by dtype."""
+    from inductor_ext.lowering import ext_choices
+
+    first, t0 = len(ext_choices.decisions), time.perf_counter()
+    compiled = {}
+    for dtype in dict.fromkeys(c.dtype for c in all_cases):
+        compiled[dtype] = compile_arm("ext", make_model(shape, getattr(torch, dtype)), path)
+        for case in (c for c in all_cases if c.dtype == dtype):
+            first_call("ext", compiled[dtype], case.inputs(shape))
+    made = ext_choices.decisions[first:]
+    return {"seconds": time.perf_counter() - t0, "decisions": len(made),
+            "templates_won": sum(d.winner.startswith("cpp_") for d in made),
+            "winners": sorted({f"{d.op} {d.problem['shapes']} {d.problem['dtype']}: {d.winner} ({d.reason})"
+                               for d in made})}, compiled
+
+
+def measure_speed(shape: Shape, all_cases: list[Case], reps: int, ext: dict[str, Callable[..., Any]]) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for dtype in dict.fromkeys(c.dtype for c in all_cases):
+        base = make_model(shape, getattr(torch, dtype))
+        fns = {arm: compile_arm(arm, copy.deepcopy(base), "") for arm in ARMS if arm != "ext"}
+        fns["ext"] = ext[dtype]
+        for case in (c for c in all_cases if c.dtype == dtype):
+            args = case.inputs(shape)
+            outs = {arm: first_call(arm, fn, args)[0].float() for arm, fn in fns.items()}
+            scale = outs["eager"].abs().max().item()
+            errors = {arm: (out - outs["eager"]).abs().max().item() / scale for arm, out in outs.items()}
+            timings = time_interleaved({arm: (lambda fn=fn: fn(*args)) for arm, fn in fns.items()}, reps)
+            results[case.name] = {"case": asdict(case), "max_rel_err_vs_eager": errors, "arms": timings}
+            print(f"  {case.name}: " + ", ".join(f"{a} {t['median_ms']:.3f} ms" for a, t in timings.items()),
+                  file=sys.stderr)
+    return results
+
+
+# ------------------------------------------------------------------------------ compile time
+
+
+def compile_once(arm: str, case: Case, shape: Shape, ext_cache: str) -> float:
+    """In this process (fresh caches): the first call's seconds for one arm and case."""
+    model = make_model(shape, getattr(torch, case.dtype))
+    fn = compile_arm(arm, model, ext_cache, autotune="cache-only" if arm == "ext" else None)
+    return first_call(arm, fn, case.inputs(shape))[1]
+
+
+def measure_compile(case: Case, args: argparse.Namespace, ext_cache: str) -> dict[str, Any]:
+    arms = ("ext", "inductor_max_autotune", "inductor")
+    samples: dict[str, list[float]] = {arm: [] for arm in arms}
+    for _ in range(args.compile_repeats):
+        for arm in arms:
+            with tempfile.TemporaryDirectory(prefix="cpu_decode_compile_") as tmp:
+                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tmp}
+                command = [sys.executable, __file__, "--compile-arm", arm, "--case", json.dumps(asdict(case)),
+                           "--ext-cache", ext_cache, "--threads", str(args.threads)] + (["--smoke"] if args.smoke else [])
+                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600)
+                if done.returncode != 0:
+                    raise RuntimeError(f"compile arm {arm} failed:\n{done.stderr[-3000:]}")
+                samples[arm].append(float(done.stdout.strip().splitlines()[-1]))
+    return {"case": case.name, "seconds": {a: statistics.median(s) for a, s in samples.items()}, "samples": samples}
+
+
+# ----------------------------------------------------------------------------------- targets
+
+
+NOISE_FLOOR, NOISE_CEILING = 0.02, 0.10
+
+
+def _noise(a: dict[str, float], b: dict[str, float]) -> float:
+    rel_iqr = [(t["p75_ms"] - t["p25_ms"]) / t["median_ms"] for t in (a, b)]
+    return max(NOISE_FLOOR, max(rel_iqr) / 2)
+
+
+def targets(speed: dict[str, Any], compile_time: dict[str, Any]) -> dict[str, Any]:
+    per_case, met = {}, True
+    for name, r in speed.items():
+        arms = r["arms"]
+        best = min(("inductor", "inductor_max_autotune"), key=lambda a: arms[a]["median_ms"])
+        ratio = arms[best]["median_ms"] / arms["ext"]["median_ms"]
+        noise = _noise(arms[best], arms["ext"])
+        per_case[name] = {"vs": best, "ratio": round(ratio, 3), "noise": round(noise, 3),
+                          "met": ratio >= 1 - noise and noise <= NOISE_CEILING}
+        if noise > NOISE_CEILING:
+            per_case[name]["why"] = "too noisy to tell"
+        met &= per_case[name]["met"]
+    decode = {n: r["arms"]["eager"]["median_ms"] / r["arms"]["ext"]["median_ms"]
+              for n, r in speed.items() if r["case"]["phase"] == "decode"}
+    seconds = compile_time["seconds"]
+    compile_ratio = seconds["ext"] / seconds["inductor_max_autotune"]
+    return {
+        "ext_vs_best_inductor": {"ratio": min(c["ratio"] for c in per_case.values()), "met": met,
+                                 "want": "every shape >= 1 - noise", "per_shape": per_case},
+        "ext_vs_eager_decode": {"ratio": round(min(decode.values()), 3), "met": min(decode.values()) >= 1.5,
+                                "want": ">= 1.5 on every decode shape",
+                                "per_shape": {n: round(v, 3) for n, v in decode.items()}},
+        "ext_cached_compile": {"ratio": round(compile_ratio, 3), "met": compile_ratio <= 0.5,
+                               "want": "ext cache-only compile <= 0.5x inductor_max_autotune's"},
+    }
+
+
+# -------------------------------------------------------------------------------------- main
+
+
+def machine() -> dict[str, Any]:
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    flags = Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0] if Path("/proc/cpuinfo").exists() else ""
+    return {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "load_average": load,
+            "amx_bf16": "amx_bf16" in flags, "avx512f": "avx512f" in flags, "torch": torch.__version__,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--decode-batches", default="1,8")
+    parser.add_argument("--prefill", type=int, default=512)
+    parser.add_argument("--reps", type=int, default=20, help="timed rounds per shape")
+    parser.add_argument("--compile-repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--ext-cache", help="autotune cache to build into and read (default: a fresh file)")
+    parser.add_argument("--smoke", action="store_true", help="a tiny model, one decode shape, fp32: checks the script")
+    parser.add_argument("--compile-arm", help=argparse.SUPPRESS)
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)  # before any compile: Inductor's C++ kernels take this count
+    shape = SMOKE if args.smoke else Shape()
+    if args.compile_arm:
+        print(compile_once(args.compile_arm, Case(**json.loads(args.case)), shape, args.ext_cache))
+        return
+    if args.smoke:
+        args.dtypes, args.decode_batches, args.prefill, args.reps = "float32", "1", 16, 3
+    all_cases = cases(args.dtypes.split(","), [int(b) for b in args.decode_batches.split(",")], args.prefill)
+    if max(c.batch for c in all_cases) > shape.max_batch or args.prefill + 1 > shape.max_seq:
+        parser.error(f"decode batches <= {shape.max_batch} and --prefill < {shape.max_seq} (the KV cache's size)")
+    ext_cache = args.ext_cache or str(Path(tempfile.mkdtemp(prefix="cpu_decode_")) / "ext_autotune.db")
+
+    started = time.perf_counter()
+    info = machine()
+    print(f"cpu_decode: {len(all_cases)} shapes x {len(ARMS)} arms, {args.threads} threads, load {info['load_average']}",
+          file=sys.stderr)
+    build, ext_fns = build_ext(shape, all_cases, ext_cache)
+    speed = measure_speed(shape, all_cases, args.reps, ext_fns)
+    compile_time = measure_compile(next(c for c in all_cases if c.phase == "decode"), args, ext_cache)
+    figures = {"model": asdict(shape), "machine": info, "threads": args.threads, "reps": args.reps,
+               "ext_cache": ext_cache, "ext_build": build, "speed": speed, "compile": compile_time,
+               "wall_s": round(time.perf_counter() - started, 1), "load_average_after": machine()["load_average"],
+               "targets": targets(speed, compile_time)}
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    print(f"threads {args.threads}, load {info['load_average']} -> {figures['load_average_after']}; "
+          f"ext build {build['seconds']:.0f} s ({build['templates_won']}/{build['decisions']} GEMMs won by C++ templates)")
+    for name, r in speed.items():
+        print(f"{name:28s} " + "  ".join(f"{a} {t['median_ms']:8.3f} ms [{t['p10_ms']:.3f}-{t['p90_ms']:.3f}]"
+                                         for a, t in r["arms"].items()))
+    print(f"compile ({compile_time['case']}): " + ", ".join(f"{a} {s:.1f} s" for a, s in compile_time["seconds"].items()))
+    for name, t in figures["targets"].items():
+        print(f"target {name}: {t['ratio']} ({t['want']}) -> {'met' if t['met'] else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Inductor's C++ GEMM templates as ext choices: the Inductor side of ``templates/cpp/gemm.py``.
+
+Inductor 2.15's ``CppGemmTemplate`` (``CppBmmTemplate`` for bmm) picks its micro-kernel with a
+fixed ranking (``cpp_micro_gemm.create_micro_gemm``). Each ``cpp.gemm`` config names one
+micro-kernel (ISA and register block); the template subclass made for it here narrows
+Inductor's micro-kernel table to that one entry whenever Inductor picks, both when the choice is
+made and when the winner is rendered again at final codegen, so the kernel benchmarked is the
+kernel compiled. Weight packing (blocking, VNNI) is Inductor's: at compile time for a constant
+(frozen) weight. The rendered C++ starts with ext's marker lines, which dumps read.
+
+Inductor picks micro-kernels in the compiling thread; the narrowing lasts one call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from dataclasses import asdict
+from types import ModuleType
+from typing import Any, Iterator
+
+import torch
+from torch._inductor import ir
+from torch._inductor.codegen import cpp_micro_gemm
+from torch._inductor.codegen.cpp_bmm_template import CppBmmTemplate
+from torch._inductor.codegen.cpp_gemm_template import CppGemmTemplate
+from torch._inductor.codegen.cpp_utils import get_gemm_template_output_and_compute_dtype
+from torch._inductor.cpu_vec_isa import VecAMX, VecAVX2, VecAVX512
+from torch._inductor.utils import parallel_num_threads
+
+from inductor_ext.lowering.prepared import Prepared
+
+# A cpp.gemm config's ISA -> the vector ISA class of Inductor's micro-kernel configs.
+_ISA_CLASSES = {"amx": VecAMX, "avx512": VecAVX512, "avx2": VecAVX2}
+MARKER = "// inductor_ext template: "  # then the family; the next line holds its config as JSON
+
+
+@contextlib.contextmanager
+def pinned(config: Any) -> Iterator[None]:
+    """Inductor's micro-kernel table narrowed to ``config``'s kernel (ISA class and register
+    block exactly), restored on exit."""
+    table = cpp_micro_gemm.micro_gemm_configs
+    saved = dict(table)
+    isa = _ISA_CLASSES[config.isa]
+    block = (config.block_m, config.block_n, config.block_k)
+    narrowed = {cls: [c for c in entries if c.vec_isa_cls is isa and tuple(c.register_blocking) == block]
+                for cls, entries in saved.items()}
+    table.clear()
+    table.update({cls: entries for cls, entries in narrowed.items() if entries})
+    try:
+        yield
+    finally:
+        table.clear()
+        table.update(saved)
+
+
+class _Pinned:
+    """Mixed into Inductor's template: its micro-kernel is ``ext_config``'s whenever it picks."""
+
+    ext_family: str
+    ext_config: Any
+
+    def get_options(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        with pinned(self.ext_config):
+            return super().get_options(*args, **kwargs)  # type: ignore[misc]
+
+    def render(self, *args: Any, **kwargs: Any) -> str:
+        source = super().render(*args, **kwargs)  # type: ignore[misc]
+        return f"{MARKER}{self.ext_family}\n// {json.dumps(asdict(self.ext_config), sort_keys=True)}\n{source}"
+
+
+@functools.lru_cache(maxsize=None)
+def template_class(base: type, family: str, config: Any) -> type:
+    """Inductor's template ``base`` with its micro-kernel pinned to ``config`` (one class per
+    config: Inductor's ``add_choices`` is a classmethod that instantiates ``cls``)."""
+    return type(f"Ext{base.__name__}_{config.name()}", (_Pinned, base), {"ext_family": family, "ext_config": config})
+
+
+def _storage(node: Any) -> Any:
+    data = node.data if isinstance(node, ir.TensorBox) else node
+    return data.unwrap_view() if isinstance(data, ir.BaseView) else data
+
+
+def unusable(prepared: Prepared) -> str | None:
+    """What Inductor's template needs of the operands (as ``use_cpp_gemm_template`` checks), or
+    None: A with unit last stride (its layout is fixed here), B stored in a buffer of its own."""
+    problem = prepared.problem
+    mat1, mat2 = prepared.inputs[-2:]
+    mat1.freeze_layout()
+    if mat1.get_stride()[-1] != 1:
+        return "A is not row-major"
+    if not isinstance(_storage(mat2), ir.StorageBox):
+        return "B is not stored in a buffer of its own"
+    if problem.op == "bmm" and not mat1.get_layout().is_contiguous():
+        each_batch = mat1.get_stride()[-2] == mat1.get_size()[-1]  # rows contiguous within a batch
+        if problem.dtype != "float32" or not each_batch:
+            return "bmm needs a contiguous A (fp32: contiguous within each batch)"
+    return None
+
+
+def _micro_kernel_exists(problem: Any, config: Any) -> bool:
+    """Whether Inductor has ``config``'s micro-kernel for this problem on this machine."""
+    dtype = getattr(torch, problem.dtype)
+    output_dtype, compute_dtype = get_gemm_template_output_and_compute_dtype(dtype)
+    with pinned(config):
+        micro = cpp_micro_gemm.create_micro_gemm(
+            "micro_gemm", problem.m, problem.n, problem.k, input_dtype=dtype, input2_dtype=dtype,
+            output_dtype=output_dtype, compute_dtype=compute_dtype, alpha=problem.alpha,
+            num_threads=parallel_num_threads(), use_ref=False)
+    return micro is not None
+
+
+def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any) -> Any | None:
+    """Append Inductor's template choice with ``config``'s micro-kernel; None when Inductor has
+    no such micro-kernel here."""
+    problem = prepared.problem
+    if not _micro_kernel_exists(problem, config):
+        return None
+    base = CppBmmTemplate if problem.op == "bmm" else CppGemmTemplate
+    cls = template_class(base, family.FAMILY, config)
+    kwargs = {"alpha": problem.alpha, "beta": problem.beta, "has_bias": True} if problem.op == "addmm" else {}
+    before = len(choices)
+    with pinned(config):
+        cls.add_choices(choices, prepared.layout, list(prepared.inputs), **kwargs)
+    if len(choices) == before:
+        return None
+    choices[-1].description = f"{family.FAMILY} {config.name()}"  # what dumps show as its config
+    return choices[-1]

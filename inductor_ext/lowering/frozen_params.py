@@ -1,0 +1,133 @@
+"""Inductor's freezing from a backend, without stale weights.
+
+Freezing (``torch._inductor.config.freezing``) bakes the values of parameters and buffers into a
+graph compiled for inference, so GEMM templates can pack weights once at compile time. Inductor
+freezes what Dynamo installed as graph attributes, and Dynamo does so only when the global
+config says freezing at trace time; a backend's options arrive later, when Dynamo has lifted
+parameters and buffers to graph inputs. :func:`compile_frozen` therefore installs them as
+attributes of a copy of the graph itself (what Dynamo would have done) and compiles that.
+
+Dynamo does not guard on those values: a model trained further (optimizer steps,
+``load_state_dict``) and evaluated again under ``torch.no_grad()`` would silently compute with
+the old weights. So each call of the frozen graph first checks that every frozen input still
+has the version counter and storage it had at compile time (an in-place change bumps the
+version; a replaced tensor has another storage). On a change it logs once and recompiles the
+graph without freezing, which serves every later call. Inputs the graph itself mutates (a KV
+cache updated inside the model) are not frozen by Inductor: they are found on the first call,
+whose mutations change their versions, and no longer watched.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any, Callable, Sequence
+
+import torch
+from torch._dynamo.utils import get_static_address_type
+
+log = logging.getLogger("inductor_ext")
+
+# A compiled graph as compile_fx returns it for flat inputs: called with them as arguments.
+Compiled = Callable[..., Any]
+# (graph, example inputs, freeze?) -> the compiled graph
+Compile = Callable[[torch.fx.GraphModule, Sequence[Any], bool], Compiled]
+
+
+def static_inputs(example_inputs: Sequence[Any]) -> list[int]:
+    """Positions of the inputs Dynamo lifted from the module (parameters, buffers): the ones
+    freezing turns into constants."""
+    return [i for i, x in enumerate(example_inputs)
+            if isinstance(x, torch.Tensor) and get_static_address_type(x) is not None]
+
+
+def with_attributes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                    lifted: Sequence[int]) -> torch.fx.GraphModule:
+    """A copy of ``gm`` in which the inputs at ``lifted`` are attributes (get_attr nodes)."""
+    graph = copy.deepcopy(gm.graph)
+    frozen = torch.fx.GraphModule(gm, graph)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for i in lifted:
+        name, tensor, node = f"_ext_frozen_{i}", example_inputs[i], placeholders[i]
+        if isinstance(tensor, torch.nn.Parameter):
+            frozen.register_parameter(name, tensor)
+        else:
+            frozen.register_buffer(name, tensor)
+        with graph.inserting_before(node):
+            attr = graph.get_attr(name)
+        attr.meta.update(node.meta)
+        node.replace_all_uses_with(attr)
+        graph.erase_node(node)
+    frozen.recompile()
+    return frozen
+
+
+def _state(tensor: torch.Tensor) -> tuple[int, int]:
+    return tensor._version, tensor.data_ptr()
+
+
+class FrozenGraph:
+    """Calls the frozen graph with the inputs it still takes, or, once a frozen input has
+    changed, the graph recompiled without freezing with all of them."""
+
+    def __init__(self, compiled: Compiled, example_inputs: Sequence[Any], lifted: Sequence[int],
+                 thaw: Callable[[], Compiled]) -> None:
+        self.compiled = compiled
+        self.kept = [i for i in range(len(example_inputs)) if i not in set(lifted)]
+        self.watched = [(i, _state(example_inputs[i])) for i in lifted]
+        self.thaw = thaw
+        self.thawed: Compiled | None = None
+        self.first_call = True
+
+    def __call__(self, *args: Any) -> Any:
+        if self.thawed is not None:
+            return self.thawed(*args)
+        for i, state in self.watched:
+            if _state(args[i]) != state:
+                return self._thaw(args, i)
+        out = self.compiled(*[args[i] for i in self.kept])
+        if self.first_call:
+            # Inputs this graph mutates are real inputs, not constants: stop watching them.
+            self.first_call = False
+            self.watched = [(i, state) for i, state in self.watched if _state(args[i]) == state]
+        return out
+
+    def _thaw(self, args: tuple[Any, ...], index: int) -> Any:
+        log.warning("ext: input %d of a graph compiled with freezing changed after compiling (an optimizer step "
+                    "or load_state_dict?); recompiling it without freezing. Pass options={'freezing': False} "
+                    "to skip the frozen compile when weights keep changing.", index)
+        self.thawed = self.thaw()
+        return self.thawed(*args)
+
+
+def has_collectives(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` communicates (e.g. SimpleFSDP's gathers of parameter shards): such a graph's
+    parameters are not values to fold at compile time."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            if str(node.target).split(".", 1)[0] in _COLLECTIVE_NAMESPACES:  # e.g. "_c10d_functional.all_gather..."
+                return True
+        elif getattr(node.target, "__module__", "").startswith("torch.distributed"):
+            return True
+    return False
+
+
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_dtensor")
+
+
+def compile_frozen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], compile: Compile) -> Compiled:
+    """``gm`` compiled with its parameters and buffers frozen, guarded against their change; a
+    graph with collectives is compiled without freezing."""
+    if has_collectives(gm):
+        return compile(gm, example_inputs, False)
+    lifted = static_inputs(example_inputs)
+    if not lifted or any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        # Nothing lifted (Dynamo already installed them: freezing was on while tracing), or
+        # nested inputs, which compile_fx calls differently: Inductor's freezing as it comes.
+        return compile(gm, example_inputs, True)
+    frozen_gm = with_attributes(gm, example_inputs, lifted)
+    kept = [x for i, x in enumerate(example_inputs) if i not in set(lifted)]
+    compiled = compile(frozen_gm, kept, True)
+    return FrozenGraph(compiled, example_inputs, lifted, lambda: compile(gm, example_inputs, False))

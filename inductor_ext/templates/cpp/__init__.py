@@ -1,0 +1,1 @@
+"""C++ template families for the CPU (kernels Inductor's C++ backend renders and compiles)."""

@@ -1,0 +1,133 @@
+"""Inductor's C++ GEMM template for the CPU, offered beside ATen with its micro-kernel as the
+tuned config: C = A @ B (mm), beta * bias + alpha * (A @ B) (addmm), per-batch A @ B (bmm).
+
+Inductor 2.15 renders this template (``cpp_gemm_template.py``: thread and cache blocking around
+a register-blocked micro-GEMM on AMX, AVX-512 or AVX2) only under max-autotune, with one
+micro-kernel picked by a fixed ranking. Here each micro-kernel (ISA and register block
+``block_m x block_n x block_k``) is one config, and ext's autotuning picks among them and ATen
+with its margin, cache and dumps. The C++ source is Inductor's: this module describes the
+problems and configs as plain data, and ``lowering/cpp_gemm.py`` hands them to Inductor
+(``CHOICE_KIND = "inductor_template"``).
+
+The weight is packed once at compile time (blocked, VNNI for AMX) when it is a compile-time
+constant: under Inductor's freezing (inference under ``torch.no_grad()``), which the ``cpu``
+preset turns on. A weight that is not constant would be repacked on every call, outside what
+autotuning measures, so mm/addmm are served only with constant weights; bmm (both operands
+usually activations) is served as Inductor serves it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inductor_ext.templates.family import OpSpec
+
+FAMILY = "cpp.gemm"
+TARGETS = ("cpu",)
+OPS = ("mm", "addmm", "bmm")
+CHOICE_KIND = "inductor_template"
+INDUCTOR_TEMPLATE = "cpp_gemm"  # the Inductor template lowering hands through (lowering/cpp_gemm.py)
+RUNS_ON_CPU = True  # its kernels are CPU kernels: no interpreter involved
+
+DTYPES = ("float32", "bfloat16")
+ISAS = ("amx", "avx512", "avx2")
+
+# Register blockings (block_m, block_n, block_k) of Inductor 2.15's micro-GEMMs by ISA and input
+# dtype (cpp_micro_gemm.py); lowering checks each against Inductor before offering it.
+_BLOCKINGS: dict[tuple[str, str], tuple[tuple[int, int, int], ...]] = {
+    ("amx", "bfloat16"): ((32, 16, 32), (32, 32, 32), (48, 16, 32), (16, 48, 32)),
+    ("avx512", "float32"): ((8, 48, 1), (8, 32, 1), (16, 16, 1)),
+    ("avx512", "bfloat16"): ((8, 48, 1), (8, 32, 1), (16, 16, 1)),
+    ("avx2", "float32"): ((4, 24, 1), (4, 16, 1), (8, 8, 1)),
+    ("avx2", "bfloat16"): ((4, 24, 1), (4, 16, 1), (8, 8, 1)),
+}
+
+
+@dataclass(frozen=True)
+class CppGemmProblem:
+    """One GEMM as the template sees it: ``batch`` > 1 only for bmm."""
+
+    op: str  # "mm", "addmm" or "bmm"
+    m: int
+    n: int
+    k: int
+    dtype: str = "float32"
+    batch: int = 1
+    alpha: float = 1.0  # addmm only
+    beta: float = 1.0  # addmm only
+    constant_weight: bool = False  # B is a compile-time constant (frozen): packed once
+
+
+@dataclass(frozen=True)
+class CppGemmConfig:
+    """The micro-kernel: its ISA and register block."""
+
+    isa: str
+    block_m: int
+    block_n: int
+    block_k: int
+
+    def name(self) -> str:
+        return f"{self.isa}_{self.block_m}x{self.block_n}x{self.block_k}"
+
+
+Problem, Config = CppGemmProblem, CppGemmConfig
+
+
+def problem_for(spec: OpSpec) -> CppGemmProblem | str:
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+    a, b = spec.inputs[-2:]
+    if a is None or b is None:
+        return f"{spec.op} without both operands"
+    if spec.op != "bmm" and not b.constant:
+        return ("the weight is not a compile-time constant: the C++ GEMM template packs it once under "
+                "freezing (inference under torch.no_grad() with the cpu preset); ATen serves training")
+    if a.dtype != b.dtype or spec.out.dtype != a.dtype:
+        return f"mixed dtypes {a.dtype} @ {b.dtype} -> {spec.out.dtype}"
+    if a.stride[-1] != 1:
+        return "A is not row-major (its last stride is not 1)"
+    if spec.op == "bmm":
+        problem = CppGemmProblem("bmm", a.shape[1], b.shape[2], a.shape[2], a.dtype, batch=a.shape[0])
+    else:
+        alpha, beta = float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0))
+        problem = CppGemmProblem(spec.op, a.shape[0], b.shape[1], a.shape[1], a.dtype, alpha=alpha, beta=beta,
+                                 constant_weight=True)
+    return supports(problem) or problem
+
+
+def supports(problem: CppGemmProblem) -> str | None:
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} not in {DTYPES}"
+    if min(problem.m, problem.n, problem.k, problem.batch) <= 0:
+        return f"empty problem {problem.batch}x{problem.m}x{problem.n}x{problem.k}"
+    return None
+
+
+def host_isas() -> tuple[str, ...]:
+    """The micro-kernel ISAs this machine runs, best first (torch's own CPU capability checks)."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability == "AVX512":
+        return ("amx", "avx512") if torch.cpu._is_amx_tile_supported() else ("avx512",)
+    return ("avx2",) if capability == "AVX2" else ()
+
+
+def config_supports(problem: CppGemmProblem, config: CppGemmConfig, target: str) -> str | None:
+    """AMX multiplies pairs of K elements (VNNI2), and only plain products (alpha == 1)."""
+    if config.isa == "amx" and (problem.k % 2 or problem.alpha != 1.0):
+        return f"AMX needs an even K and alpha == 1 (K={problem.k}, alpha={problem.alpha})"
+    return None
+
+
+def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
+    """The micro-kernels this host runs for the problem's dtype, best guess first: AMX first for
+    bf16 from M=16 on (its tiles are 16 rows), vector kernels first below that (decode)."""
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {TARGETS}")
+    isas = [isa for isa in host_isas() if (isa, problem.dtype) in _BLOCKINGS]
+    if problem.m < 16:
+        isas.sort(key=lambda isa: isa == "amx")
+    found = [CppGemmConfig(isa, *blocking) for isa in isas for blocking in _BLOCKINGS[(isa, problem.dtype)]]
+    return [c for c in found if config_supports(problem, c, target) is None]

@@ -1,0 +1,358 @@
+"""The cpu preset's C++ GEMM family (``templates/cpp/gemm.py`` + ``lowering/cpp_gemm.py``).
+
+- the family as data: problems, refusals, configs per host ISA;
+- Inductor's template through ext's choices on small odd shapes, fp32 and bf16: numerics against
+  eager, every candidate timed against ATen, dumps naming the kernel's config, which is the one
+  benchmarked; an offline build (``tune.build``) that stores real decisions, and a
+  ``cache-only`` compile that reuses them with zero benchmarks;
+- freezing's guard: a weight changed after the compile is never used stale.
+
+Each graph is compiled once per module (fixtures), with Inductor's caches fresh.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+
+from inductor_ext import dumps, presets, tune
+from inductor_ext.autotune import policy
+from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext.lowering import ext_choices, frozen_params
+from inductor_ext.templates import registry
+from inductor_ext.templates.cpp import gemm
+from inductor_ext.templates.family import OpSpec, TensorSpec
+
+FP32 = "float32"
+
+
+# ------------------------------------------------------------------------- the family as data
+
+
+def _spec(op, a_shape, b_shape, dtype=FP32, constant=True, a_stride=None, scalars=None):
+    a = TensorSpec(a_shape, a_stride or tuple(torch.empty(a_shape).stride()), dtype)
+    b = TensorSpec(b_shape, tuple(torch.empty(b_shape).stride()), dtype, constant)
+    out_shape = (*a_shape[:-1], b_shape[-1])
+    out = TensorSpec(out_shape, tuple(torch.empty(out_shape).stride()), dtype)
+    inputs = (TensorSpec((b_shape[-1],), (1,), dtype), a, b) if op == "addmm" else (a, b)
+    return OpSpec(op, inputs, out, scalars or {}, "cpu")
+
+
+def test_family_follows_the_protocol_and_claims_the_cpu_only():
+    assert registry.get("cpp.gemm") is gemm
+    assert gemm.CHOICE_KIND == "inductor_template" and gemm.TARGETS == ("cpu",) and gemm.RUNS_ON_CPU
+
+
+def test_cpu_preset_lists_only_families_that_run_on_the_cpu():
+    config = presets.resolve({"preset": "cpu"})
+    assert config.templates == ("cpp.gemm",) and config.freezing and config.autotune != "off"
+    assert all(getattr(registry.get(f), "RUNS_ON_CPU", False) for f in config.templates)
+
+
+@pytest.mark.parametrize("op, a, b, expected", [
+    ("mm", (1, 70), (70, 45), gemm.CppGemmProblem("mm", 1, 45, 70, constant_weight=True)),
+    ("addmm", (6, 64), (64, 96), gemm.CppGemmProblem("addmm", 6, 96, 64, constant_weight=True)),
+    ("bmm", (3, 5, 48), (3, 48, 16), gemm.CppGemmProblem("bmm", 5, 16, 48, batch=3)),
+])
+def test_problem_for_each_op(op, a, b, expected):
+    assert gemm.problem_for(_spec(op, a, b)) == expected
+
+
+@pytest.mark.parametrize("spec, why", [
+    (_spec("mm", (4, 8), (8, 16), constant=False), "not a compile-time constant"),
+    (_spec("mm", (4, 8), (8, 16), a_stride=(1, 4)), "A is not row-major"),
+    (_spec("mm", (4, 8), (8, 16), dtype="float16"), "dtype float16 not in"),
+    (_spec("_scaled_mm", (4, 8), (8, 16)), "serves mm, addmm, bmm, not _scaled_mm"),
+])
+def test_problem_for_refuses_with_a_reason(spec, why):
+    reason = gemm.problem_for(spec)
+    assert isinstance(reason, str) and why in reason, reason
+
+
+@pytest.mark.parametrize("isas, dtype, m, first_isas", [
+    (("amx", "avx512"), "bfloat16", 64, ["amx"] * 4 + ["avx512"] * 3),
+    (("amx", "avx512"), "bfloat16", 1, ["avx512"] * 3 + ["amx"] * 4),  # decode: vector kernels first
+    (("amx", "avx512"), FP32, 64, ["avx512"] * 3),  # AMX here multiplies bf16 only
+    (("avx2",), FP32, 8, ["avx2"] * 3),
+    ((), FP32, 8, []),  # no micro-kernel for this CPU: ATen only
+])
+def test_configs_follow_the_host_isa(monkeypatch, isas, dtype, m, first_isas):
+    monkeypatch.setattr(gemm, "host_isas", lambda: isas)
+    found = gemm.configs(gemm.CppGemmProblem("mm", m, 64, 64, dtype), "cpu")
+    assert [c.isa for c in found] == first_isas
+    assert len(set(found)) == len(found)
+
+
+def test_amx_needs_even_k_and_unit_alpha(monkeypatch):
+    monkeypatch.setattr(gemm, "host_isas", lambda: ("amx", "avx512"))
+    odd_k = gemm.CppGemmProblem("mm", 32, 64, 45, "bfloat16")
+    assert {c.isa for c in gemm.configs(odd_k, "cpu")} == {"avx512"}
+    scaled = gemm.CppGemmProblem("addmm", 32, 64, 64, "bfloat16", alpha=2.0)
+    assert "alpha == 1" in gemm.config_supports(scaled, gemm.CppGemmConfig("amx", 32, 16, 32), "cpu")
+
+
+def test_where_each_family_runs():
+    cpu_tensors = types.SimpleNamespace(device_type="cpu")
+    on_cpu = ext_choices.ExtChoices(presets.resolve({"templates": ["triton.gemm", "cpp.gemm"], "interpret": True}))
+    assert on_cpu._unusable_reason(cpu_tensors, gemm) is None
+    # Triton kernels run on CPU tensors only as a GPU preset's, interpreted: the message says how.
+    why = on_cpu._unusable_reason(cpu_tensors, registry.get("triton.gemm"))
+    assert "options={'preset': 'hopper', 'interpret': True}" in why, why
+    hopper = ext_choices.ExtChoices(presets.resolve({"preset": "hopper", "interpret": True}))
+    assert hopper._unusable_reason(cpu_tensors, registry.get("triton.gemm")) is None
+    assert hopper._unusable_reason(cpu_tensors, gemm) == "verified for cpu, not target sm_90a"
+
+
+def test_configs_refuse_other_targets():
+    with pytest.raises(ValueError, match="target 'sm_90a' is not one of"):
+        gemm.configs(gemm.CppGemmProblem("mm", 1, 8, 8), "sm_90a")
+
+
+# ------------------------------------------------------------------ the freezing guard, unit
+
+
+def _static(t):
+    torch._dynamo.mark_static_address(t, guard=False)
+    return t
+
+
+def _traced():
+    def f(x, w, counter):
+        counter.add_(1)  # an input the graph mutates itself (as a KV cache): never frozen
+        return x @ w + counter
+
+    return torch.fx.symbolic_trace(f)
+
+
+def test_frozen_graph_is_recompiled_without_freezing_once_a_weight_changes(capfd):
+    x, w, counter = torch.randn(2, 3), _static(torch.randn(3, 4)), _static(torch.zeros(4))
+    compiles = []
+
+    def compile(gm, inputs, freeze):
+        compiles.append((freeze, len(inputs)))
+        return gm
+
+    run = frozen_params.compile_frozen(_traced(), [x, w, counter], compile)
+    assert compiles == [(True, 1)]  # w and counter became attributes of the frozen graph
+    for _ in range(3):  # the graph's own mutations of counter are not a change of weights
+        run(x, w, counter)
+    assert compiles == [(True, 1)]
+    w.mul_(2)  # e.g. an optimizer step
+    want = x @ w + counter + 1
+    torch.testing.assert_close(run(x, w, counter), want)
+    assert compiles == [(True, 1), (False, 3)]
+    assert "recompiling it without freezing" in capfd.readouterr().err  # ext's logger writes to stderr
+    other = torch.randn(3, 4)
+    want = x @ other + counter + 1
+    torch.testing.assert_close(run(x, other, counter), want)  # the thawed graph from now on
+    assert len(compiles) == 2
+
+
+def test_graphs_that_communicate_are_not_frozen():
+    def gather(x, w):
+        return torch.ops._c10d_functional.all_gather_into_tensor(w, 2, "0") @ x
+
+    x, w = torch.randn(4, 3), _static(torch.randn(2, 4))
+    compiles = []
+    frozen_params.compile_frozen(torch.fx.symbolic_trace(gather), [x, w], lambda g, i, freeze: compiles.append(freeze))
+    assert compiles == [False]  # parameters gathered at run time are no constants to fold
+    assert not frozen_params.has_collectives(torch.fx.symbolic_trace(lambda x, w: x @ w))
+
+
+def test_replaced_weight_counts_as_changed():
+    x, w = torch.randn(2, 3), _static(torch.randn(3, 4))
+    compiles = []
+
+    def compile(gm, inputs, freeze):
+        compiles.append(freeze)
+        return gm
+
+    run = frozen_params.compile_frozen(torch.fx.symbolic_trace(lambda x, w: x @ w), [x, w], compile)
+    run(x, w)
+    run(x, _static(w.clone()))  # same values, another tensor: the frozen one is not it
+    assert compiles == [True, False]
+
+
+# ------------------------------------------------------------- compiled through ext's choices
+
+
+class Net(torch.nn.Module):
+    """Odd sizes: K=70 is not a multiple of any register block; N=45 and 33 need padding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(70, 45)  # addmm
+        self.down = torch.nn.Linear(45, 33, bias=False)  # mm
+        self.mix = torch.nn.Parameter(torch.randn(2, 33, 24) / 33**0.5)  # bmm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.down(F.relu(self.up(x)))
+        return torch.bmm(h.view(2, -1, 33), self.mix)
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+def inputs() -> tuple[torch.Tensor]:
+    return (torch.randn(6, 70, generator=torch.Generator().manual_seed(1)),)
+
+
+def _compile(m, args, options):
+    torch._dynamo.reset()
+    counters.clear()
+    first = len(ext_choices.decisions)
+    with tune.fresh_inductor_caches(), torch.no_grad():
+        compiled = torch.compile(m, backend="ext", options=options)
+        out = compiled(*args)
+    return compiled, out, ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+
+
+@pytest.fixture(scope="module")
+def fewer_configs():
+    """Two micro-kernels per problem: enough to choose among, fewer C++ compiles."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(policy.EFFORT_BUDGET, "quick", 2)
+        mp.setitem(policy.EFFORT_BUDGET, "full", 2)
+        yield
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, fewer_configs):
+    """``inductor-ext tune build`` on CPU for Net, then a cache-only compile whose cache names
+    the template as every winner (so its path runs from the cache)."""
+    out = tmp_path_factory.mktemp("cpp_tune")
+    cache = tune.build("test_cpp_gemm:model", out / "built.db", inputs_spec="test_cpp_gemm:inputs", progress=False)
+    forced = AutotuneCache(out / "template.db")
+    for entry in cache.entries():  # the first template candidate of the build's decision, as winner
+        decision = next(d for d in ext_choices.decisions if d.key == entry.key)
+        config = next(c["config_dict"] for c in decision.candidates if c["kind"] == "template")
+        forced.put(dataclasses.replace(entry, winner="cpp.gemm", config=config))
+    m, args = model(), inputs()
+    _, out_cached, decisions, benchmarks = _compile(copy.deepcopy(m), args, {
+        "autotune": "cache-only", "autotune_cache": str(out / "template.db"), "dump_dir": str(out / "dump")})
+    with torch.no_grad():
+        want = m(*args)
+    return {"cache": cache, "out": out_cached, "want": want, "decisions": decisions, "benchmarks": benchmarks,
+            "index": dumps.read_index(out / "dump"), "dir": out}
+
+
+def test_build_stores_a_timed_decision_per_gemm(built):
+    entries = built["cache"].entries()
+    assert sorted(e.key.op for e in entries) == ["addmm", "bmm", "mm"]
+    for e in entries:
+        timed = [c for c in e.candidates if c["time_us"] is not None]
+        assert {c["name"].split("_")[0] for c in timed} == {e.key.op, "cpp"}, e.candidates  # ATen and templates
+        assert e.aten_time_us is not None and e.winner in ("aten", "cpp.gemm")
+        assert e.reason == "benchmark" and e.key.arch == "cpu" and e.key.preset == "cpu"
+
+
+def test_cache_only_compile_benchmarks_nothing_and_runs_the_template(built):
+    assert built["benchmarks"] == 0
+    assert len(built["decisions"]) == 3
+    for d in built["decisions"]:
+        assert d.reason == "cache" and d.winner.startswith("cpp_"), d
+    torch.testing.assert_close(built["out"], built["want"], rtol=1e-5, atol=1e-5)
+
+
+def test_dump_shows_the_cached_configs(built):
+    served = [k for k in built["index"]["kernels"] if k["template"] == "cpp.gemm"]
+    assert len(served) == 3, [k["kernel"] for k in built["index"]["kernels"]]
+    for k in served:
+        assert set(k["config"]) == {"isa", "block_m", "block_n", "block_k"}
+        assert k["decision"]["reason"] == "cache"
+        source = (built["dir"] / "dump" / k["file"]).read_text()
+        assert source.lstrip().startswith("// inductor_ext template: cpp.gemm")
+        _assert_register_block(source, k["config"])
+    assert any(loc.endswith("test_cpp_gemm.py:" + str(_line("h = self.down"))) for k in served for loc in k["user_source"])
+
+
+def _assert_register_block(source, config):
+    """The C++ Inductor rendered uses the config's micro-kernel (not one Inductor picked)."""
+    for name, key in (("Mr", "block_m"), ("Nr", "block_n"), ("Kr", "block_k")):
+        assert f"constexpr int64_t {name} = {config[key]};" in source, (name, config)
+
+
+def _line(text):
+    return next(i for i, line in enumerate(open(__file__).read().splitlines(), 1) if text in line)
+
+
+class DecodeNet(torch.nn.Module):
+    """bf16 at decode size: M=1 through a linear with bias, a bmm of activations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 96)
+
+    def forward(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.proj(x), torch.bmm(q, k)
+
+
+@pytest.fixture(scope="module")
+def forced_bf16(tmp_path_factory, fewer_configs):
+    """DecodeNet in bf16 with the template forced, then a weight changed in place and run again."""
+    out = tmp_path_factory.mktemp("cpp_bf16")
+    torch.manual_seed(0)
+    m = DecodeNet().eval().to(torch.bfloat16)
+    g = torch.Generator().manual_seed(2)
+    args = (torch.randn(1, 64, generator=g).bfloat16(), torch.randn(4, 3, 32, generator=g).bfloat16(),
+            torch.randn(4, 32, 5, generator=g).bfloat16())
+    compiled, got, decisions, _ = _compile(m, args, {"force_template": "cpp.gemm", "dump_dir": str(out)})
+    reference = copy.deepcopy(m).float()
+    with torch.no_grad():
+        want = reference(*(a.float() for a in args))
+        m.proj.weight.mul_(-1)  # what an optimizer step does to a frozen weight
+        reference.proj.weight.mul_(-1)
+        after = compiled(*args)
+        want_after = reference(*(a.float() for a in args))
+    return {"got": got, "want": want, "after": after, "want_after": want_after, "decisions": decisions,
+            "index": dumps.read_index(out), "dir": out}
+
+
+def _assert_bf16_close(got, want):
+    # bf16 in and out, fp32 accumulation: within bf16 rounding of the fp32 result
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w, rtol=2**-7, atol=2**-6)
+
+
+def test_bf16_template_matches_an_fp32_reference(forced_bf16):
+    _assert_bf16_close(forced_bf16["got"], forced_bf16["want"])
+
+
+def test_forced_template_serves_every_gemm_and_was_timed_against_aten(forced_bf16):
+    decisions = forced_bf16["decisions"]
+    assert sorted(d.op for d in decisions) == ["addmm", "bmm"]
+    for d in decisions:
+        assert d.reason == "force_template=cpp.gemm" and d.winner.startswith("cpp_"), d
+        kinds = {c["kind"] for c in d.candidates if c["time_us"] is not None}
+        assert kinds == {"aten", "template"}, d.candidates
+
+
+def test_dumped_config_is_the_one_benchmarked(forced_bf16):
+    kernels = forced_bf16["index"]["kernels"]
+    frozen = min(k["graph"] for k in kernels)  # the first compile (a later one is the thawed graph)
+    served = [k for k in kernels if k["template"] == "cpp.gemm" and k["graph"] == frozen]
+    assert len(served) == 2
+    for k in served:
+        d = k["decision"]
+        winner = next(c for c in d["candidates"] if c["name"] == d["winner"])
+        assert k["config"] == winner["config_dict"], (k["config"], winner)
+        assert winner["time_us"] is not None
+        _assert_register_block((forced_bf16["dir"] / k["file"]).read_text(), k["config"])
+
+
+def test_changed_weight_is_never_used_stale(forced_bf16):
+    _assert_bf16_close(forced_bf16["after"], forced_bf16["want_after"])
+    assert not torch.allclose(forced_bf16["after"][0].float(), forced_bf16["want"][0], rtol=2**-7, atol=2**-6)
+    # The graph recompiled without freezing: the weight is no constant, ATen serves the linear.
+    thawed = [k for k in forced_bf16["index"]["kernels"] if k["graph"] != min(k["graph"] for k in
+                                                                            forced_bf16["index"]["kernels"])]
+    linear = next(k for k in thawed if (k["decision"] or {}).get("problem", {}).get("op") == "addmm")
+    assert "not a compile-time constant" in linear["decision"]["reason"]
