@@ -620,6 +620,15 @@ class _Builder:
         return node
 
 
+def _keep_provenance(coll: fx.Node, bucket: list[_Coll]) -> None:
+    """A bucket's collective names what it merged and where the first member came from (the
+    collective check and flight-recorder annotations show them)."""
+    coll.meta["ext_bucket_of"] = [c.node.name for c in bucket]
+    trace = next((c.node.meta["stack_trace"] for c in bucket if c.node.meta.get("stack_trace")), None)
+    if trace is not None:
+        coll.meta["stack_trace"] = trace
+
+
 def _merge_all_gather(graph: fx.Graph, bucket: list[_Coll], b: _Builder, anchor: fx.Node) -> tuple[fx.Node, fx.Node, list, list]:
     """One all-gather for ``bucket``: pack shards as bytes (mixed dtypes) or elements, gather, unpack."""
     w, group = bucket[0].group_size, bucket[0].group
@@ -651,6 +660,7 @@ def _merge_all_gather(graph: fx.Graph, bucket: list[_Coll], b: _Builder, anchor:
     buf = b(aten.cat.default, (parts,), anchor)
     pre.append(buf)
     coll = b(c10d.all_gather_into_tensor.default, (buf, w, group), anchor)
+    _keep_provenance(coll, bucket)
     wait = b(c10d.wait_tensor.default, (coll,), anchor)
     post: list[fx.Node] = []
     rows = b(aten.reshape.default, (wait, [w, off]), anchor)
@@ -687,6 +697,7 @@ def _merge_reduce_scatter(graph: fx.Graph, bucket: list[_Coll], b: _Builder, anc
     flat = b(aten.reshape.default, (cat, [-1]), anchor)
     pre += [cat, flat]
     coll = b(c10d.reduce_scatter_tensor.default, (flat, op, w, group), anchor)
+    _keep_provenance(coll, bucket)
     wait = b(c10d.wait_tensor.default, (coll,), anchor)
     post: list[fx.Node] = []
     off = 0

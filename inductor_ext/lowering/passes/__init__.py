@@ -76,6 +76,9 @@ def build_stages(config: ExtConfig) -> dict[str, StagePasses]:
     for name in config.passes:
         p = known[name](config)
         by_stage.setdefault(p.stage, []).append(p)
+    for name, cls in known.items():  # after the named ones of their stage
+        if cls.default_on and name not in config.passes and cls.enabled(config):
+            by_stage.setdefault(cls.stage, []).append(cls(config))
     return {s: StagePasses(s, by_stage[s]) for s in STAGES if s in by_stage}
 
 

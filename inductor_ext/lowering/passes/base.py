@@ -35,6 +35,15 @@ class ExtGraphPass(CustomGraphPass):
 
     name: ClassVar[str]
     stage: ClassVar[str]
+    # Installed whether or not ``options["passes"]`` names it, wherever ``enabled`` agrees (after the
+    # named passes of its stage); a safety check such as collective_check, which its own option
+    # turns off.
+    default_on: ClassVar[bool] = False
+
+    @classmethod
+    def enabled(cls, config: ExtConfig) -> bool:
+        """Whether a ``default_on`` pass installs itself for ``config``."""
+        return True
 
     def __init__(self, config: ExtConfig) -> None:
         if self.stage not in STAGES:
