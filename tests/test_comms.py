@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -589,10 +590,14 @@ def _dist_worker(rank, world, port, out_dir):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from inductor_ext.lowering.passes import base as pass_base
+    from inductor_ext.comms_passes.collective_check import agree, flight_recorder
+    from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass
+    from inductor_ext.lowering.passes import base as pass_base, register_pass
 
+    register_pass(CollectiveCheckPass)  # until the entry point is installed (pyproject.toml)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    summary = {}
     try:
         mesh = init_device_mesh("cpu", (world,))
         torch.manual_seed(0)
@@ -600,7 +605,6 @@ def _dist_worker(rank, world, port, out_dir):
         g = torch.Generator().manual_seed(1)
         batches = [(torch.randint(0, DIST_CFG.vocab, (BATCH, DIST_CFG.seq), generator=g),
                     torch.randint(0, DIST_CFG.vocab, (BATCH, DIST_CFG.seq), generator=g)) for _ in range(STEPS)]
-        summary = {}
 
         # 1. eager data_parallel in fp32 equals the fp32 reference (tight)
         ref32 = _reference(state, batches, lambda n: torch.float32)
@@ -636,6 +640,14 @@ def _dist_worker(rank, world, port, out_dir):
         summary["compiled_losses"] = got[0]
         summary["reference_losses"] = ref_mixed[0]
         summary["applied"] = ran
+        # the collective check ran once per graph (forward, backward); the flight recorder's
+        # entries of the compiled collectives name their FX node and the user's line
+        summary["checks_after_mixed"] = dict(agree.stats)
+        entries = flight_recorder.dump()["entries"]
+        summary["fr_entries"] = len(entries)
+        summary["fr_annotated"] = [(e["ext_fx_node"], e["ext_source"], e["ext_bucket_of"])
+                                   for e in entries if "ext_fx_node" in e]
+        summary["fr_check_entries"] = sum("collective check" in e.get("ext_note", "") for e in entries)
 
         # 3. uneven shards: the ranks' graphs differ (rank 1 pads its shorter shards), the pass
         #    still buckets and reorders, every rank issues matching collectives (a mismatch
@@ -654,9 +666,37 @@ def _dist_worker(rank, world, port, out_dir):
         assert len(plans) == 2 and all(p.uneven_shards and p.rewrites > 0 for p in plans), plans
         _compare(got, ref_uneven, 1e-3, 0.0, "compiled fsdp_overlap, uneven shards", norm_rtol=3e-2)
         summary["uneven_losses"] = got[0]
-        (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(summary))
+        summary["checks_after_uneven"] = dict(agree.stats)  # graphs differ, collectives agree: no error
+
+        # 4. a model made to differ by rank: without the check the ranks would hang in the
+        #    all-gather they disagree on; with it both raise at once, naming it
+        torch.manual_seed(0)
+        model = data_parallel(_RankModel(rank), mesh, param_dtype=torch.float32)
+        compiled = torch.compile(model, backend="ext", options={"preset": "cpu"})
+        before = agree.stats["seconds"]
+        try:
+            compiled(torch.randn(4, 8)).backward()
+            summary["mismatch_error"] = None
+        except Exception as e:  # noqa: BLE001 - the test reads type and text
+            summary["mismatch_error"] = f"{type(e).__name__}: {e}"
+        summary["mismatch_check_seconds"] = agree.stats["seconds"] - before
+        dist.barrier()  # the process group still works: the check raised before any collective
     finally:
+        (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(summary))
         dist.destroy_process_group()
+
+
+class _RankModel(torch.nn.Module):
+    """Two layers; the second is wider on rank 1 (a config read per rank, say)."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8 + 4 * rank)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(h).sum()  # the line the check names
 
 
 def _free_port() -> int:
@@ -665,12 +705,65 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.dist
-def test_two_gloo_ranks_match_single_process_reference(tmp_path):
+@pytest.fixture(scope="module")
+def gloo_ranks(tmp_path_factory):
+    """What ``_dist_worker`` found on each of 2 gloo ranks (a hang fails instead of waiting)."""
+    import time
+
     import torch.multiprocessing as mp
 
-    mp.spawn(_dist_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    out = tmp_path_factory.mktemp("gloo")
+    ctx = mp.start_processes(_dist_worker, args=(2, _free_port(), str(out)), nprocs=2, join=False,
+                             start_method="spawn")
+    deadline = time.monotonic() + 400
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("the 2-rank gloo run did not finish in 400 s (a hang?)")
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.dist
+def test_two_gloo_ranks_match_single_process_reference(gloo_ranks):
+    results = gloo_ranks
     assert results[0]["compiled_losses"] == results[1]["compiled_losses"]  # the all-reduced mean
     assert len(results[0]["compiled_losses"]) == STEPS
     assert results[0]["compiled_losses"][1] < results[0]["compiled_losses"][0]  # it trains
+
+
+@pytest.mark.dist
+def test_collective_check_names_the_first_differing_collective(gloo_ranks):
+    """Rank 1's second layer is wider: both ranks raise within seconds (not a timeout), naming
+    the first differing all-gather on each side, its FX node and the user's line."""
+    import inspect
+
+    line = next(i for i, text in enumerate(inspect.getsource(_RankModel).splitlines())
+                if "the line the check names" in text) + inspect.getsourcelines(_RankModel)[1]
+    for rank, r in enumerate(gloo_ranks):
+        err = r["mismatch_error"]
+        assert err is not None and err.startswith("CollectiveMismatchError"), err
+        assert f"on group rank {rank}" in err and "collective #2 on this group" in err
+        assert "rank 0: all_gather of float32[4, 8] -> [8, 8] over 2 ranks" in err
+        assert "rank 1: all_gather of float32[6, 8] -> [12, 8] over 2 ranks" in err
+        assert err.count(f"{__file__}:{line}: return self.b(h).sum()") == 2
+        assert err.count("FX node all_gather_into_tensor_2") == 2
+        assert r["mismatch_check_seconds"] < 30  # the mismatch path, not the 300 s timeout
+
+
+@pytest.mark.dist
+def test_collective_check_agrees_once_per_graph_and_annotates_the_flight_recorder(gloo_ranks):
+    for r in gloo_ranks:
+        # forward and backward of the fsdp_overlap model: one 16-byte all-gather each, once
+        assert r["checks_after_mixed"]["checks"] == 2 and r["checks_after_mixed"]["collectives"] == 2
+        assert r["checks_after_mixed"]["calls"] == 2 * STEPS
+        # uneven shards: the graphs differ (pads), the collectives agree: checked, no error
+        assert r["checks_after_uneven"]["checks"] == 4
+        assert r["fr_check_entries"] == 2
+        # every compiled collective of the 2 steps carries its node and the user's line
+        assert len(r["fr_annotated"]) >= 2 * STEPS
+        assert all(node.startswith(("all_gather_into_tensor", "reduce_scatter_tensor")) for node, _, _ in
+                   r["fr_annotated"])
+        # (the Llama and data_parallel live in ext, so the innermost line outside torch is ext's)
+        assert all(re.match(r".*(comms_report|data_parallel)\.py:\d+: ", src) for _, src, _ in r["fr_annotated"])
+        assert any(len(bucket) > 1 for _, _, bucket in r["fr_annotated"])  # fsdp_overlap's buckets

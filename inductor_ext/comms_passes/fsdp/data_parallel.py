@@ -27,7 +27,7 @@ parametrizations (``layer.weight`` becomes ``layer.parametrizations.weight.origi
 from __future__ import annotations
 
 import fnmatch
-from typing import Callable, Sequence, Union
+from typing import Callable, Mapping, Sequence, Union
 
 import torch
 import torch.nn as nn
@@ -93,6 +93,40 @@ def _fp32_matcher(fp32_params: FP32Predicate) -> Callable[[str, nn.Parameter], b
     return lambda name, p: any(fnmatch.fnmatchcase(name, pat) for pat in patterns)
 
 
+def _keep_matcher(keep: FP32Predicate | int, owners: list, is_fp32: Callable[[str, nn.Parameter], bool],
+                  param_dtype: torch.dtype | None) -> Callable[[str, nn.Parameter], bool]:
+    """``keep_gathered`` as a predicate; a byte budget picks the last-registered parameters."""
+    if isinstance(keep, bool) or (isinstance(keep, int) and keep < 0):
+        raise ValueError(f"keep_gathered: expected name patterns, a predicate or a byte budget >= 0, got {keep!r}")
+    if not isinstance(keep, int):
+        return _fp32_matcher(keep)
+    chosen: set[str] = set()
+    used = 0
+    seen: set[int] = set()
+    for _, _, fqn, param in reversed(owners):
+        if id(param) in seen:
+            continue
+        seen.add(id(param))
+        dtype = torch.float32 if is_fp32(fqn, param) else (param_dtype or param.dtype)
+        nbytes = param.numel() * torch.empty((), dtype=dtype).element_size()
+        if used + nbytes > keep:
+            break
+        used += nbytes
+        chosen.add(fqn)
+    return lambda name, p: name in chosen
+
+
+def _reduce_dtype_matcher(table: Mapping[str, torch.dtype] | None) -> Callable[[str, torch.dtype | None],
+                                                                                 torch.dtype | None]:
+    if table is None:
+        return lambda name, default: default
+    if not isinstance(table, Mapping) or not all(isinstance(k, str) and isinstance(v, torch.dtype)
+                                                 for k, v in table.items()):
+        raise TypeError(f"reduce_dtypes: expected {{name pattern: torch.dtype}}, got {table!r}")
+    items = list(table.items())
+    return lambda name, default: next((d for pat, d in items if fnmatch.fnmatchcase(name, pat)), default)
+
+
 def _shard(param: nn.Parameter, mesh: DeviceMesh) -> nn.Parameter:
     placements = [Shard(0)] + [Replicate()] * (mesh.ndim - 1)
     # src_data_rank=None: every rank already holds the same initial values (same seed or a
@@ -103,7 +137,8 @@ def _shard(param: nn.Parameter, mesh: DeviceMesh) -> nn.Parameter:
 
 def data_parallel(model: nn.Module, mesh: DeviceMesh, *, param_dtype: torch.dtype | None = torch.bfloat16,
                   reduce_dtype: torch.dtype | None = torch.float32, fp32_params: FP32Predicate = None,
-                  reshard_after_forward: bool = True) -> nn.Module:
+                  reshard_after_forward: bool = True, keep_gathered: FP32Predicate | int = None,
+                  reduce_dtypes: Mapping[str, torch.dtype] | None = None) -> nn.Module:
     """Shard ``model``'s parameters over ``mesh`` (SimpleFSDP style), in place; returns ``model``.
 
     Args:
@@ -114,6 +149,15 @@ def data_parallel(model: nn.Module, mesh: DeviceMesh, *, param_dtype: torch.dtyp
         fp32_params: parameters kept in float32 for compute: a predicate ``(name, param) -> bool``
             or fnmatch patterns on the fully-qualified name, e.g. ``["*.router.*", "*norm*"]``.
         reshard_after_forward: free full parameters after forward and gather again in backward.
+        keep_gathered: parameters kept gathered from forward to backward even when
+            ``reshard_after_forward`` (FSDP2 does this for its root): a predicate or name patterns,
+            or a byte budget (int) that takes the last-registered parameters (the output head, the
+            final norm, then the last block's, in a model that registers its modules in the order
+            it runs them) while their gathered size fits. The backward then starts without
+            gathering them again, for that much more memory between forward and backward.
+        reduce_dtypes: per-parameter reduce dtype, ``{name pattern: dtype}`` (first match wins),
+            e.g. ``{"tok_embeddings.*": torch.bfloat16}``: halves that reduce-scatter, at the cost
+            of rounding the gradient sum in bf16 (lossy; only what you ask for changes).
     """
     if mesh.ndim != 1:
         raise ValueError(f"data_parallel needs a 1-D DeviceMesh, got a {mesh.ndim}-D mesh")
@@ -128,6 +172,8 @@ def data_parallel(model: nn.Module, mesh: DeviceMesh, *, param_dtype: torch.dtyp
                 continue
             fqn = f"{mod_name}.{pname}" if mod_name else pname
             owners.append((module, pname, fqn, param))
+    keep = _keep_matcher(keep_gathered, owners, is_fp32, param_dtype)
+    reduce_of = _reduce_dtype_matcher(reduce_dtypes)
     for module, pname, fqn, param in owners:
         if isinstance(param, DTensor) or parametrize.is_parametrized(module, pname):
             raise ValueError(f"{fqn} is already a DTensor or parametrized; apply data_parallel once")
@@ -137,9 +183,9 @@ def data_parallel(model: nn.Module, mesh: DeviceMesh, *, param_dtype: torch.dtyp
             sharded[id(param)] = _shard(param, mesh)
         dt_param = sharded[id(param)]
         fp32 = is_fp32(fqn, param)
-        gather = ParamGather(torch.float32 if fp32 else param_dtype,
-                             torch.float32 if fp32 and reduce_dtype is not None else reduce_dtype,
-                             reshard_after_forward)
+        reduce = torch.float32 if fp32 and reduce_dtype is not None else reduce_dtype
+        gather = ParamGather(torch.float32 if fp32 else param_dtype, reduce_of(fqn, reduce),
+                             reshard_after_forward and not keep(fqn, param))
         delattr(module, pname)
         module.register_parameter(pname, dt_param)
         parametrize.register_parametrization(module, pname, gather, unsafe=True)
