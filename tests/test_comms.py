@@ -615,6 +615,26 @@ def _dist_worker(rank, world, port, out_dir):
         _compare(eager32, ref32, 1e-5, 1e-6, "eager data_parallel fp32")
         summary["eager_fp32_losses"] = eager32[0]
 
+        # 1b. keep_gathered (the head and final norm stay gathered for the backward): the same
+        #     numbers to the bit; reduce_dtypes bf16 for the embedding (lossy, asked for): close
+        model = Llama(DIST_CFG)
+        model.load_state_dict(state)
+        data_parallel(model, mesh, param_dtype=torch.float32, reduce_dtype=torch.float32,
+                      keep_gathered=["output.*", "norm.*"])
+        kept = _dp_run(model, batches, rank)
+        summary["keep_gathered_bitwise"] = kept[0] == eager32[0] and all(
+            torch.equal(a[n], b[n]) for a, b in zip(kept[1], eager32[1]) for n in a)
+        model = Llama(DIST_CFG)
+        model.load_state_dict(state)
+        data_parallel(model, mesh, param_dtype=torch.float32, reduce_dtype=torch.float32,
+                      reduce_dtypes={"tok_embeddings.*": torch.bfloat16})
+        lossy = _dp_run(model, batches, rank)
+        _compare(lossy, ref32, 1e-2, 0.0, "bf16 embedding reduce", norm_rtol=1e-2)
+        summary["bf16_embedding_grad_differs"] = not all(
+            torch.equal(a["tok_embeddings.weight"], b["tok_embeddings.weight"]) for a, b in zip(lossy[1], eager32[1]))
+        summary["bf16_embedding_grad_others_bitwise"] = all(
+            torch.equal(a[n], b[n]) for a, b in zip(lossy[1][:1], eager32[1][:1]) for n in a if "tok_emb" not in n)
+
         # 2. compiled with fsdp_overlap, bf16 compute with fp32 norms (mixed-dtype buckets):
         #    equals the reference with the same casts (bf16 tolerance), and eager data_parallel
         def dtype_of(name):
@@ -767,3 +787,34 @@ def test_collective_check_agrees_once_per_graph_and_annotates_the_flight_recorde
         # (the Llama and data_parallel live in ext, so the innermost line outside torch is ext's)
         assert all(re.match(r".*(comms_report|data_parallel)\.py:\d+: ", src) for _, src, _ in r["fr_annotated"])
         assert any(len(bucket) > 1 for _, _, bucket in r["fr_annotated"])  # fsdp_overlap's buckets
+
+
+@pytest.mark.dist
+def test_keep_gathered_and_per_parameter_reduce_dtype_on_two_gloo_ranks(gloo_ranks):
+    for r in gloo_ranks:
+        assert r["keep_gathered_bitwise"]  # the same values in the same operations
+        assert r["bf16_embedding_grad_differs"]  # the lossy option did change the embedding's gradient
+        assert r["bf16_embedding_grad_others_bitwise"]  # ... and nothing else (first step)
+
+
+def test_keep_gathered_and_reduce_dtypes_change_the_graphs(world):
+    """The front-end options the report measures: the kept parameters are not gathered again in the
+    backward (their full values are saved instead); the embedding's reduce-scatter runs in bf16."""
+    cfg = LlamaConfig.tiny(1)
+    kept = _trace(world, cfg, fp32_params=["*norm*"], keep_gathered=["output.*", "norm.*"])
+    n_params = 2 + 9 + 1
+    assert len(_colls(kept["backward"], "all_gather")) == n_params - 1 - 2  # not embedding, output, norm
+    saved = {tuple(n.meta["val"].shape) for n in kept["backward"].graph.nodes if n.op == "placeholder"}
+    assert (cfg.vocab, cfg.dim) in saved  # the gathered head comes from the forward
+    lossy = _trace(world, cfg, reduce_dtypes={"tok_embeddings.*": torch.bfloat16})
+    dtypes = [c.args[0].meta["val"].dtype for c in _colls(lossy["backward"], "reduce_scatter")]
+    assert dtypes.count(torch.bfloat16) == 1 and dtypes.count(torch.float32) == n_params - 1
+    with pytest.raises(ValueError, match="keep_gathered"):
+        data_parallel(Llama(cfg), world, keep_gathered=-1)
+    with pytest.raises(TypeError, match="reduce_dtypes"):
+        data_parallel(Llama(cfg), world, reduce_dtypes={"*": "bf16"})
+    # a byte budget keeps the last-registered parameters that fit: the head (bf16) and the norm
+    model = data_parallel(Llama(cfg), world, fp32_params=["*norm*"], keep_gathered=cfg.vocab * cfg.dim * 2 + cfg.dim * 4)
+    kept_names = {n for n, m in model.named_modules() for k, pl in getattr(m, "parametrizations", {}).items()
+                  if not pl[0].reshard_after_forward}
+    assert kept_names == {"output", "norm"}

@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
-from inductor_ext.comms_passes.cost_model import collective_info
+from inductor_ext.comms_passes.cost_model import collective_info, unwrap_control_deps
 
 __all__ = ["Collective", "GraphCollectives", "describe_graph", "first_difference", "user_frame"]
 
@@ -131,7 +131,8 @@ def _val(x: Any) -> Any:
     return x.meta.get("val") if isinstance(x, fx.Node) else x
 
 
-def _describe(node: fx.Node) -> Collective | None:
+def _describe(outer: fx.Node) -> Collective | None:
+    node = unwrap_control_deps(outer)  # a collective pinned in place by control_deps
     info = collective_info(node)
     if info is None:
         return None
@@ -151,7 +152,7 @@ def _describe(node: fx.Node) -> Collective | None:
         kind=info.kind, op=op, group=info.group, group_size=info.group_size,
         dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in ins),
         in_shapes=tuple(_shape(t) for t in ins), out_shapes=tuple(_shape(t) for t in outs),
-        extra=" ".join(scalars), node=node.name, source=user_frame(node.meta.get("stack_trace")),
+        extra=" ".join(scalars), node=outer.name, source=user_frame(node.meta.get("stack_trace")),
         bucket_of=tuple(node.meta.get("ext_bucket_of", ())))
 
 

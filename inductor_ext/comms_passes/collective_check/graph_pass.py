@@ -96,7 +96,11 @@ def insert_check(graph: fx.Graph, label: str = "", timeout_s: float = agree.DEFA
     mode = _fake_mode(graph)
     with (mode if mode is not None else torch._subclasses.fake_tensor.FakeTensorMode()):
         token.meta["val"] = torch.empty(0, dtype=torch.uint8, device=device)
-    preserve_node_ordering(graph, {f: OrderedSet([token]) for f in firsts})
+    control_deps = torch.ops.higher_order.control_deps
+    pinned = [f for f in firsts if f.target is control_deps]  # already ordered (fsdp_overlap): one more dep
+    for f in pinned:
+        f.args = ((*f.args[0], token), *f.args[1:])
+    preserve_node_ordering(graph, {f: OrderedSet([token]) for f in firsts if f not in pinned})
     return token
 
 

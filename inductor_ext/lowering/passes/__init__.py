@@ -83,4 +83,11 @@ def build_stages(config: ExtConfig) -> dict[str, StagePasses]:
 
 
 def pass_patches(config: ExtConfig) -> dict[str, Any]:
-    return {STAGE_SLOTS[stage]: group for stage, group in build_stages(config).items()}
+    """The stage slots, and the Inductor config the installed passes ask for."""
+    stages = build_stages(config)
+    patches: dict[str, Any] = {}
+    for group in stages.values():
+        for p in group.passes:
+            patches.update(p.inductor_patches())
+    patches.update({STAGE_SLOTS[stage]: group for stage, group in stages.items()})
+    return patches

@@ -53,6 +53,11 @@ class ExtGraphPass(CustomGraphPass):
     def run(self, graph: torch.fx.Graph) -> int:
         raise NotImplementedError
 
+    def inductor_patches(self) -> dict[str, object]:
+        """Inductor config this pass's result depends on (e.g. a scheduler pass that would undo an
+        order it planned); merged into the compile's patches, below the user's explicit ones."""
+        return {}
+
     def __call__(self, graph: torch.fx.Graph) -> None:
         rewrites = self.run(graph)
         applied.append((self.name, self.stage, rewrites))
