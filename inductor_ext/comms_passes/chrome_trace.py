@@ -107,6 +107,22 @@ class ChromeTrace:
             tid = self.thread(pid, prefix if lane == 0 else f"{prefix} {lane + 1}")
             self.slice(pid, tid, name, start, end - start, cat, **args)
 
+    def merge(self, other: dict[str, Any]) -> None:
+        """Add the processes, threads and events of another trace (``to_json()`` of one built
+        elsewhere, e.g. in a worker process), matching processes and threads by name."""
+        names = {e["pid"]: e["args"]["name"] for e in other["traceEvents"] if e["name"] == "process_name"}
+        threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in other["traceEvents"]
+                   if e["name"] == "thread_name"}
+        pid_of = {old: self.process(name) for old, name in names.items()}
+        tid_of = {key: self.thread(pid_of[key[0]], name) for key, name in threads.items()}
+        for e in other["traceEvents"]:
+            if e["ph"] == "M":
+                continue
+            moved = dict(e, pid=pid_of[e["pid"]])
+            if "tid" in e:
+                moved["tid"] = tid_of[(e["pid"], e["tid"])]
+            self._events.append(moved)
+
     def to_json(self) -> dict[str, Any]:
         events = sorted(self._events, key=lambda e: (e["pid"], e.get("tid", -1), e["name"] if e["ph"] == "C"
                                                      else "", e["ts"], -e.get("dur", 0.0)))

@@ -41,7 +41,7 @@ from inductor_ext.targets import Datasheet, datasheets
 __all__ = [
     "GPUSpec", "GPUS", "get_gpu", "CostModel", "AnalyticalCostModel", "CollectiveInfo",
     "collective_info", "wait_collective", "is_wait", "Timeline", "simulate", "memory_profile",
-    "unwrap_control_deps", "Span",
+    "unwrap_control_deps", "Span", "optimizer_step_time",
 ]
 
 c10d = torch.ops._c10d_functional
@@ -372,6 +372,14 @@ class AnalyticalCostModel:
         return estimate
 
 
+def optimizer_step_time(elements: int, model: AnalyticalCostModel, bytes_per_element: int = 28) -> float:
+    """Seconds of an elementwise optimizer step over ``elements`` local parameter elements: memory
+    bound; the default 28 bytes are AdamW on fp32 (read parameter, gradient and both moments,
+    write parameter and both moments)."""
+    g = model.gpu
+    return elements * bytes_per_element / (g.hbm_bandwidth * g.memory_efficiency) + g.kernel_launch
+
+
 def node_duration(model: CostModel, node: fx.Node, default_world_size: int = 8) -> float:
     info = collective_info(node, default_world_size)
     if info is not None:
@@ -550,10 +558,13 @@ class Span:
 
 
 def simulate(nodes: Iterable[fx.Node] | fx.Graph, model: CostModel, default_world_size: int = 8,
-             with_memory: bool = True, record: list[Span] | None = None) -> Timeline:
+             with_memory: bool = True, record: list[Span] | None = None,
+             ready: Mapping[str, float] | None = None) -> Timeline:
     """Run ``nodes`` (in this order) on one compute stream and one stream per process group.
 
-    ``record``: a list that receives a ``Span`` per compute node, collective and stall (traces)."""
+    ``record``: a list that receives a ``Span`` per compute node, collective and stall (traces).
+    ``ready``: graph inputs that are collectives issued before the graph (a prefetch), by name:
+    when, from the graph's start, they complete; a wait on one stalls until then."""
     nodes = list(nodes.nodes if isinstance(nodes, fx.Graph) else nodes)
     tl = Timeline()
     t = 0.0
@@ -582,6 +593,8 @@ def simulate(nodes: Iterable[fx.Node] | fx.Graph, model: CostModel, default_worl
         c = wait_collective(n)
         if c is not None:
             done = end.get(c, t)
+            if ready is not None and c.op == "placeholder" and c.name in ready:
+                done = max(t, ready[c.name])
             if done > t:
                 if record is not None:
                     record.append(Span("wait", f"wait {c.name}", t, done))
