@@ -51,9 +51,10 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                 options: dict[str, Any] | None = None, mode: str | None = None, **_: Any) -> Callable[..., Any]:
     """The ``ext`` Dynamo backend (registered through the ``torch_dynamo_backends`` entry point)."""
     config, mode_patches = resolve_config(example_inputs, options, mode)
-    if install.uses_triton_interpreter(config):
+    codegen = device_codegen(config)
+    if install.uses_triton_interpreter(config, codegen is not None):
         enable_triton_interpreter()
-    patches = {**mode_patches, **install.inductor_patches(config)}
+    patches = {**mode_patches, **install.inductor_patches(config, codegen is not None)}
     inner = functools.partial(_inner_compile, config)
     stack = contextlib.ExitStack()
     if config.dump_dir:
@@ -63,7 +64,6 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
         patches["trace.provenance_tracking_level"] = 1  # kernel -> FX nodes and user lines
     log.info("ext: preset %s, target %s, passes %s, templates %s, autotune %s",
              config.preset, config.target, list(config.passes), list(config.templates), config.autotune)
-    codegen = device_codegen(config)
     if codegen is not None:
         stack.enter_context(codegen.install(config))
     # Our handler for the whole compile: Inductor would otherwise create one lazily from the
@@ -79,6 +79,8 @@ def device_codegen(config: ExtConfig) -> DeviceCodegen | None:
     if name is None:
         return None
     codegen = codegens.get(name)
+    if not codegen.enabled(config):
+        return None
     missing = codegen.missing()
     if missing:
         raise ExtOptionError(f"preset {config.preset!r} generates {codegen.language} kernels with ext's {name} "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -55,8 +56,10 @@ def _optional_path(key: str, value: Any) -> str | None:
 
 
 def _non_negative_float(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a number >= 0 (0.05 means 5% faster than ATen)")
+    # NaN compares false with everything: a NaN margin would silently disable the margin rule.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a finite number >= 0 "
+                             "(0.05 means 5% faster than ATen)")
     return float(value)
 
 
@@ -66,10 +69,12 @@ def _bool(key: str, value: Any) -> bool:
     return value
 
 
-def _optional_name(key: str, value: Any) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a template family name or None")
-    return value
+def _optional_names(key: str, value: Any) -> str | tuple[str, ...] | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a template family name or None, or a list of names")
 
 
 def _inductor_patches(key: str, value: Any) -> dict[str, Any]:
@@ -106,7 +111,8 @@ OPTIONS: dict[str, OptionSpec] = {
     "dump_dir": OptionSpec("write every generated kernel and index.json here", _optional_path),
     "interpret": OptionSpec("test mode: run this preset's device kernels on CPU tensors with ext's executors "
                             "(Triton's interpreter, the Metal-on-CPU executor, Intel's OpenCL CPU device)", _bool),
-    "force_template": OptionSpec("debugging: pick this template family whenever it compiles, whatever the timings", _optional_name),
+    "force_template": OptionSpec("debugging: pick this template family (or any of a list of them) whenever it "
+                                 "compiles, whatever the timings", _optional_names),
     "inductor": OptionSpec("extra torch._inductor.config patches (win over the preset's)", _inductor_patches),
 }
 # Options that core ExtConfig fields hold; the rest were registered by plugins.
@@ -153,7 +159,7 @@ class ExtConfig:
     autotune_cache: str | None = None
     dump_dir: str | None = None
     interpret: bool = False
-    force_template: str | None = None
+    force_template: str | tuple[str, ...] | None = None
     inductor: dict[str, Any] = field(default_factory=dict)
     # Values of options registered by passes and codegens (register_option), by option name.
     plugin_options: dict[str, Any] = field(default_factory=dict)

@@ -8,7 +8,6 @@ measured in this one run.
 from __future__ import annotations
 
 import copy
-import statistics
 import tempfile
 import time
 from typing import Any, Callable
@@ -16,6 +15,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from inductor_ext.runtime import timing
 
 
 class Attention(nn.Module):
@@ -75,33 +76,34 @@ def make_model(device: str = "cpu", batch: int = 4, seq: int = 64, dim: int = 25
     return model, torch.randn(batch, seq, dim, device=device)
 
 
-def _time_interleaved(fns: dict[str, Callable[[], Any]], device: str, reps: int) -> dict[str, float]:
-    """Median seconds per call of each fn, measured in alternating rounds so that load from
-    other processes hits every arm alike."""
-    for fn in fns.values():
-        fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            samples[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(s) for name, s in samples.items()}
+def _cold_compile(model: nn.Module, x: torch.Tensor, backend: str, options: dict[str, Any] | None) -> tuple[Any, float]:
+    """The compiled model and its first call's seconds, with every Inductor cache fresh (so no
+    arm reuses what another one compiled)."""
+    from inductor_ext import tune
+
+    torch._dynamo.reset()
+    compiled = torch.compile(copy.deepcopy(model), backend=backend, **({"options": options} if options else {}))
+    with tune.fresh_inductor_caches():
+        t0 = time.perf_counter()
+        compiled(x)
+        return compiled, time.perf_counter() - t0
+
+
+def _warm_up(device: str) -> None:
+    """Pay what the first compile of a process pays once (imports, the C++ toolchain), so that
+    neither timed arm carries it."""
+    _cold_compile(nn.Linear(8, 8).to(device), torch.randn(2, 8, device=device), "inductor", None)
 
 
 def run(device: str | None = None, dump_dir: str | None = None, interpret: bool = False,
-        reps: int = 20, out: Callable[[str], None] = print) -> dict[str, Any]:
+        reps: int = 20, out: Callable[[str], None] = print, size: dict[str, int] | None = None) -> dict[str, Any]:
     from inductor_ext import dumps, presets
     from inductor_ext.lowering import ext_choices
     from inductor_ext.lowering.passes import base as pass_base
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     # The interpreter runs kernels in numpy: keep the problem small there.
-    model, x = make_model(device, **({"batch": 1, "seq": 16, "dim": 64} if interpret else {}))
+    model, x = make_model(device, **(size or ({"batch": 1, "seq": 16, "dim": 64} if interpret else {})))
     options: dict[str, Any] = {"dump_dir": dump_dir or tempfile.mkdtemp(prefix="inductor_ext_demo_")}
     if interpret:
         options.update(interpret=True, autotune="quick")
@@ -112,25 +114,22 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
     first_decision, first_pass = len(ext_choices.decisions), len(pass_base.applied)
     with torch.no_grad():
         expected = model(x)
-        ext_model = torch.compile(copy.deepcopy(model), backend="ext", options=options)
-        t0 = time.perf_counter()
+        _warm_up(device)
+        ext_model, compile_s = _cold_compile(model, x, "ext", options)
         got = ext_model(x)
-        compile_s = time.perf_counter() - t0
         ok = torch.allclose(got, expected, rtol=1e-3, atol=1e-4)
         max_err = (got - expected).abs().max().item()
-        ind_model = torch.compile(copy.deepcopy(model), backend="inductor")
-        t0 = time.perf_counter()
-        ind_model(x)
-        ind_compile_s = time.perf_counter() - t0
+        ind_model, ind_compile_s = _cold_compile(model, x, "inductor", None)
         timing_reps = 3 if interpret else reps
-        times = _time_interleaved({"eager": lambda: model(x), "ext": lambda: ext_model(x),
-                                   "inductor": lambda: ind_model(x)}, device, timing_reps)
-        t_eager, t_ext, t_ind = times["eager"], times["ext"], times["inductor"]
+        sync = torch.cuda.synchronize if device == "cuda" else None
+        times = timing.interleaved({"eager": lambda: model(x), "ext": lambda: ext_model(x),
+                                    "inductor": lambda: ind_model(x)}, timing_reps, sync)
 
     applied = pass_base.applied[first_pass:]
     out(f"passes      {', '.join(f'{n} ({s}, {r} rewrites)' for n, s, r in applied) or 'none (this preset enables none)'}")
     out(f"check       {'OK' if ok else 'MISMATCH'}: max |ext - eager| = {max_err:.2e}")
-    out(f"compile     ext {compile_s:.1f} s, inductor {ind_compile_s:.1f} s (first call, includes tracing)")
+    out(f"compile     ext {compile_s:.1f} s, inductor {ind_compile_s:.1f} s (first call, includes tracing; both cold: "
+        "fresh Inductor caches, after one warm-up compile)")
     index = dumps.read_index(options["dump_dir"])
     out(f"kernels     {len(index['kernels'])} (dumps in {options['dump_dir']}):")
     for line in dumps.format_table(index).splitlines():
@@ -141,13 +140,15 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
         out(f"gemm        {d.node} {d.problem}: winner {d.winner} ({d.reason}){'; ' + timed if timed else ''}")
     if not gemms:
         out(f"gemm        every GEMM went to ATen: autotune is {config.autotune!r} in preset {config.preset!r}")
-    out(f"speed       eager {t_eager * 1e3:.3f} ms, ext {t_ext * 1e3:.3f} ms, inductor {t_ind * 1e3:.3f} ms (median of {timing_reps})")
-    out(f"ratios      ext vs eager {t_eager / t_ext:.2f}x faster, ext vs inductor {t_ind / t_ext:.2f}x faster")
+    out(f"speed       eager {times['eager'].text()}, ext {times['ext'].text()}, inductor {times['inductor'].text()}")
+    out(f"ratios      {timing.compare(times['ext'], times['eager'], 'ext', 'eager')}; "
+        f"{timing.compare(times['ext'], times['inductor'], 'ext', 'inductor')}")
     if interpret:
         out("note        interpret mode runs ext's Triton kernels in the Triton interpreter (numpy): "
             "it shows what is generated and chosen, its speed means nothing")
-    return {"ok": ok, "max_err": max_err, "compile_s": compile_s, "eager_s": t_eager, "ext_s": t_ext,
-            "inductor_s": t_ind, "kernels": len(index["kernels"]), "preset": config.preset}
+    return {"ok": ok, "max_err": max_err, "compile_s": compile_s, "inductor_compile_s": ind_compile_s,
+            **{f"{arm}_s": t.median for arm, t in times.items()}, "timings": times,
+            "kernels": len(index["kernels"]), "preset": config.preset}
 
 
 def tune_model() -> nn.Module:

@@ -1,8 +1,10 @@
 """Kernel dumps: every generated kernel's source plus index.json saying where it came from.
 
 Kernels are read from Inductor's output code (also on an FX graph cache hit), so what is dumped
-is exactly what runs: Inductor's own Triton and C++ kernels, and each device codegen's (Metal,
-SYCL) through its own ``describe_kernels``. Each entry names the kernel, its template and config, the FX nodes it
+is exactly what runs: Inductor's own Triton and C++ kernels, each device codegen's (Metal,
+SYCL) through its own ``describe_kernels``, and every call of an extern template family's
+choice (``lowering/adapters.py``: Metal's MSL templates, ...) with the source its family renders
+for the call's problem. Each entry names the kernel, its template and config, the FX nodes it
 computes, the user's file:line for them, and ext's autotune decision for GEMMs.
 """
 
@@ -20,6 +22,7 @@ import torch
 
 from inductor_ext import codegen as codegens
 from inductor_ext.codegen import KernelInfo
+from inductor_ext.templates import registry
 
 INDEX = "index.json"
 
@@ -33,6 +36,11 @@ _CONSTEXPR_RE = re.compile(r"^\s+(\w+) : tl\.constexpr = (.+)$", re.M)
 _LAUNCH_RE = re.compile(r"(num_warps|num_stages)=(\d+)")
 _TEMPLATE_RE = re.compile(r"# inductor_ext template: ([\w.]+)")
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
+# `buf3 = extern_kernels.ext_<family>_<config>(..., problem='{...}', target='mps')`: a call of an
+# extern template family's choice, as the generic extern adapter binds it.
+_EXTERN_CALL_RE = re.compile(r"^[ \t]*(?P<out>\w+) = extern_kernels\.(?P<name>ext_\w+)\(.*, "
+                             r"problem='(?P<problem>\{[^']*\})', target='(?P<target>\w+)'\)[ \t]*$", re.M)
+_HANDLE_RE = re.compile(r"\[Provenance debug handles\] (extern_kernels\.\w+:\d+)")
 
 
 def user_locations(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
@@ -45,6 +53,29 @@ def user_locations(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
         mine = [f for f in frames if _is_user_file(f.rsplit(":", 1)[0])]
         if mine or frames:
             found[node.name] = (mine or frames)[-1:]
+    return found
+
+
+_ROOT_RE = re.compile(r"^L\['[^']+'\]\.?")
+_MODULES_RE = re.compile(r"\._modules\['([^']+)'\]|\['([^']+)'\]|\[(\d+)\]")
+
+
+def module_path(dynamo_path: str) -> str:
+    """Dynamo's module path (``L['self'].layers[0]._modules['mlp'].down_proj``) as the dotted
+    name ``named_modules()`` uses (``layers.0.mlp.down_proj``); "" for the compiled module."""
+    path = _ROOT_RE.sub("", dynamo_path)
+    return _MODULES_RE.sub(lambda m: "." + next(g for g in m.groups() if g is not None), path).lstrip(".")
+
+
+def module_locations(gm: torch.fx.GraphModule) -> dict[str, str]:
+    """FX node name -> ``path (Class)`` of the innermost nn.Module that produced it."""
+    found = {}
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
+        if stack:
+            path, cls = list(stack.values())[-1]
+            name = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1].rstrip("'>")
+            found[node.name] = f"{module_path(path) or '(root)'} ({name})"
     return found
 
 
@@ -63,13 +94,33 @@ def inductor_kernels(code: str) -> list[KernelInfo]:
     return found
 
 
+def extern_template_kernels(code: str) -> list[KernelInfo]:
+    """Each call of an extern template family's choice in an output module, named
+    ``<choice>.<output buffer>``, with the source its family renders for the call's problem."""
+    known = registry.extern_choices()
+    found = []
+    for match in _EXTERN_CALL_RE.finditer(code):
+        if match.group("name") not in known:
+            continue
+        family, config = known[match.group("name")]
+        problem = registry.from_dict(family.Problem, json.loads(match.group("problem")))
+        source = family.render(problem, config, match.group("target"))
+        header = _comment_block_before(code, match.start(), indented=True)
+        handle = _HANDLE_RE.search(header)
+        found.append(KernelInfo(f"{match.group('name')}.{match.group('out')}", source.language, source.source,
+                                source.suffix, {"provenance": handle.group(1)} if handle else {}, header,
+                                family.FAMILY, registry.config_to_dict(config)))
+    return found
+
+
 def kernel_infos(code: str) -> list[KernelInfo]:
-    """Every kernel in an output module: Inductor's own, then each device codegen's (Metal,
-    SYCL, ...), found through the codegen's own description of its output."""
+    """Every kernel in an output module: Inductor's own, each device codegen's (Metal, SYCL,
+    ...), found through the codegen's own description of its output, and the extern template
+    choices it calls."""
     infos = inductor_kernels(code)
     for codegen in codegens.available().values():
         infos += codegen.describe_kernels(code)
-    return infos
+    return infos + extern_template_kernels(code)
 
 
 def parse_output_code(code: str) -> list[dict[str, Any]]:
@@ -81,11 +132,13 @@ def parse_output_code(code: str) -> list[dict[str, Any]]:
         is_template = "@triton_heuristics.template(" in source
         config = {k: v.strip() for k, v in _CONSTEXPR_RE.findall(source)} if is_template else {}
         config.update({k: int(v) for k, v in _LAUNCH_RE.findall(source[:2000])} if is_template else {})
+        config.update(info.config)
         aten = _ATEN_RE.search(info.header)
         kernels.append({
             "kernel": info.name,
             "language": info.language,
-            "template": template.group(1) if template else ("inductor template" if is_template else None),
+            "template": info.template or (template.group(1) if template else
+                                          ("inductor template" if is_template else None)),
             "config": config,
             "properties": dict(info.properties),
             "fx_nodes": list(dict.fromkeys(_FRAGMENT_NODE_RE.findall(info.header))),
@@ -96,13 +149,16 @@ def parse_output_code(code: str) -> list[dict[str, Any]]:
     return kernels
 
 
-def _comment_block_before(code: str, pos: int) -> str:
+def _comment_block_before(code: str, pos: int, indented: bool = False) -> str:
+    """The comment lines right before ``pos`` (at any indentation when ``indented``: the
+    wrapper's calls sit inside its ``call`` function)."""
     lines = code[:pos].rstrip("\n").split("\n")
     block = []
     for line in reversed(lines):
-        if not line.startswith("#"):
+        text = line.lstrip() if indented else line
+        if not text.startswith("#"):
             break
-        block.append(line)
+        block.append(text)
     return "\n".join(reversed(block))
 
 
@@ -156,7 +212,7 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
     folder = root / graph_name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "output_code.py").write_text(code)
-    where = user_locations(gm)
+    where, modules = user_locations(gm), module_locations(gm)
     decisions = list(decisions)
     entries = []
     for k in parse_output_code(code):
@@ -169,30 +225,39 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
             asm_path.write_text(text)
             k["asm_files"].append(str(asm_path.relative_to(root)))
         k["graph"] = graph_name
+        handle = k["properties"].get("provenance")  # an extern call's own debug handle
         nodes, locations = next((v for key, v in (provenance or {}).items()
-                                 if key.rsplit(":", 1)[0] == k["kernel"]), ([], []))
+                                 if key == handle or key.rsplit(":", 1)[0] == k["kernel"]), ([], []))
         k["fx_nodes"] = k["fx_nodes"] or nodes
         k["user_source"] = locations or sorted({loc for n in k["fx_nodes"] for loc in where.get(n, [])})
+        k["modules"] = _modules_of(k["fx_nodes"], modules)
         k["decision"] = _decision_for(k, decisions)
         entries.append(k)
     # ATen calls (extern kernels) have no generated source: list them with their decision.
     generated = {e["kernel"] for e in entries}
+    described = {e["properties"].get("provenance") for e in entries}
     for key, (nodes, locations) in (provenance or {}).items():
-        if key.rsplit(":", 1)[0] not in generated and key.startswith("extern_kernels."):
+        if key.rsplit(":", 1)[0] not in generated and key not in described and key.startswith("extern_kernels."):
             entries.append({"kernel": key, "language": "extern", "template": "aten", "config": {},
                             "fx_nodes": nodes, "aten_ops": [], "file": None, "graph": graph_name,
-                            "user_source": locations, "decision": next((d for d in decisions if d.node in nodes), None)})
+                            "user_source": locations, "modules": _modules_of(nodes, modules),
+                            "decision": next((d for d in decisions if d.node in nodes), None)})
     for d in decisions:  # decisions not seen in provenance (e.g. an FX graph cache hit)
         if not any(e["decision"] is d for e in entries):
             entries.append({"kernel": d.winner, "language": "extern", "template": "aten",
                             "config": {}, "fx_nodes": [d.node], "aten_ops": [d.op], "file": None,
-                            "graph": graph_name, "user_source": where.get(d.node, []), "decision": d})
+                            "graph": graph_name, "user_source": where.get(d.node, []),
+                            "modules": _modules_of([d.node], modules), "decision": d})
     for e in entries:
         d = e["decision"]
         e["decision"] = None if d is None else {"winner": d.winner, "reason": d.reason, "problem": d.problem,
                                                 "candidates": d.candidates}
     _extend_index(root, entries)
     return entries
+
+
+def _modules_of(nodes: Iterable[str], modules: dict[str, str]) -> list[str]:
+    return list(dict.fromkeys(modules[n] for n in nodes if n in modules))
 
 
 def _decision_for(kernel: dict[str, Any], decisions: list[Any]) -> Any:
@@ -238,7 +303,7 @@ def format_table(index: dict[str, Any], sort: str = "graph", contains: str | Non
     order = {"reason": lambda k: (k.get("decision") or {}).get("reason", ""),
              "speedup": lambda k: -(_speedup(k) or 0.0)}.get(sort, lambda k: str(k.get(sort) or ""))
     rows.sort(key=order)
-    header = ("graph", "kernel", "template", "winner / reason", "vs aten", "fx nodes", "user source")
+    header = ("graph", "kernel", "template", "winner / reason", "vs aten", "module", "fx nodes", "user source")
     table = [header]
     for k in rows:
         d = k.get("decision") or {}
@@ -246,6 +311,7 @@ def format_table(index: dict[str, Any], sort: str = "graph", contains: str | Non
         table.append((k["graph"], k["kernel"], k["template"] or "-",
                       f"{d['winner']} ({d['reason']})" if d else "-",
                       f"{speedup:.2f}x" if speedup else "-",
+                      ",".join(k.get("modules") or []) or "-",
                       ",".join(k["fx_nodes"][:4]) + ("..." if len(k["fx_nodes"]) > 4 else ""),
                       ",".join(k["user_source"]) or "-"))
     widths = [min(48, max(len(str(r[i])) for r in table)) for i in range(len(header))]

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import torch
 
+from inductor_ext import codegen as codegens
 from inductor_ext import targets
 from inductor_ext.config import CORE_OPTIONS, ExtConfig, ExtOptionError, validate_options
 from inductor_ext.lowering.passes import available_passes
@@ -37,7 +38,8 @@ def preset_for_device(device: torch.device) -> str:
 def resolve(options: dict[str, Any] | None = None, example_inputs: Sequence[Any] = (),
             preset: str | None = None) -> ExtConfig:
     """Preset data overlaid with explicit options (validated): the config for one compile."""
-    passes = available_passes()  # pass modules register their own options on import
+    passes = available_passes()  # pass and codegen modules register their own options on import
+    codegens.available()
     opts = validate_options(options)
     if opts.get("preset", "auto") not in ("auto", *PRESETS):
         raise ExtOptionError(f"options['preset'] = {opts['preset']!r} is not allowed; use one of "
@@ -70,8 +72,9 @@ def _check_known(fields: dict[str, Any], preset: str, target: str, passes: dict[
                              f"({', '.join(with_pdl)}); "
                              f"preset {preset!r} targets {target!r}. Use pdl='off' or 'auto' there.")
     force = fields.get("force_template")
-    if force is not None and force not in fields["templates"]:
-        raise ExtOptionError(f"force_template={force!r} is not among the enabled templates {list(fields['templates'])}")
+    for name in (force,) if isinstance(force, str) else force or ():
+        if name not in fields["templates"]:
+            raise ExtOptionError(f"force_template={name!r} is not among the enabled templates {list(fields['templates'])}")
 
 
 def describe(name: str) -> dict[str, Any]:

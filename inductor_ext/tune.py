@@ -7,11 +7,15 @@ use the winners with no benchmarking at all.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib
+import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -19,12 +23,39 @@ import torch
 from inductor_ext.autotune.cache import AutotuneCache
 
 
+class NothingTuned(RuntimeError):
+    """A build that cached no decision: the message says why and what to do."""
+
+
 def load_callable(spec: str) -> Callable[..., Any]:
-    """``package.module:function`` -> the function."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not attr:
-        raise ValueError(f"{spec!r} is not MODULE:FUNCTION (e.g. inductor_ext.demo:tune_model)")
-    return getattr(importlib.import_module(module_name), attr)
+    """``module:attr`` (importable, or a module in the working directory, as uvicorn and flask
+    take it) or ``path/to/file.py:attr`` -> the attribute."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise ValueError(f"{spec!r} is not MODULE:FUNCTION or path/to/file.py:FUNCTION "
+                         "(e.g. inductor_ext.demo:tune_model, mymodel:make, models/llama.py:make)")
+    if target.endswith(".py") or os.sep in target or "/" in target:
+        module = _module_from_file(Path(target))
+    else:
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())  # console scripts do not put the working directory on the path
+        module = importlib.import_module(target)
+    if not hasattr(module, attr):
+        raise ValueError(f"{target} has no {attr!r} (it defines: {', '.join(n for n in vars(module) if not n.startswith('_'))})")
+    return getattr(module, attr)
+
+
+def _module_from_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise ValueError(f"no Python file {str(path)!r} (from {os.getcwd()})")
+    path = path.resolve()
+    sys.path.insert(0, str(path.parent))  # the file's own imports of its neighbours work
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -94,6 +125,7 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
         bar.set_postfix_str(f"{decision.op} {decision.problem.get('shapes')}")
         bar.update(1)
 
+    first = len(ext_choices.decisions)
     ext_choices.listeners.append(advance)
     try:
         for inputs in input_sets:
@@ -101,7 +133,26 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
     finally:
         ext_choices.listeners.remove(advance)
         bar.close()
-    return AutotuneCache(out)
+    cache = AutotuneCache(out)
+    if len(cache) == 0:
+        raise NothingTuned(_why_nothing(ext_choices.decisions[first:], base, out))
+    return cache
+
+
+def _why_nothing(decisions: Sequence[Any], base: dict[str, Any], out: str | os.PathLike) -> str:
+    """Why a build cached nothing, and what to do about it."""
+    if not decisions:
+        return (f"{out}: nothing cached: the model has no GEMM that ext's template families serve "
+                "(no mm/addmm/nvfp4_gemm reached ext's choices)")
+    reasons = collections.Counter(d.reason for d in decisions)
+    lines = [f"{out}: nothing cached: none of the model's {len(decisions)} GEMM problems was benchmarked:"]
+    lines += [f"  {n} x {reason}" for reason, n in reasons.most_common()]
+    if any("interpret" in r for r in reasons) and not base.get("interpret"):
+        lines.append("  on a machine without the preset's GPU, add --interpret (its Triton templates then run in "
+                     "Triton's interpreter), or build on the GPU the cache is for")
+    elif any("not target" in r or "not offered" in r for r in reasons):
+        lines.append("  pick a --preset whose templates claim this device (inductor-ext presets)")
+    return "\n".join(lines)
 
 
 def format_entries(cache: AutotuneCache) -> str:

@@ -17,12 +17,14 @@ TESTS = Path(__file__).parent
 
 
 def run_json_script(script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 900,
-                    cwd: Path | None = None) -> Any:
+                    cwd: Path | None = None, unset: tuple[str, ...] = ()) -> Any:
     """``python tests/<script> *args`` with the repository and tests/ importable and ``env`` over
-    this process's environment; asserts it succeeded and returns its last stdout line as JSON."""
+    this process's environment (less the variables in ``unset``); asserts it succeeded and
+    returns its last stdout line as JSON."""
     path = os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")])
+    inherited = {k: v for k, v in os.environ.items() if k not in unset}
     done = subprocess.run([sys.executable, str(TESTS / script), *args],
-                          env={**os.environ, "PYTHONPATH": path, **(env or {})},
+                          env={**inherited, "PYTHONPATH": path, **(env or {})},
                           capture_output=True, text=True, timeout=timeout, cwd=cwd)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -20,6 +20,10 @@ os.environ["INDUCTOR_EXT_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_ext_tes
 
 import pytest  # noqa: E402
 
+from inductor_ext.testing.golden import guard_expecttest  # noqa: E402
+
+guard_expecttest()  # goldens and inline snapshots are rewritten only on EXPECTTEST_ACCEPT=1
+
 
 @pytest.fixture(scope="module")
 def isa_cache(request: pytest.FixtureRequest) -> str | None:

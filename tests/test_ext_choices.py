@@ -53,6 +53,13 @@ def test_force_template_picks_fastest_template_that_ran():
     assert decision.reason == "force_template=triton.gemm"
 
 
+def test_force_template_list_forces_any_of_its_families():
+    chosen, decision = _decide({"aten": 1.0, "t0": 5.0, "t1": 3.0},
+                               force_template=["triton.nvfp4_dequant_gemm", "triton.gemm"])
+    assert chosen == "t1"
+    assert decision.reason == "force_template=triton.gemm"
+
+
 def test_force_template_falls_back_when_every_template_failed():
     chosen, _ = _decide({"aten": 1.0, "t0": float("inf")}, force_template="triton.gemm")
     assert chosen == "aten"

@@ -38,6 +38,8 @@ class NvFp4Linear(torch.nn.Module):
         y = torch._scaled_mm(xq, self.w.t(), xs, self.ws, out_dtype=torch.bfloat16)
         if self.alpha_form == "torchao":
             y = y * (xg * self.wg).to(torch.bfloat16)
+        elif self.alpha_form == "modelopt":  # a 0-d fp32 tensor: eager multiplies in fp32
+            y = y * (xg * self.wg)
         elif self.alpha_form == "python":
             y = y * 0.5
         elif self.alpha_form == "vector":  # not a scalar: must not fire
@@ -102,6 +104,30 @@ def test_python_scalar_alpha_and_decomposed_silu_golden():
 permute = torch.ops.aten.permute.default(arg0_1, [1, 0]);  arg0_1 = None
 scalar_tensor_default = torch.ops.aten.scalar_tensor.default(0.5, dtype = torch.float32)
 nvfp4_gemm_default = torch.ops.inductor_ext.nvfp4_gemm.default(arg2_1, permute, arg3_1, arg1_1, scalar_tensor_default, None, 'silu', torch.bfloat16, torch.float32);  arg2_1 = permute = arg3_1 = arg1_1 = scalar_tensor_default = None""")
+
+
+def test_modelopt_form_keeps_alpha_fp32_golden():
+    _, after, _ = compile_graph(NvFp4Linear(alpha_form="modelopt"), ["nvfp4_alpha_fold"])
+    # the last argument is the dtype alpha was rounded to: fp32, i.e. not rounded
+    expecttest.assert_expected_inline(_body(after), """\
+permute = torch.ops.aten.permute.default(arg0_1, [1, 0]);  arg0_1 = None
+mul = torch.ops.aten.mul.Tensor(arg5_1, arg4_1);  arg5_1 = arg4_1 = None
+nvfp4_gemm_default = torch.ops.inductor_ext.nvfp4_gemm.default(arg2_1, permute, arg3_1, arg1_1, mul, arg6_1, 'none', torch.bfloat16, torch.float32);  arg2_1 = permute = arg3_1 = arg1_1 = mul = arg6_1 = None""")
+
+
+@pytest.mark.parametrize("form, alpha_dtype", [("modelopt", torch.float32), ("torchao", torch.bfloat16)])
+def test_alpha_is_rounded_exactly_as_the_model_says(form, alpha_dtype):
+    """alpha rounded to bf16 is off by up to 2^-9: within any bf16 tolerance, so compare exactly
+    with the fused op's reference at the model's alpha dtype (fp32 for ModelOpt's 0-d tensor,
+    bf16 for torchao's cast), and check that the other dtype would differ."""
+    model = NvFp4Linear(alpha_form=form)
+    out, _, _ = compile_graph(model, ["nvfp4_alpha_fold"])
+    alpha = X.global_scale * W.global_scale
+    args = (ARGS[0], W.qdata.view(FP4).t(), ARGS[1], nvfp4.to_blocked(W.scales))
+    want, other = (nvfp4_ops.reference(*args, alpha, model.bias, "none", torch.bfloat16, dtype)
+                   for dtype in (alpha_dtype, ({torch.float32, torch.bfloat16} - {alpha_dtype}).pop()))
+    assert alpha.to(torch.bfloat16).float() != alpha and not torch.equal(want, other)
+    assert torch.equal(out, want)
 
 
 @pytest.mark.parametrize("act, name", [(None, "none"), (torch.relu, "relu"), (F.gelu, "gelu"),

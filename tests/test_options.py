@@ -106,7 +106,8 @@ BAD_VALUES = [
     ("interpret", "yes", ["True or False"]),
     ("templates", "triton.gemm", ["list of names"]),
     ("passes", [1, 2], ["list of names"]),
-    ("force_template", 7, ["template family name or None"]),
+    ("force_template", 7, ["template family name or None", "list of names"]),
+    ("force_template", [], ["template family name or None", "list of names"]),
     ("inductor", "max_autotune", ["dict", "torch._inductor.config"]),
     ("preset", "h100", ["'auto'", *map(repr, PRESET_NAMES)]),
 ]
@@ -350,17 +351,21 @@ def test_unknown_template_lists_available():
 
 @pytest.mark.parametrize("options", [
     {"force_template": "triton.gemm", "templates": []},
-    {"force_template": "triton.gemm", "preset": "mps"},  # mps enables no templates
+    {"force_template": "triton.gemm", "preset": "mps"},  # mps enables only Metal templates
     {"force_template": "cutlass.gemm"},
+    {"force_template": ["triton.gemm", "cutlass.gemm"]},
 ])
 def test_force_template_must_be_enabled(options):
     message = error_of(options)
-    assert f"force_template={options['force_template']!r}" in message
+    force = options["force_template"]
+    assert f"force_template={force if isinstance(force, str) else force[-1]!r}" in message
     assert "not among the enabled templates" in message
 
 
 def test_force_template_among_enabled_is_accepted():
     assert presets.resolve({"force_template": "triton.gemm"}).force_template == "triton.gemm"
+    both = ["triton.gemm", "triton.nvfp4_gemm"]
+    assert presets.resolve({"force_template": both}).force_template == tuple(both)
 
 
 # --- ExtConfig.inductor_patches ---------------------------------------------------------------

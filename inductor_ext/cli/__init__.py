@@ -53,8 +53,12 @@ def _tune(args: argparse.Namespace) -> int:
     from inductor_ext.autotune.cache import AutotuneCache
 
     if args.action == "build":
-        cache = tune.build(args.model, args.output, inputs_spec=args.inputs, shapes=args.shapes or (),
-                           preset=args.preset, interpret=args.interpret, train=args.train)
+        try:
+            cache = tune.build(args.model, args.output, inputs_spec=args.inputs, shapes=args.shapes or (),
+                               preset=args.preset, interpret=args.interpret, train=args.train)
+        except (tune.NothingTuned, ValueError) as e:
+            print(f"inductor-ext tune build: {e}", file=sys.stderr)
+            return 1
         print(tune.format_entries(cache))
     elif args.action == "show":
         print(tune.format_entries(AutotuneCache(args.paths[0])))

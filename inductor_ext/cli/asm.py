@@ -6,8 +6,11 @@ compiled with the real toolchain, with the key instructions it found.
                      [--config block_m=128,block_n=64] [--out DIR]
 
 Families compile through ``compile_asm(problem, config, target)`` when they define it (CuTeDSL,
-FlyDSL), else as Triton source (``runtime.triton_compile``). The key instructions are the
-target's MMA instruction (``targets``) and the family's own ``KEY_INSTRUCTIONS[target]``.
+FlyDSL, Metal), else as Triton source (``runtime.triton_compile``). The key instructions are the
+target's MMA instruction (``targets``) and the family's own: ``key_instructions(problem, config,
+target)`` when its configs build on different instructions, else ``KEY_INSTRUCTIONS[target]``.
+Metal has no compiler on Linux: its families count their key instructions in the MSL and show
+the Metal-on-CPU executor's build of it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from inductor_ext import targets
 from inductor_ext.runtime import asm_text
+from inductor_ext.runtime.kernel_source import SUFFIXES
 from inductor_ext.templates import registry
 from inductor_ext.templates.family import OpSpec, TensorSpec
 
@@ -101,7 +105,8 @@ def example_problem(family: ModuleType, shape: tuple[int, int, int], dtype: str 
     return problem
 
 
-def key_patterns(family: ModuleType, target: str, asm: dict[str, str]) -> dict[str, list[str]]:
+def key_patterns(family: ModuleType, target: str, asm: dict[str, str], problem: Any = None,
+                 config: Any = None) -> dict[str, list[str]]:
     """Assembly stage -> the instruction patterns to look for."""
     t = targets.get(target)
     found: dict[str, list[str]] = {}
@@ -109,7 +114,10 @@ def key_patterns(family: ModuleType, target: str, asm: dict[str, str]) -> dict[s
         found.setdefault(t.asm_key, []).append(t.mma_instruction)
     if "sass" in asm and t.sass_mma_instruction:
         found.setdefault("sass", []).append(t.sass_mma_instruction)
-    for stage, pattern in getattr(family, "KEY_INSTRUCTIONS", {}).get(target, ()):  # [(stage, regex)]
+    own = getattr(family, "KEY_INSTRUCTIONS", {}).get(target, ())  # [(stage, regex)]
+    if problem is not None and hasattr(family, "key_instructions"):
+        own = family.key_instructions(problem, config, target)
+    for stage, pattern in own:
         found.setdefault(stage, []).append(pattern)
     return {stage: list(dict.fromkeys(p)) for stage, p in found.items() if stage in asm}
 
@@ -142,7 +150,7 @@ def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_S
         asm = compile_for_target(ks, target)
     else:
         raise AsmError(f"{family_name} has no compile_asm() and {ks.language} for {target} is not Triton")
-    patterns = key_patterns(family, target, asm)
+    patterns = key_patterns(family, target, asm, problem, config)
     counts = {stage: asm_text.instruction_counts(asm, target, pats, key=stage) for stage, pats in patterns.items()}
     return {"family": family_name, "target": target, "problem": dataclasses.asdict(problem),
             "config": dataclasses.asdict(config), "kernel": ks.name, "language": ks.language,
@@ -150,14 +158,13 @@ def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_S
             "key_instructions": counts}
 
 
-_SUFFIX = {"triton": ".py", "cutedsl": ".py", "flydsl": ".py", "msl": ".metal", "sycl": ".cpp"}
-
-
 def write(result: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    written = [out / f"{result['kernel']}{_SUFFIX.get(result['language'], '.txt')}"]
+    written = [out / f"{result['kernel']}{SUFFIXES.get(result['language'], '.txt')}"]
     written[0].write_text(result["source"])
     for stage, text in result["asm"].items():
+        if text == result["source"]:
+            continue  # a stage that is the source itself (Metal's MSL): written once, above
         path = out / f"{result['kernel']}.{stage}"
         path.write_text(text)
         written.append(path)
@@ -173,7 +180,7 @@ def format_result(result: dict[str, Any], show: tuple[str, ...] = ("source", "as
         lines += ["", f"==== source ({result['language']}) ====", result["source"].rstrip()]
     if "asm" in show:
         for stage, text in result["asm"].items():
-            if stage in ("ptx", "sass", "amdgcn", "isa"):
+            if stage in ("ptx", "sass", "amdgcn", "isa", "executor"):
                 lines += ["", f"==== {stage} ====", text.rstrip()]
     lines += ["", "==== key instructions ===="]
     for stage, counts in result["key_instructions"].items():
@@ -183,10 +190,11 @@ def format_result(result: dict[str, Any], show: tuple[str, ...] = ("source", "as
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("asm", help="show a template family's kernel compiled for a target (PTX/SASS, amdgcn)")
+    p = sub.add_parser("asm", help="show a template family's kernel compiled for a target (PTX/SASS, amdgcn; "
+                                     "MSL with the Metal-on-CPU executor's build)")
     p.add_argument("family", nargs="?", help="template family, e.g. triton.nvfp4_gemm (see --list)")
     p.add_argument("--list", action="store_true", help="print every family with the targets it claims")
-    p.add_argument("--target", help="e.g. sm_90a, sm_100a, gfx950, gfx1250")
+    p.add_argument("--target", help="e.g. sm_90a, sm_100a, gfx950, gfx1250, mps")
     p.add_argument("--shape", default="x".join(map(str, DEFAULT_SHAPE)), help="MxNxK (default %(default)s)")
     p.add_argument("--dtype", help="operand dtype, e.g. bfloat16 (default: the family's)")
     p.add_argument("--config", help="config overrides, e.g. block_m=64,num_warps=4")

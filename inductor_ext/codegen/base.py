@@ -2,7 +2,7 @@
 
 Each codegen package exposes ``CODEGEN = DeviceCodegen(...)`` in its ``__init__``;
 ``codegen/__init__.py`` finds them. The lowering installer asks the one a preset names (its
-``codegen`` field) to install itself for a compile: it registers its scheduling and wrapper with
+``codegen`` field) to install itself for a compile, when ``enabled(config)`` says so: it registers its scheduling and wrapper with
 Inductor's ``register_backend_for_device`` for its device (or, with ``options={"interpret":
 True}``, for "cpu", running each kernel with the CPU executor), and restores what was there
 after the compile. Dumps find the kernels in Inductor's output code through
@@ -26,6 +26,8 @@ class KernelInfo:
     suffix: str  # file suffix for its dump (".py", ".cpp", ".metal", ".sycl.cpp")
     properties: dict[str, Any] = field(default_factory=dict)  # e.g. {"nd_range_kernel": 2}
     header: str = ""  # the comment block before it in the output code (FX nodes, ATen ops)
+    template: str | None = None  # the template family that rendered it, if any
+    config: dict[str, Any] = field(default_factory=dict)  # that family's config
 
 
 @dataclass(frozen=True)
@@ -39,3 +41,6 @@ class DeviceCodegen:
     describe_kernels: Callable[[str], list[KernelInfo]] = lambda code: []
     # missing() -> None when usable here, else what to install (one line)
     missing: Callable[[], str | None] = lambda: None
+    # enabled(config) -> whether this compile uses it (an option it registered may say no, e.g.
+    # SYCL for xpu only on request, Triton staying Inductor's default there)
+    enabled: Callable[[Any], bool] = lambda config: True

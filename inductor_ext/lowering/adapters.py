@@ -79,13 +79,9 @@ def _append_triton(family: ModuleType, choices: list[Any], prepared: Prepared, c
 # ------------------------------------------------------------------------------------ extern
 
 
-def extern_name(family: ModuleType, config: Any) -> str:
-    return f"ext_{family.FAMILY.replace('.', '_')}_{config.name()}"
-
-
 def extern_choice(family: ModuleType, config: Any) -> ExternKernelChoice:
     """The registered ExternKernelChoice of one (family, config), created on first use."""
-    name = extern_name(family, config)
+    name = registry.extern_name(family.FAMILY, config)
     existing = ExternKernelChoice.lookup(name)
     if existing is not None:
         return existing
@@ -114,14 +110,12 @@ def _append_extern(family: ModuleType, choices: list[Any], prepared: Prepared, c
     else:
         kwargs = {"problem": registry.problem_json(prepared.problem), "target": target}
     choice = extern_choice(family, config).bind(prepared.inputs, prepared.layout, **kwargs)
-    choice.description = f"{family.FAMILY} {config.name()}"  # what dumps show as its config
+    choice.description = f"{family.FAMILY} {registry.config_name(config)}"  # what dumps show as its config
     choices.append(choice)
     return choice
 
 
 def register_extern_choices() -> None:
     """Register every extern family's configs (cached compiled graphs call them by name)."""
-    for family in registry.families().values():
-        if family.CHOICE_KIND == "extern":
-            for config in family.ALL_CONFIGS:
-                extern_choice(family, config)
+    for family, config in registry.extern_choices().values():
+        extern_choice(family, config)

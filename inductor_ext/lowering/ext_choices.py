@@ -26,7 +26,8 @@ from inductor_ext import targets
 from inductor_ext.autotune import pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import adapters, cutedsl_nvfp4, nvfp4_gemm, op_specs, pdl_consumers
+from inductor_ext.lowering import (adapters, cutedsl_nvfp4, grouped_mm, nvfp4_gemm, op_specs, pdl_consumers,
+                                   scaled_mm_v2, softmax)
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
@@ -34,7 +35,7 @@ from inductor_ext.templates.base import module_source_hash
 log = logging.getLogger("inductor_ext.autotune")
 
 # Lowering modules whose text shapes the generated code of every family (part of the cache key).
-_LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4)
+_LOWERING_MODULES = (adapters, op_specs, pdl_consumers, nvfp4_gemm, cutedsl_nvfp4, grouped_mm, scaled_mm_v2, softmax)
 
 
 def available_templates() -> dict[str, ModuleType]:
@@ -79,6 +80,10 @@ class ExtChoices(InductorChoices):
     def uuid(self) -> str:
         return hashlib.sha256("|".join([self.config.to_json(), templates_hash(self.config)]).encode()).hexdigest()
 
+    def serves(self, op_name: str) -> bool:
+        """Whether this compile offers any template family for ``op_name``."""
+        return self.config.autotune != "off" and any(op_name in registry.get(f).OPS for f in self.config.templates)
+
     def get_template_configs(self, kernel_inputs: Any, templates: list[Any], op_name: str,
                              kwarg_overrides: dict[str, dict[str, Any]] | None = None) -> list[Any]:
         choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
@@ -99,7 +104,7 @@ class ExtChoices(InductorChoices):
         prepared = {}
         for family in families:
             module = registry.get(family)
-            reason = self._unusable_reason(kernel_inputs, module)
+            reason = unusable_reason(self.config, module, kernel_inputs.device_type)
             ready = adapters.prepare(module, kernel_inputs, op_name) if reason is None else reason
             if isinstance(ready, str):
                 log.info("ext: %s not offered for %s (%s %s): %s; ATen serves it",
@@ -151,21 +156,6 @@ class ExtChoices(InductorChoices):
         use = pdl_policy.use_pdl(self.config.pdl, problem.m, problem.n, problem.k, True)
         return dataclasses.replace(ready, problem=dataclasses.replace(problem, use_pdl=use))
 
-    def _unusable_reason(self, kernel_inputs: Any, module: ModuleType) -> str | None:
-        device = kernel_inputs.device_type
-        targets = getattr(module, "TARGETS", ())
-        if self.config.target not in targets:
-            return f"verified for {', '.join(targets)}, not target {self.config.target}"
-        if device == "cpu" and not self.config.interpret and not getattr(module, "RUNS_ON_CPU", False):
-            executor = getattr(module, "CPU_EXECUTOR", None)
-            if executor is None:
-                return f"{module.FAMILY} has no CPU executor: it runs only on its device"
-            dsl = module.FAMILY.split(".", 1)[0].capitalize()
-            return f"{dsl} templates run on CPU only with options={{'interpret': True}} ({executor})"
-        if device != "cpu" and device != self.config.device_type:
-            return f"preset {self.config.preset!r} is for {self.config.device_type}, not {device}"
-        return None
-
     def _only(self, choices: list[Any], decision: Decision, choice: Any, reason: str) -> list[Any]:
         """Hand Inductor a single choice: it then uses it without benchmarking anything."""
         decision.winner, decision.reason = choice.name, reason
@@ -204,10 +194,11 @@ class ExtChoices(InductorChoices):
         aten = [c for c in timings if _is_aten(c, decision)]
         aten_time = min((timings[c] for c in aten), default=float("inf"))
         chosen, reason = best_choice, "benchmark"
-        forced = [c for c in timings if _family_of(c, decision) == self.config.force_template
-                  and timings[c] != float("inf")]
-        if self.config.force_template and forced:
-            chosen, reason = min(forced, key=timings.__getitem__), f"force_template={self.config.force_template}"
+        forced_families = forced_templates(self.config)
+        forced = [c for c in timings if _family_of(c, decision) in forced_families and timings[c] != float("inf")]
+        if forced:
+            chosen = min(forced, key=timings.__getitem__)
+            reason = f"force_template={_family_of(chosen, decision)}"
         elif not _is_aten(best_choice, decision) and aten:
             # A template must beat ATen by the margin; otherwise ATen is the safer choice.
             if timings[best_choice] * (1 + self.config.template_margin) >= aten_time:
@@ -223,7 +214,7 @@ class ExtChoices(InductorChoices):
         decision.winner, decision.reason = winner["name"], reason
         autotune_log.debug("%s %s: %s (%s); %s", decision.node, decision.problem, decision.winner, reason,
                            {c["name"]: c["time_us"] for c in decision.candidates})
-        if decision.key is not None and not self.config.force_template:
+        if decision.key is not None and not forced_families:
             self._remember(decision, winner, aten_time)
         _announce(decision)
         return chosen
@@ -238,6 +229,38 @@ class ExtChoices(InductorChoices):
             candidates=[_cache_candidate(c) for c in decision.candidates],
             # margin or not, a benchmark decided it (the dumps keep the detailed reason)
             reason="benchmark", device_name=decision.key.device_name))
+
+
+def unusable_reason(config: ExtConfig, module: ModuleType, device: str) -> str | None:
+    """Why family ``module`` cannot serve this compile's tensors on ``device``, or None."""
+    targets = getattr(module, "TARGETS", ())
+    if config.target not in targets:
+        return f"verified for {', '.join(targets)}, not target {config.target}"
+    if device == "cpu" and not config.interpret and not getattr(module, "RUNS_ON_CPU", False):
+        executor = getattr(module, "CPU_EXECUTOR", None)
+        if executor is None:
+            return f"{module.FAMILY} has no CPU executor: it runs only on its device"
+        dsl = module.FAMILY.split(".", 1)[0].capitalize()
+        return f"{dsl} templates run on CPU only with options={{'interpret': True}} ({executor})"
+    if device != "cpu" and device != config.device_type:
+        return f"preset {config.preset!r} is for {config.device_type}, not {device}"
+    return None
+
+
+def offered_families(config: ExtConfig, op_name: str, device: str) -> list[ModuleType]:
+    """The enabled families this compile offers for ``op_name`` on ``device`` (before asking
+    each whether it serves the problem): what a graph pass checks before making an op that
+    only pays off when a template may serve it."""
+    if config.autotune == "off":
+        return []
+    return [m for m in map(registry.get, config.templates)
+            if op_name in m.OPS and unusable_reason(config, m, device) is None]
+
+
+def forced_templates(config: ExtConfig) -> tuple[str, ...]:
+    """The families ``force_template`` names (one name or several)."""
+    force = config.force_template
+    return () if force is None else (force,) if isinstance(force, str) else tuple(force)
 
 
 def templates_hash(config: ExtConfig) -> str:

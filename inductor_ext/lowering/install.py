@@ -9,23 +9,36 @@ backward alike, through ``compile_fx(..., config_patches=...)``), from an ExtCon
 - ``interpret=True`` on a Triton target: Inductor's Triton codegen for CPU tensors (their kernels
   then run in Triton's interpreter); targets with a device codegen (Metal, SYCL) bring their own
   executor instead (``codegen/``);
-- the user's explicit ``options={"inductor": {...}}`` last, so they win.
+- the user's explicit ``options={"inductor": {...}}`` last, so they win, except in the pass slots.
+
+ext composes with what the user already set. Every pass slot ext fills (pre/post-grad, joint)
+holds the user's own passes first, from ``options={"inductor": {...}}`` or else
+``torch._inductor.config`` as it is when the compile starts (a global setting or a
+``config.patch(...)`` context), then ext's stage group: Inductor 2.15 runs a slot's list in order
+and keys its FX graph cache on every pass's uuid (a user pass without one makes it bypass the
+cache, as it would without ext). Every other setting of the user's context stays as it is unless
+ext patches the same key (the choices handler, the GEMM backends when ext offers templates, PDL
+and interpret settings).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from torch._inductor import config as inductor_config
+from torch._inductor.custom_graph_pass import get_custom_graph_passes
+
 from inductor_ext import targets
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering.ext_choices import choices_factory
-from inductor_ext.lowering.passes import pass_patches
+from inductor_ext.lowering.passes import StagePasses, pass_patches
 
 
-def uses_triton_interpreter(config: ExtConfig) -> bool:
-    """Whether interpret mode runs this config's kernels in Triton's interpreter (targets without
-    a device codegen of ext's generate Triton)."""
-    return config.interpret and targets.get(config.target).codegen is None
+def uses_triton_interpreter(config: ExtConfig, device_codegen: bool = False) -> bool:
+    """Whether interpret mode runs this config's kernels in Triton's interpreter: yes unless one
+    of ext's device codegens (Metal, SYCL) generates them (``device_codegen``, the backend's
+    answer for this config)."""
+    return config.interpret and not device_codegen
 
 
 def interpret_patches() -> dict[str, Any]:
@@ -33,8 +46,9 @@ def interpret_patches() -> dict[str, Any]:
     return {"cpu_backend": "triton"}
 
 
-def inductor_patches(config: ExtConfig) -> dict[str, Any]:
-    """The torch._inductor.config patches for compile_fx."""
+def inductor_patches(config: ExtConfig, device_codegen: bool = False) -> dict[str, Any]:
+    """The torch._inductor.config patches for compile_fx (``device_codegen``: one of ext's
+    device codegens generates this compile's kernels)."""
     patches: dict[str, Any] = {}
     if config.autotune != "off" and config.templates:
         # ExtChoices offers our templates from Inductor's GEMM lowerings whether or not
@@ -46,9 +60,14 @@ def inductor_patches(config: ExtConfig) -> dict[str, Any]:
         # Inductor's Triton kernels then wait (gdc_wait) right before their first load of
         # the previous kernel's output; ext's templates release them early (USE_PDL).
         patches["triton.enable_pdl"] = True
-    if uses_triton_interpreter(config):
+    if uses_triton_interpreter(config, device_codegen):
         patches.update(interpret_patches())
     patches["inductor_choices_class"] = choices_factory(config)
-    patches.update(pass_patches(config))
-    patches.update(config.inductor)  # explicit Inductor patches win
+    ext_slots = pass_patches(config)
+    patches.update(config.inductor)  # explicit Inductor patches win...
+    for slot, ext_group in ext_slots.items():  # ...but chain with ext's passes, theirs first
+        user = config.inductor[slot] if slot in config.inductor else getattr(inductor_config, slot)
+        # an outer ext compile's group (a nested compile under its patches) is not the user's
+        user_passes = [p for p in get_custom_graph_passes(user) if not isinstance(p, StagePasses)]
+        patches[slot] = [*user_passes, ext_group] if user_passes else ext_group
     return patches

@@ -12,38 +12,31 @@ from typing import Any
 
 import torch
 from torch._inductor import ir
-from torch._inductor.kernel_inputs import KernelInputs
-from torch._inductor.lowering import lowerings, register_lowering
+from torch._inductor.lowering import fallback_handler, lowerings, register_lowering
 from torch._inductor.select_algorithm import ExternKernelChoice, autotune_select_algorithm
 from torch._inductor.virtualized import V
 
 from inductor_ext.kernels import nvfp4_ops  # noqa: F401  (defines the op lowered here)
+from inductor_ext.lowering.kernel_inputs import FixedKernelInputs
 
 prims = torch.ops.prims
 OP = torch.ops.inductor_ext.nvfp4_gemm.default
 ATEN_CHOICE = ExternKernelChoice(OP, name="nvfp4_gemm_aten", has_out_variant=False)
+_ROUND = fallback_handler(torch.ops.aten._to_copy.default, add_to_fallback_set=False)
 
 
-class NvFp4KernelInputs(KernelInputs):
-    """The nvfp4_gemm inputs (a, b, scale_a, scale_b, alpha[, bias]) and its output layout."""
-
-    def __init__(self, nodes: list[Any], layout: ir.Layout, scalars: dict[str, Any]) -> None:
-        super().__init__(nodes, scalars=scalars)
-        self._layout = layout
-
-    def out_dtype(self) -> torch.dtype:
-        return self._layout.dtype
-
-    def output_layout(self, flexible: bool = True) -> ir.Layout:
-        return self._layout
+# The nvfp4_gemm inputs (a, b, scale_a, scale_b, alpha[, bias]) and its output layout.
+NvFp4KernelInputs = FixedKernelInputs
 
 
 @register_lowering(OP, type_promotion_kind=None)
 def lower_nvfp4_gemm(a: Any, b: Any, scale_a: Any, scale_b: Any, alpha: Any, bias: Any,
                      activation: str, out_dtype: torch.dtype, alpha_dtype: torch.dtype) -> Any:
     if alpha_dtype != torch.float32:  # the graph rounded alpha first (torchao): do the same
-        alpha = lowerings[prims.convert_element_type](lowerings[prims.convert_element_type](alpha, alpha_dtype),
-                                                      torch.float32)
+        # With ATen's copy kernel: inside a generated kernel Inductor drops a down-and-up cast
+        # pair (emulate_precision_casts is off), which would silently keep alpha in fp32.
+        rounded = _ROUND(alpha, dtype=alpha_dtype)
+        alpha = lowerings[prims.convert_element_type](rounded, torch.float32)
     nodes = [a, b, scale_a, scale_b, alpha] + ([bias] if bias is not None else [])
     nodes = [ir.ExternKernel.realize_input(x) for x in nodes]
     m, n = a.get_size()[0], b.get_size()[1]

@@ -98,8 +98,42 @@ def _nvfp4_gemm(kernel_inputs: Any) -> OpInputs | str:
     return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
 
 
+def _scaled_mm(kernel_inputs: Any) -> OpInputs | str:
+    """Inductor's ``scaled_mm`` lowering: a, b, scale_a, scale_b[, bias] (no scale_result)."""
+    nodes = tuple(kernel_inputs.nodes())
+    layout = kernel_inputs.output_layout()
+    optional = (None, None) if len(nodes) == 4 else (None,)  # bias, scale_result
+    spec = _spec("scaled_mm", nodes, layout, kernel_inputs.device_type,
+                 {"out_dtype": dtype_name(layout.dtype)}, optional=optional)
+    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+
+
+def _grouped_mm(kernel_inputs: Any) -> OpInputs | str:
+    """ext's ``grouped_mm`` lowering (lowering/grouped_mm.py): mat_a, mat_b[, offs] (no bias)."""
+    nodes = tuple(kernel_inputs.nodes())
+    layout = kernel_inputs.output_layout()
+    optional = (None, None) if len(nodes) == 2 else (None,)  # offs, bias
+    spec = _spec("grouped_mm", nodes, layout, kernel_inputs.device_type,
+                 {"out_dtype": dtype_name(layout.dtype)}, optional=optional)
+    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+
+
+def _softmax(kernel_inputs: Any) -> OpInputs | str:
+    """ext's ``softmax`` lowering (lowering/softmax.py): x (contiguous); scalars dim, out_dtype."""
+    nodes = tuple(kernel_inputs.nodes())
+    layout = kernel_inputs.output_layout()
+    scalars = {"dim": kernel_inputs.get_scalar("dim"), "out_dtype": dtype_name(layout.dtype)}
+    spec = _spec("softmax", nodes, layout, kernel_inputs.device_type, scalars)
+    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+
+
 # Inductor's op name (as passed to get_template_configs, or by our own lowerings) -> glue.
-OPS: dict[str, Callable[[Any], OpInputs | str]] = {"mm": _mm, "addmm": _addmm, "nvfp4_gemm": _nvfp4_gemm}
+# OpSpec.inputs per op: mm (A, B); addmm (bias, A, B); nvfp4_gemm (a, b, scale_a, scale_b,
+# alpha, bias|None); scaled_mm (a, b, scale_a, scale_b, bias|None, scale_result|None);
+# grouped_mm (mat_a, mat_b, offs|None, bias|None); softmax (x,).
+OPS: dict[str, Callable[[Any], OpInputs | str]] = {"mm": _mm, "addmm": _addmm, "nvfp4_gemm": _nvfp4_gemm,
+                                                   "scaled_mm": _scaled_mm, "grouped_mm": _grouped_mm,
+                                                   "softmax": _softmax}
 
 
 def op_inputs(op: str, kernel_inputs: Any) -> OpInputs | str:

@@ -16,7 +16,7 @@ __all__ = ["ASM_KEY", "asm_text", "instruction_lines", "mnemonic", "instruction_
 
 # Which text of a compiled kernel's asm dict holds each target's final assembly.
 ASM_KEY: dict[str, str] = {name: t.asm_key for name, t in targets.all_targets().items() if t.asm_key}
-_COMMENT = {"ptx": "//", "amdgcn": ";", "sass": None, "s": ";"}
+_COMMENT = {"ptx": "//", "amdgcn": ";", "sass": None, "s": ";", "msl": "//"}
 
 
 def asm_text(asm: Mapping[str, str] | str, target: str, key: str | None) -> tuple[str, str]:

@@ -9,6 +9,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+# File suffix of a kernel's source by its language (dumps, ``inductor-ext asm --out``).
+SUFFIXES = {"triton": ".py", "cutedsl": ".py", "flydsl": ".py", "python": ".py", "msl": ".metal", "sycl": ".cpp"}
+
 
 @dataclass(frozen=True)
 class KernelSource:
@@ -22,6 +25,10 @@ class KernelSource:
     signature: dict[str, str] = field(default_factory=dict)  # Triton signature for AOT compiles
     launch: dict[str, Any] = field(default_factory=dict)  # num_warps, num_stages, grid, threadgroup, ...
     language: str = "triton"  # what ``source`` is written in: triton, msl, sycl, flydsl, cutedsl
+
+    @property
+    def suffix(self) -> str:
+        return SUFFIXES.get(self.language, ".txt")
 
     @property
     def source_hash(self) -> str:

@@ -27,8 +27,8 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
     "extern":           call(problem, config, target, *tensors) -> Tensor, what the compiled
                         graph runs (through runtime/ launchers: the device, or on CPU tensors the
                         CPU executor), and ALL_CONFIGS, every config it may be called with
-                        (registered by name at import so cached graphs find them; config.name()
-                        names each). A family with its own torch op sets EXTERN_OP ("ns::op") and
+                        (registered by name at import so cached graphs find them; config.name(),
+                        or else its fields, names each). A family with its own torch op sets EXTERN_OP ("ns::op") and
                         extern_kwargs(problem, config) instead of being called through call().
 
 Optional: ``config_supports(problem, config, target) -> str | None`` (a config the family cannot

@@ -22,7 +22,7 @@ from inductor_ext.templates.family import CHOICE_KINDS
 # What every family module defines, and what each choice kind adds.
 _REQUIRED = ("FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "Problem", "Config", "problem_for", "supports", "configs",
              "render")
-_BY_KIND = {"triton_template": ("inductor_source", "inductor_kwargs"), "extern": ("run", "ALL_CONFIGS")}
+_BY_KIND = {"triton_template": ("inductor_source", "inductor_kwargs"), "extern": ("call", "ALL_CONFIGS")}
 
 
 class FamilyError(TypeError):
@@ -75,6 +75,34 @@ def for_op(op: str, target: str) -> list[ModuleType]:
 def slug(family: str) -> str:
     """``"triton.nvfp4_gemm"`` -> ``"nvfp4_gemm"``: the family's op part, used in kernel names."""
     return family.split(".", 1)[1]
+
+
+def config_name(config: Any) -> str:
+    """``config.name()`` when the family defines one, else its fields (``threads1024_chunks1``)."""
+    if hasattr(config, "name"):
+        return config.name()
+    return "_".join(f"{k}{str(v).lower()}" for k, v in dataclasses.asdict(config).items())
+
+
+def extern_name(family: str, config: Any) -> str:
+    """The name of an extern family's choice for ``config`` (``ext_metal_softmax_threads1024_chunks1``):
+    how the generated wrapper calls it, so how dumps find it."""
+    return f"ext_{family.replace('.', '_')}_{config_name(config)}"
+
+
+def extern_choices() -> dict[str, tuple[ModuleType, Any]]:
+    """Every extern family's choice name -> (family, config), over its ALL_CONFIGS. Two configs
+    of one name would call one kernel for both: an error naming them."""
+    found: dict[str, tuple[ModuleType, Any]] = {}
+    for module in families().values():
+        if module.CHOICE_KIND != "extern":
+            continue
+        for config in module.ALL_CONFIGS:
+            name = extern_name(module.FAMILY, config)
+            if name in found and found[name][1] != config:
+                raise FamilyError(f"{module.FAMILY}: configs {found[name][1]} and {config} are both named {name!r}")
+            found[name] = (module, config)
+    return found
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Tier G: golden snapshots of rendered kernels, in ``.expected`` files next to the tests.
 
-``EXPECTTEST_ACCEPT=1`` rewrites them (review the diff before committing); otherwise a
-mismatch fails with a unified diff.
+``EXPECTTEST_ACCEPT=1`` (exactly "1") rewrites them (review the diff before committing); any other
+value, or none, compares: a mismatch fails with a unified diff. CI refuses to run with the
+variable set at all.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from inductor_ext.templates.base import KernelSource
 
 
 def accepting() -> bool:
-    return os.environ.get("EXPECTTEST_ACCEPT", "") not in ("", "0")
+    """Rewrite goldens only on exactly ``EXPECTTEST_ACCEPT=1``: "0", "no" or "false" must not."""
+    return os.environ.get("EXPECTTEST_ACCEPT") == "1"
+
+
+def guard_expecttest() -> None:
+    """expecttest's inline snapshots accept on any non-empty EXPECTTEST_ACCEPT (even "0"):
+    drop the variable from this process unless it is exactly "1"."""
+    if os.environ.get("EXPECTTEST_ACCEPT") not in (None, "1"):
+        del os.environ["EXPECTTEST_ACCEPT"]
 
 
 def assert_golden(golden_dir: Path, name: str, actual: str) -> None:

@@ -1,0 +1,37 @@
+"""Run by test_cache_keys.py with TRITON_INTERPRET=1: a winner cached through the real lowering
+path is found again, and is not found once the template's source hash changes (an edit)."""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from inductor_ext import tune
+from inductor_ext.lowering import ext_choices
+from inductor_ext.templates.triton import gemm
+
+
+def compile_once(options: dict) -> list[dict]:
+    torch._dynamo.reset()
+    first = len(ext_choices.decisions)
+    torch.manual_seed(0)
+    layer, x = torch.nn.Linear(24, 16), torch.randn(8, 24)
+    with tune.fresh_inductor_caches(), torch.no_grad():  # lowering runs every time
+        got = torch.compile(layer, backend="ext", options=options)(x)
+    assert (got - layer(x)).abs().max().item() < 1e-4
+    return [{"winner": d.winner, "reason": d.reason, "key": d.key.digest() if d.key else None}
+            for d in ext_choices.decisions[first:]]
+
+
+if __name__ == "__main__":
+    cache = str(Path(sys.argv[1]) / "autotune.db")
+    base = {"preset": "hopper", "interpret": True, "templates": ["triton.gemm"], "autotune_cache": cache}
+    results = {"tuned": compile_once({**base, "autotune": "quick"}),
+               "reused": compile_once({**base, "autotune": "cache-only"})}
+    # Edit-equivalent: the template module's source hash changes, nothing else does.
+    original = ext_choices.module_source_hash
+    ext_choices.module_source_hash = lambda m: "edited" + original(m) if m is gemm else original(m)
+    results["edited"] = compile_once({**base, "autotune": "cache-only"})
+    results["edited_tuned"] = compile_once({**base, "autotune": "quick"})
+    print(json.dumps(results))

@@ -1,0 +1,27 @@
+"""Autotune cache keys are honest through the real lowering path: a cached winner is reused,
+and editing a template (its module's source hash) misses the cache instead of reusing a winner
+chosen for other code."""
+
+import pytest
+
+from _script_runner import interpret_env, run_json_script
+
+pytestmark = pytest.mark.interp
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("template_edit")
+    return run_json_script("_template_edit_script.py", str(tmp), env=interpret_env(tmp), timeout=900)
+
+
+def test_winner_is_benchmarked_then_reused(results):
+    (tuned,), (reused,) = results["tuned"], results["reused"]
+    assert tuned["reason"] != "cache" and tuned["key"] is not None
+    assert reused["reason"] == "cache" and reused["winner"] == tuned["winner"]
+
+
+def test_editing_the_template_misses_the_cache(results):
+    (tuned,), (edited,), (retuned,) = results["tuned"], results["edited"], results["edited_tuned"]
+    assert edited["reason"] == "fallback: cache-only and no cache entry", edited
+    assert retuned["reason"] != "cache" and retuned["key"] != tuned["key"]

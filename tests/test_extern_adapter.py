@@ -1,0 +1,39 @@
+"""The generic extern adapter end to end: a family that is only a file following
+templates/family.py (tests/_fake_extern_family.py) is offered beside ATen, benchmarked, chosen,
+and called from the generated wrapper with its problem and target."""
+
+import pytest
+
+from _script_runner import run_json_script
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("extern_family")
+    return run_json_script("_extern_family_script.py", str(tmp / "cache.db"),
+                           env={"TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor")})
+
+
+def test_family_is_offered_beside_aten_and_wins_when_forced(compiled):
+    (decision,) = compiled["decisions"]
+    assert decision["op"] == "addmm" and decision["reason"] == "force_template=fake.mm"
+    assert decision["candidates"][0] == "addmm"
+    assert set(decision["candidates"][1:]) == {"ext_fake_mm_s1", "ext_fake_mm_s2"}
+    assert decision["winner"] in ("ext_fake_mm_s1", "ext_fake_mm_s2")
+
+
+def test_wrapper_calls_the_winner_with_problem_and_target(compiled):
+    code, winner = compiled["code"], compiled["decisions"][0]["winner"]
+    assert f"extern_kernels.{winner}(" in code
+    assert "problem='{" in code and "\"addmm\": true" in code and "target='cpu'" in code
+    assert compiled["calls"] > 2  # benchmarked, then run
+
+
+def test_numbers_are_the_layers(compiled):
+    assert compiled["max_err"] < 1e-5
+
+
+def test_grouped_mm_is_offered_through_exts_lowering(compiled):
+    grouped = compiled["grouped"]
+    assert grouped["op"] == "grouped_mm" and grouped["candidates"][0] == "_grouped_mm"
+    assert grouped["winner"].startswith("ext_fake_mm_") and grouped["called"] and grouped["exact"]
