@@ -22,8 +22,15 @@ when enabled), and the kernel order that comes out is evaluated:
 * ``ext keep_last``               ``data_parallel(keep_gathered=["output.*", "norm.*"])``: the
                                   backward starts without gathering the head again (own trace);
                                   the best 2.15 arm also runs on those graphs ("... on keep_last graphs")
+* ``ext prefetch``                ``NextStepGather(model, ["tok_embeddings.*"])``: the embedding's
+                                  gather of the next step runs behind the optimizer step of the
+                                  other parameters (modelled: AdamW on fp32 shards); the forward
+                                  waits for what is left of it (``behind_optimizer_step``)
 * ``ext bf16_embedding_grad (lossy)``  ``reduce_dtypes={"tok_embeddings.*": bf16}``: the last
                                   reduce-scatter halves, the gradient sum rounds in bf16
+
+The non-lossy options also run the best 2.15 arm on their graphs ("... on <option> graphs"):
+what the front end gains and what ext's scheduling gains show apart.
 
 Every arm is evaluated by the same analytical cost model (``cost_model.py``), which Inductor's
 overlap scheduler and reorder passes also get as their runtime estimate (their own roofline returns
