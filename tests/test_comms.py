@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from inductor_ext import presets
 from inductor_ext.comms_passes.fsdp import overlap as fsdp_overlap
 from inductor_ext.comms_passes.cost_model import (
     GPUS, AnalyticalCostModel, CostModel, collective_info, is_wait, memory_profile, simulate,
-    uninitialized_reads, wait_collective,
+    uninitialized_reads, unwrap_control_deps, wait_collective,
 )
 from inductor_ext.comms_passes.fsdp.data_parallel import ParamGather, data_parallel, sharded_parameter_names
 from inductor_ext.comms_passes.fsdp.overlap import FsdpOverlapPass, OverlapSettings, configure, optimize
@@ -70,6 +71,8 @@ def graphs(world):
 
 
 def _settings(**kw) -> OverlapSettings:
+    # pin_order off: these tests read the planned FX order itself (test_pin_order covers the pins)
+    kw.setdefault("pin_order", False)
     return dataclasses.replace(fsdp_overlap.current_settings(presets.resolve({"preset": "cpu"})), **kw)
 
 
@@ -159,6 +162,30 @@ def test_pass_keeps_topological_order_and_waits_after_collectives(graphs, kind):
     overlapped = [c for c in _colls(out) if any(H100.node_time(n) > 0 for n in
                                                 nodes[pos[c] + 1:pos[next(iter(c.users))]])]
     assert overlapped
+
+
+def test_pin_order_keeps_the_plan_through_inductors_scheduler(graphs):
+    """Pinned: every collective and wait sits between the same kernels as planned, the flat graph
+    is the planned order, and Inductor's scheduler runs the collectives and waits where planned."""
+    from inductor_ext.cli.comms_report import strip_control_deps
+
+    for kind in ("forward", "backward"):
+        pinned, plan = _run_pass(graphs[kind], pin_order=True)
+        assert plan.pinned > 0
+        control = [n for n in pinned.graph.nodes if n.target is torch.ops.higher_order.control_deps]
+        assert len(control) == plan.pinned
+        # every collective and wait follows the kernel planned before it
+        for n in control:
+            inner = unwrap_control_deps(n)
+            if collective_info(inner) is not None or is_wait(inner):
+                (anchor, *_) = n.args[0]
+                assert fsdp_overlap._kernel(unwrap_control_deps(anchor), H100, 8)
+        flat = strip_control_deps(pinned)  # the planned order, as the plan evaluated it
+        assert simulate(list(flat.graph.nodes), H100).exposed == pytest.approx(plan.exposed_after)
+    pass_ = FsdpOverlapPass(presets.resolve({"preset": "cpu"}))
+    assert pass_.inductor_patches() == fsdp_overlap.PLANNED_ORDER_PATCHES
+    with configure(pin_order=False):
+        assert FsdpOverlapPass(presets.resolve({"preset": "cpu"})).inductor_patches() == {}
 
 
 def _origins(before: fx.GraphModule) -> dict[str, tuple[str, int]]:
@@ -297,7 +324,9 @@ def test_pass_registers_by_name_and_uuid_tracks_settings():
     assert pass_manager.available_passes()["fsdp_overlap"] is FsdpOverlapPass
     config = presets.resolve({"preset": "cpu", "passes": ["fsdp_overlap"]})
     stages = pass_manager.build_stages(config)
-    assert [type(p) for p in stages["post_grad_post"].passes] == [FsdpOverlapPass]
+    # (with torch.distributed initialised the collective check follows it: test_collective_check)
+    assert [type(p) for p in stages["post_grad_post"].passes if p.name != "collective_check"] == [FsdpOverlapPass]
+    assert stages["post_grad_post"].passes[0].name == "fsdp_overlap"
     assert FsdpOverlapPass.stage == "post_grad_post"
     base = FsdpOverlapPass(config).uuid()
     assert base == FsdpOverlapPass(config).uuid()
@@ -473,10 +502,40 @@ def test_data_parallel_shards_and_picks_dtypes(world):
 # The report (small model: the bench runs the 1B one)
 # ----------------------------------------------------------------------------------------------
 
-def test_report_runs_every_arm_with_one_cost_model():
+def test_report_runs_every_arm_with_one_cost_model(tmp_path):
+    from inductor_ext.comms_passes.chrome_trace import ChromeTrace, problems
+
     arms = ["2.15 bucket", "2.15 overlap", "2.15 reorder", "ext"]
-    rep = run_report(layers=1, dim=256, ffn=512, heads=4, kv_heads=2, vocab=1024, seq=128, batch=1, only=arms)
-    assert set(rep["arms"]) == {"untouched", *arms}
+    trace = ChromeTrace()
+    rep = run_report(layers=1, dim=256, ffn=512, heads=4, kv_heads=2, vocab=1024, seq=128, batch=1, only=arms,
+                     variants=["keep_last"], trace=trace)
+    best_name = rep["best_2_15_arm"]
+    assert set(rep["arms"]) == {"untouched", *arms, "ext keep_last", f"{best_name} on keep_last graphs"}
+    # every ext arm against every valid 2.15 arm, the option also against the best on its graphs
+    kept = rep["ext_arms"]["ext keep_last"]
+    assert set(kept["vs_every_2_15_arm"]) == {a for a in arms if a.startswith("2.15")}
+    assert kept["vs_best_2_15_on_same_graphs"]["exposed_comm"] == pytest.approx(
+        rep["arms"]["ext keep_last"]["exposed_comm_ms"] / rep["arms"][f"{best_name} on keep_last graphs"]["exposed_comm_ms"])
+    t = rep["targets"]
+    assert t["met"] == bool(t["met_by"]) and set(t["exposed_le_0.9x"]) == {"ext", "ext keep_last"}
+    assert all(isinstance(v, bool) for v in t["peak_memory_le_1.0x"].values())
+    assert t["numerics"]["ext keep_last"].startswith("unchanged")
+    assert set(t["planned_equals_executed"]["executed_over_planned"]) == {"ext", "ext keep_last"}
+    # the trace: one process per arm, compute and communication threads, live memory counters
+    path = tmp_path / "report.json"
+    trace.write(str(path))
+    data = json.loads(path.read_text())
+    assert problems(data) == []
+    procs = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name"}
+    assert procs == {f"{a} (rank 0)" for a in rep["arms"]}
+    threads = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"}
+    assert {"graph", "compute"} <= threads and any(x.startswith("communication (group") for x in threads)
+    assert any(e["ph"] == "C" and e["name"] == "live memory" for e in data["traceEvents"])
+    ext_pid = next(e["pid"] for e in data["traceEvents"] if e["name"] == "process_name"
+                   and e["args"]["name"] == "ext (rank 0)")
+    graphs = [e for e in data["traceEvents"] if e["pid"] == ext_pid and e.get("cat") == "graph"]
+    assert [g["name"] for g in graphs] == ["forward graph", "backward graph"]
+    assert sum(g["args"]["exposed_comm_ms"] for g in graphs) == pytest.approx(rep["arms"]["ext"]["exposed_comm_ms"])
     ext, untouched = rep["arms"]["ext"], rep["arms"]["untouched"]
     assert ext["fx_level"]["valid"]
     # Inductor's scheduler ran on every arm: its figures and the post-grad order's are both there
@@ -549,10 +608,17 @@ def _reference(state, batches, dtype_of, cfg=DIST_CFG):
     return losses, grads
 
 
-def _dp_run(model, batches, rank, compiled=None):
+def _dp_run(model, batches, rank, compiled=None, prefetch=None):
+    """Steps of plain SGD; with ``prefetch`` (a NextStepGather) its parameters get an optimizer
+    of their own that steps first and issues their next gathers (the loop the option needs)."""
     import torch.distributed as dist
 
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    named = sharded_parameter_names(model)
+    first = {id(p) for _, _, p in prefetch.targets} if prefetch is not None else set()
+    opts = [torch.optim.SGD([p for p in named.values() if id(p) in first], lr=LR)] if first else []
+    opts.append(torch.optim.SGD([p for p in model.parameters() if id(p) not in first], lr=LR))
+    if prefetch is not None:
+        prefetch.after(opts[0])
     fn = compiled if compiled is not None else model
     losses, grads = [], []
     for tokens, labels in batches:
@@ -561,9 +627,11 @@ def _dp_run(model, batches, rank, compiled=None):
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / dist.get_world_size())
-        grads.append({n: p.grad.full_tensor() for n, p in sharded_parameter_names(model).items()})
-        opt.step()
-        opt.zero_grad()
+        grads.append({n: p.grad.full_tensor() for n, p in named.items()})
+        for opt in opts:
+            opt.step()
+        for opt in opts:
+            opt.zero_grad()
     return losses, grads
 
 
@@ -589,10 +657,14 @@ def _dist_worker(rank, world, port, out_dir):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from inductor_ext.lowering.passes import base as pass_base
+    from inductor_ext.comms_passes.collective_check import agree, flight_recorder
+    from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass
+    from inductor_ext.lowering.passes import base as pass_base, register_pass
 
+    register_pass(CollectiveCheckPass)  # until the entry point is installed (pyproject.toml)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    summary = {}
     try:
         mesh = init_device_mesh("cpu", (world,))
         torch.manual_seed(0)
@@ -600,7 +672,6 @@ def _dist_worker(rank, world, port, out_dir):
         g = torch.Generator().manual_seed(1)
         batches = [(torch.randint(0, DIST_CFG.vocab, (BATCH, DIST_CFG.seq), generator=g),
                     torch.randint(0, DIST_CFG.vocab, (BATCH, DIST_CFG.seq), generator=g)) for _ in range(STEPS)]
-        summary = {}
 
         # 1. eager data_parallel in fp32 equals the fp32 reference (tight)
         ref32 = _reference(state, batches, lambda n: torch.float32)
@@ -610,6 +681,42 @@ def _dist_worker(rank, world, port, out_dir):
         eager32 = _dp_run(model, batches, rank)
         _compare(eager32, ref32, 1e-5, 1e-6, "eager data_parallel fp32")
         summary["eager_fp32_losses"] = eager32[0]
+
+        # 1b. keep_gathered (the head and final norm stay gathered for the backward): the same
+        #     numbers to the bit; reduce_dtypes bf16 for the embedding (lossy, asked for): close
+        model = Llama(DIST_CFG)
+        model.load_state_dict(state)
+        data_parallel(model, mesh, param_dtype=torch.float32, reduce_dtype=torch.float32,
+                      keep_gathered=["output.*", "norm.*"])
+        kept = _dp_run(model, batches, rank)
+        summary["keep_gathered_bitwise"] = kept[0] == eager32[0] and all(
+            torch.equal(a[n], b[n]) for a, b in zip(kept[1], eager32[1]) for n in a)
+        model = Llama(DIST_CFG)
+        model.load_state_dict(state)
+        data_parallel(model, mesh, param_dtype=torch.float32, reduce_dtype=torch.float32,
+                      reduce_dtypes={"tok_embeddings.*": torch.bfloat16})
+        lossy = _dp_run(model, batches, rank)
+        _compare(lossy, ref32, 1e-2, 0.0, "bf16 embedding reduce", norm_rtol=1e-2)
+        summary["bf16_embedding_grad_differs"] = not all(
+            torch.equal(a["tok_embeddings.weight"], b["tok_embeddings.weight"]) for a, b in zip(lossy[1], eager32[1]))
+        # 1c. the embedding's next-step gather behind the optimizer step (its own optimizer steps
+        #     first): the same numbers to the bit, and the forward used the prefetched values
+        from inductor_ext.comms_passes.fsdp.data_parallel import NextStepGather
+
+        model = Llama(DIST_CFG)
+        model.load_state_dict(state)
+        data_parallel(model, mesh, param_dtype=torch.float32, reduce_dtype=torch.float32)
+        prefetch = NextStepGather(model, ["tok_embeddings.*"])
+        used = []
+        gather = prefetch.targets[0][1]
+        gather.register_forward_pre_hook(lambda m, a: used.append(m.prefetched is not None))
+        got = _dp_run(model, batches, rank, prefetch=prefetch)
+        prefetch.close()
+        summary["prefetch_bitwise"] = got[0] == eager32[0] and all(
+            torch.equal(a[n], b[n]) for a, b in zip(got[1], eager32[1]) for n in a)
+        summary["prefetch_used"] = used
+        summary["bf16_embedding_grad_others_bitwise"] = all(
+            torch.equal(a[n], b[n]) for a, b in zip(lossy[1][:1], eager32[1][:1]) for n in a if "tok_emb" not in n)
 
         # 2. compiled with fsdp_overlap, bf16 compute with fp32 norms (mixed-dtype buckets):
         #    equals the reference with the same casts (bf16 tolerance), and eager data_parallel
@@ -636,6 +743,14 @@ def _dist_worker(rank, world, port, out_dir):
         summary["compiled_losses"] = got[0]
         summary["reference_losses"] = ref_mixed[0]
         summary["applied"] = ran
+        # the collective check ran once per graph (forward, backward); the flight recorder's
+        # entries of the compiled collectives name their FX node and the user's line
+        summary["checks_after_mixed"] = dict(agree.stats)
+        entries = flight_recorder.dump()["entries"]
+        summary["fr_entries"] = len(entries)
+        summary["fr_annotated"] = [(e["ext_fx_node"], e["ext_source"], e["ext_bucket_of"])
+                                   for e in entries if "ext_fx_node" in e]
+        summary["fr_check_entries"] = sum("collective check" in e.get("ext_note", "") for e in entries)
 
         # 3. uneven shards: the ranks' graphs differ (rank 1 pads its shorter shards), the pass
         #    still buckets and reorders, every rank issues matching collectives (a mismatch
@@ -654,9 +769,37 @@ def _dist_worker(rank, world, port, out_dir):
         assert len(plans) == 2 and all(p.uneven_shards and p.rewrites > 0 for p in plans), plans
         _compare(got, ref_uneven, 1e-3, 0.0, "compiled fsdp_overlap, uneven shards", norm_rtol=3e-2)
         summary["uneven_losses"] = got[0]
-        (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(summary))
+        summary["checks_after_uneven"] = dict(agree.stats)  # graphs differ, collectives agree: no error
+
+        # 4. a model made to differ by rank: without the check the ranks would hang in the
+        #    all-gather they disagree on; with it both raise at once, naming it
+        torch.manual_seed(0)
+        model = data_parallel(_RankModel(rank), mesh, param_dtype=torch.float32)
+        compiled = torch.compile(model, backend="ext", options={"preset": "cpu"})
+        before = agree.stats["seconds"]
+        try:
+            compiled(torch.randn(4, 8)).backward()
+            summary["mismatch_error"] = None
+        except Exception as e:  # noqa: BLE001 - the test reads type and text
+            summary["mismatch_error"] = f"{type(e).__name__}: {e}"
+        summary["mismatch_check_seconds"] = agree.stats["seconds"] - before
+        dist.barrier()  # the process group still works: the check raised before any collective
     finally:
+        (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(summary))
         dist.destroy_process_group()
+
+
+class _RankModel(torch.nn.Module):
+    """Two layers; the second is wider on rank 1 (a config read per rank, say)."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8 + 4 * rank)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(h).sum()  # the line the check names
 
 
 def _free_port() -> int:
@@ -665,12 +808,115 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.dist
-def test_two_gloo_ranks_match_single_process_reference(tmp_path):
+@pytest.fixture(scope="module")
+def gloo_ranks(tmp_path_factory):
+    """What ``_dist_worker`` found on each of 2 gloo ranks (a hang fails instead of waiting)."""
+    import time
+
     import torch.multiprocessing as mp
 
-    mp.spawn(_dist_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    out = tmp_path_factory.mktemp("gloo")
+    ctx = mp.start_processes(_dist_worker, args=(2, _free_port(), str(out)), nprocs=2, join=False,
+                             start_method="spawn")
+    deadline = time.monotonic() + 400
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("the 2-rank gloo run did not finish in 400 s (a hang?)")
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.dist
+def test_two_gloo_ranks_match_single_process_reference(gloo_ranks):
+    results = gloo_ranks
     assert results[0]["compiled_losses"] == results[1]["compiled_losses"]  # the all-reduced mean
     assert len(results[0]["compiled_losses"]) == STEPS
     assert results[0]["compiled_losses"][1] < results[0]["compiled_losses"][0]  # it trains
+
+
+@pytest.mark.dist
+def test_collective_check_names_the_first_differing_collective(gloo_ranks):
+    """Rank 1's second layer is wider: both ranks raise within seconds (not a timeout), naming
+    the first differing all-gather on each side, its FX node and the user's line."""
+    import inspect
+
+    line = next(i for i, text in enumerate(inspect.getsource(_RankModel).splitlines())
+                if "the line the check names" in text) + inspect.getsourcelines(_RankModel)[1]
+    for rank, r in enumerate(gloo_ranks):
+        err = r["mismatch_error"]
+        assert err is not None and err.startswith("CollectiveMismatchError"), err
+        assert f"on group rank {rank}" in err and "collective #2 on this group" in err
+        assert "rank 0: all_gather of float32[4, 8] -> [8, 8] over 2 ranks" in err
+        assert "rank 1: all_gather of float32[6, 8] -> [12, 8] over 2 ranks" in err
+        assert err.count(f"{__file__}:{line}: return self.b(h).sum()") == 2
+        assert err.count("FX node all_gather_into_tensor_2") == 2
+        assert r["mismatch_check_seconds"] < 30  # the mismatch path, not the 300 s timeout
+
+
+@pytest.mark.dist
+def test_collective_check_agrees_once_per_graph_and_annotates_the_flight_recorder(gloo_ranks):
+    for r in gloo_ranks:
+        # forward and backward of the fsdp_overlap model: one 16-byte all-gather each, once
+        assert r["checks_after_mixed"]["checks"] == 2 and r["checks_after_mixed"]["collectives"] == 2
+        assert r["checks_after_mixed"]["calls"] == 2 * STEPS
+        # uneven shards: the graphs differ (pads), the collectives agree: checked, no error
+        assert r["checks_after_uneven"]["checks"] == 4
+        assert r["fr_check_entries"] == 2
+        # every compiled collective of the 2 steps carries its node and the user's line
+        assert len(r["fr_annotated"]) >= 2 * STEPS
+        assert all(node.startswith(("all_gather_into_tensor", "reduce_scatter_tensor")) for node, _, _ in
+                   r["fr_annotated"])
+        # (the Llama and data_parallel live in ext, so the innermost line outside torch is ext's)
+        assert all(re.match(r".*(comms_report|data_parallel)\.py:\d+: ", src) for _, src, _ in r["fr_annotated"])
+        assert any(len(bucket) > 1 for _, _, bucket in r["fr_annotated"])  # fsdp_overlap's buckets
+
+
+@pytest.mark.dist
+def test_keep_gathered_prefetch_and_per_parameter_reduce_dtype_on_two_gloo_ranks(gloo_ranks):
+    for r in gloo_ranks:
+        assert r["keep_gathered_bitwise"]  # the same values in the same operations
+        assert r["prefetch_bitwise"] and r["prefetch_used"] == [False] + [True] * (STEPS - 1)
+        assert r["bf16_embedding_grad_differs"]  # the lossy option did change the embedding's gradient
+        assert r["bf16_embedding_grad_others_bitwise"]  # ... and nothing else (first step)
+
+
+def test_keep_gathered_prefetch_and_reduce_dtypes_change_the_graphs(world):
+    """The front-end options the report measures: the kept parameters are not gathered again in the
+    backward (their full values are saved instead); a prefetched embedding is waited for, not
+    gathered, in the forward; the embedding's reduce-scatter runs in bf16."""
+    cfg = LlamaConfig.tiny(1)
+    kept = _trace(world, cfg, fp32_params=["*norm*"], keep_gathered=["output.*", "norm.*"])
+    n_params = 2 + 9 + 1
+    assert len(_colls(kept["backward"], "all_gather")) == n_params - 1 - 2  # not embedding, output, norm
+    saved = {tuple(n.meta["val"].shape) for n in kept["backward"].graph.nodes if n.op == "placeholder"}
+    assert (cfg.vocab, cfg.dim) in saved  # the gathered head comes from the forward
+    # the embedding gathered behind the previous optimizer step: the forward waits for an input
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from inductor_ext.comms_passes.fsdp.data_parallel import NextStepGather
+
+    with FakeTensorMode():
+        model = data_parallel(Llama(cfg), world, fp32_params=["*norm*"])
+        NextStepGather(model, ["tok_embeddings.*"])()
+        tokens = torch.randint(0, cfg.vocab, (2, cfg.seq))
+        captured = capture_graphs(model, (tokens, tokens))
+    pre = {c.kind: post_grad(c, {}) for c in captured}
+    assert len(_colls(pre["forward"], "all_gather")) == n_params - 1
+    waited = [n.args[0] for n in pre["forward"].graph.nodes if is_wait(n) and n.args[0].op == "placeholder"]
+    assert [tuple(p.meta["val"].shape) for p in waited] == [(cfg.vocab, cfg.dim)]
+    assert len(_colls(pre["backward"], "reduce_scatter")) == n_params  # its gradient still goes home
+    with pytest.raises(ValueError, match="no data_parallel parameter matches"):
+        NextStepGather(model, ["nothing.*"])
+    lossy = _trace(world, cfg, reduce_dtypes={"tok_embeddings.*": torch.bfloat16})
+    dtypes = [c.args[0].meta["val"].dtype for c in _colls(lossy["backward"], "reduce_scatter")]
+    assert dtypes.count(torch.bfloat16) == 1 and dtypes.count(torch.float32) == n_params - 1
+    with pytest.raises(ValueError, match="keep_gathered"):
+        data_parallel(Llama(cfg), world, keep_gathered=-1)
+    with pytest.raises(TypeError, match="reduce_dtypes"):
+        data_parallel(Llama(cfg), world, reduce_dtypes={"*": "bf16"})
+    # a byte budget keeps the last-registered parameters that fit: the head (bf16) and the norm
+    model = data_parallel(Llama(cfg), world, fp32_params=["*norm*"], keep_gathered=cfg.vocab * cfg.dim * 2 + cfg.dim * 4)
+    kept_names = {n for n, m in model.named_modules() for k, pl in getattr(m, "parametrizations", {}).items()
+                  if not pl[0].reshard_after_forward}
+    assert kept_names == {"output", "norm"}

@@ -41,6 +41,7 @@ from inductor_ext.targets import Datasheet, datasheets
 __all__ = [
     "GPUSpec", "GPUS", "get_gpu", "CostModel", "AnalyticalCostModel", "CollectiveInfo",
     "collective_info", "wait_collective", "is_wait", "Timeline", "simulate", "memory_profile",
+    "unwrap_control_deps", "Span", "optimizer_step_time",
 ]
 
 c10d = torch.ops._c10d_functional
@@ -145,6 +146,19 @@ def collective_info(node: fx.Node, default_world_size: int = 8) -> CollectiveInf
     out_bytes = sum(_nbytes(t) for t in _tensors(_val(node)))
     full = {"all_gather": out_bytes, "reduce_scatter": in_bytes}.get(kind, max(in_bytes, out_bytes))
     return CollectiveInfo(kind, group, int(size), full, in_bytes, out_bytes)
+
+
+def unwrap_control_deps(node: fx.Node) -> fx.Node:
+    """The op a ``control_deps`` node runs (the node of its subgraph), or ``node`` itself.
+
+    2.15's overlap scheduler and ``fsdp_overlap.pin_order`` wrap ops in ``control_deps`` to pin
+    their order; the wrapped op keeps its metadata, and its subgraph's inputs the values."""
+    target = getattr(torch.ops.higher_order, "control_deps", None)
+    if target is None or node.op != "call_function" or node.target is not target:
+        return node
+    sub = node.args[1]
+    gm = getattr(sub.graph.owning_module, sub.target) if isinstance(sub, fx.Node) else sub
+    return next(n for n in gm.graph.nodes if n.op == "call_function")
 
 
 def is_wait(node: fx.Node) -> bool:
@@ -358,6 +372,14 @@ class AnalyticalCostModel:
         return estimate
 
 
+def optimizer_step_time(elements: int, model: AnalyticalCostModel, bytes_per_element: int = 28) -> float:
+    """Seconds of an elementwise optimizer step over ``elements`` local parameter elements: memory
+    bound; the default 28 bytes are AdamW on fp32 (read parameter, gradient and both moments,
+    write parameter and both moments)."""
+    g = model.gpu
+    return elements * bytes_per_element / (g.hbm_bandwidth * g.memory_efficiency) + g.kernel_launch
+
+
 def node_duration(model: CostModel, node: fx.Node, default_world_size: int = 8) -> float:
     info = collective_info(node, default_world_size)
     if info is not None:
@@ -524,9 +546,25 @@ class Timeline:
                         max(self.baseline_memory, other.baseline_memory))
 
 
+@dataclass
+class Span:
+    """One piece of work on a stream of the simulated timeline (seconds)."""
+
+    stream: str  # "compute", "comm <group>" or "wait" (compute stalled on a collective)
+    name: str
+    start: float
+    end: float
+    args: dict[str, Any] = field(default_factory=dict)
+
+
 def simulate(nodes: Iterable[fx.Node] | fx.Graph, model: CostModel, default_world_size: int = 8,
-             with_memory: bool = True) -> Timeline:
-    """Run ``nodes`` (in this order) on one compute stream and one stream per process group."""
+             with_memory: bool = True, record: list[Span] | None = None,
+             ready: Mapping[str, float] | None = None) -> Timeline:
+    """Run ``nodes`` (in this order) on one compute stream and one stream per process group.
+
+    ``record``: a list that receives a ``Span`` per compute node, collective and stall (traces).
+    ``ready``: graph inputs that are collectives issued before the graph (a prefetch), by name:
+    when, from the graph's start, they complete; a wait on one stalls until then."""
     nodes = list(nodes.nodes if isinstance(nodes, fx.Graph) else nodes)
     tl = Timeline()
     t = 0.0
@@ -534,12 +572,17 @@ def simulate(nodes: Iterable[fx.Node] | fx.Graph, model: CostModel, default_worl
     end: dict[fx.Node, float] = {}
     in_flight: dict[fx.Node, int] = {}
     cur_in_flight = 0
+    at: list[float] = []  # compute-stream time when each node is reached (for record)
     for n in nodes:
+        at.append(t)
         info = collective_info(n, default_world_size)
         if info is not None:
             dur = model.collective_time(info.kind, info.nbytes, info.group_size)
             start = max(t, stream_free.get(info.group, 0.0))
             end[n] = stream_free[info.group] = start + dur
+            if record is not None:
+                record.append(Span(f"comm {info.group}", n.name, start, start + dur,
+                                   {"kind": info.kind, "bytes": info.nbytes}))
             tl.communication += dur
             tl.collectives += 1
             tl.by_kind[info.kind] = tl.by_kind.get(info.kind, 0) + 1
@@ -550,12 +593,18 @@ def simulate(nodes: Iterable[fx.Node] | fx.Graph, model: CostModel, default_worl
         c = wait_collective(n)
         if c is not None:
             done = end.get(c, t)
+            if ready is not None and c.op == "placeholder" and c.name in ready:
+                done = max(t, ready[c.name])
             if done > t:
+                if record is not None:
+                    record.append(Span("wait", f"wait {c.name}", t, done))
                 tl.exposed += done - t
                 t = done
             cur_in_flight -= in_flight.pop(c, 0)
             continue
         dt = model.node_time(n)
+        if record is not None and dt > 0:
+            record.append(Span("compute", n.name, t, t + dt, {"op": str(n.target)}))
         t += dt
         tl.compute += dt
     tl.makespan = max([t, *stream_free.values()])
@@ -565,4 +614,10 @@ def simulate(nodes: Iterable[fx.Node] | fx.Graph, model: CostModel, default_worl
         live, base = memory_profile(nodes, default_world_size, getattr(model, "size_overrides", None))
         tl.peak_memory = max(live, default=base)
         tl.baseline_memory = base
+        if record is not None:  # live bytes where they change
+            prev = None
+            for when, v in zip(at, live):
+                if v != prev:
+                    record.append(Span("memory", "live", when, when, {"bytes": v}))
+                    prev = v
     return tl

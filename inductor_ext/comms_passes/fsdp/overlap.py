@@ -84,6 +84,7 @@ class OverlapSettings:
     reorder: bool = True  # prefetch all-gathers and place reduce-scatter waits by the cost model
     max_prefetch: int = 2  # all-gather buckets issued ahead of the one being used
     max_in_flight_bytes: int | None = None  # inputs + outputs of issued, not yet waited collectives
+    pin_order: bool = True  # control_deps keep the planned order through Inductor's scheduler
     memory_budget_bytes: int = 0  # extra estimated peak memory allowed over the input graph
     memory_budget_ratio: float = 0.0  # ... or this fraction of the input graph's peak (the larger)
     default_world_size: int = 8  # for groups whose size cannot be resolved
@@ -125,6 +126,10 @@ class OverlapSettings:
 
 
 OPTION = "fsdp_overlap"
+
+# What pin_order asks of Inductor's scheduler besides the control_deps (see FsdpOverlapPass).
+PLANNED_ORDER_PATCHES = {"reorder_for_peak_memory": False,
+                         "aten_distributed_optimizations.enable_simple_overlap": False}
 
 
 def _check_option(key: str, value: Any) -> dict[str, Any]:
@@ -220,6 +225,7 @@ class PlanSummary:
     exposed_after: float = 0.0
     rewrites: int = 0
     uneven_shards: str | None = None  # set when shards are uneven (planned on rank-invariant costs)
+    pinned: int = 0  # nodes given ordering dependencies (pin_order)
 
 
 def auto_bucket_cap(model: AnalyticalCostModel, group_size: int = 8) -> int:
@@ -253,6 +259,12 @@ class FsdpOverlapPass(ExtGraphPass):
         parts = (super().uuid(), inspect.getsource(cost_model), self.settings.to_json(),
                  type(self.cost_model).__qualname__, repr(getattr(self.cost_model, "gpu", "")))
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    def inductor_patches(self) -> dict[str, Any]:
+        # Inductor's scheduler would move the planned collectives and waits: simple_overlap issues
+        # collectives earlier and waits later, the peak-memory reorder issues gathers later. The
+        # plan already weighed both against the cost model and the memory budget.
+        return dict(PLANNED_ORDER_PATCHES) if self.settings.pin_order else {}
 
     def run(self, graph: fx.Graph) -> int:
         plan = optimize(graph, self.settings, self.cost_model)
@@ -342,7 +354,59 @@ def optimize(graph: fx.Graph, settings: OverlapSettings, model: CostModel | None
              "peak %.1f -> %.1f MB", {k: len(v) for k, v in final.buckets.items()}, final.prefetched,
              input_tl.exposed * 1e3, tl.exposed * 1e3, input_tl.peak_memory / 2**20,
              tl.peak_memory / 2**20)
+    if settings.pin_order:
+        final.pinned = pin_order(graph, model, world)
     return final
+
+
+def _kernel(node: fx.Node, model: CostModel, world: int) -> bool:
+    """A compute node Inductor runs as a kernel of its own (matmul, reduction, attention, ...):
+    an anchor that ordering dependencies can use without keeping a pointwise op from fusing."""
+    return (node.op == "call_function" and collective_info(node, world) is None and not is_wait(node)
+            and not is_view_like(node) and torch.Tag.pointwise not in getattr(node.target, "tags", ())
+            and model.node_time(node) > 0)
+
+
+def pin_order(graph: fx.Graph, model: CostModel, world: int) -> int:
+    """Make Inductor's scheduler run each collective and its wait where the plan put them.
+
+    Inductor's scheduler (``simple_overlap`` moves collectives earlier and waits later;
+    ``reorder_for_peak_memory`` may move either) would otherwise change the exposure the plan
+    was chosen for. With 2.15's ``control_deps`` (what its own overlap scheduler pins with),
+    every collective follows the last kernel before it and precedes the first kernel after it,
+    and every wait follows the last kernel before it and precedes the first kernel after it.
+    Anchors are non-pointwise kernels only, so no fusion is lost. Returns the number of nodes
+    that got ordering dependencies.
+    """
+    from torch._inductor.fx_passes.control_dependencies import preserve_node_ordering
+    from torch.utils._ordered_set import OrderedSet
+
+    nodes = list(graph.nodes)
+    kernels = [i for i, n in enumerate(nodes) if _kernel(n, model, world)]
+    pos = {n: i for i, n in enumerate(nodes)}
+    deps: dict[fx.Node, OrderedSet[fx.Node]] = {}
+
+    def before(i: int) -> fx.Node | None:
+        k = next((k for k in reversed(kernels) if k < i), None)
+        return None if k is None else nodes[k]
+
+    def after(i: int) -> fx.Node | None:
+        k = next((k for k in kernels if k > i), None)
+        return None if k is None else nodes[k]
+
+    for n in nodes:
+        c = wait_collective(n)
+        if c is None or c not in pos:
+            continue
+        for x in (c, n):
+            prev, nxt = before(pos[x]), after(pos[x])
+            if prev is not None:
+                deps.setdefault(x, OrderedSet()).add(prev)
+            if nxt is not None and nxt.op != "output":
+                deps.setdefault(nxt, OrderedSet()).add(x)
+    # outermost first: a node wrapped later keeps the name its dependants refer to
+    preserve_node_ordering(graph, {k: deps[k] for k in sorted(deps, key=pos.__getitem__)})
+    return len(deps)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -620,6 +684,15 @@ class _Builder:
         return node
 
 
+def _keep_provenance(coll: fx.Node, bucket: list[_Coll]) -> None:
+    """A bucket's collective names what it merged and where the first member came from (the
+    collective check and flight-recorder annotations show them)."""
+    coll.meta["ext_bucket_of"] = [c.node.name for c in bucket]
+    trace = next((c.node.meta["stack_trace"] for c in bucket if c.node.meta.get("stack_trace")), None)
+    if trace is not None:
+        coll.meta["stack_trace"] = trace
+
+
 def _merge_all_gather(graph: fx.Graph, bucket: list[_Coll], b: _Builder, anchor: fx.Node) -> tuple[fx.Node, fx.Node, list, list]:
     """One all-gather for ``bucket``: pack shards as bytes (mixed dtypes) or elements, gather, unpack."""
     w, group = bucket[0].group_size, bucket[0].group
@@ -651,6 +724,7 @@ def _merge_all_gather(graph: fx.Graph, bucket: list[_Coll], b: _Builder, anchor:
     buf = b(aten.cat.default, (parts,), anchor)
     pre.append(buf)
     coll = b(c10d.all_gather_into_tensor.default, (buf, w, group), anchor)
+    _keep_provenance(coll, bucket)
     wait = b(c10d.wait_tensor.default, (coll,), anchor)
     post: list[fx.Node] = []
     rows = b(aten.reshape.default, (wait, [w, off]), anchor)
@@ -687,6 +761,7 @@ def _merge_reduce_scatter(graph: fx.Graph, bucket: list[_Coll], b: _Builder, anc
     flat = b(aten.reshape.default, (cat, [-1]), anchor)
     pre += [cat, flat]
     coll = b(c10d.reduce_scatter_tensor.default, (flat, op, w, group), anchor)
+    _keep_provenance(coll, bucket)
     wait = b(c10d.wait_tensor.default, (coll,), anchor)
     post: list[fx.Node] = []
     off = 0

@@ -107,6 +107,68 @@ def buffer_intervals(
     return out
 
 
+def lower_bound_bytes(
+    actions: Mapping[int, Sequence[_Action | None]],
+    sizes: SizeSpec,
+    *,
+    stage_to_rank: Mapping[int, int] | None = None,
+    num_stages: int | None = None,
+    hide_latency: bool = False,
+) -> dict[int, int]:
+    """Per rank, a peak that no placement of receives and send waits goes below while the compute
+    order of ``actions`` stays (every buffer is live at least across the compute actions that
+    produce or use it):
+
+    * a received activation from its forward to its last backward (B, or W when split);
+    * a received gradient from its backward (B or I) to its last (B, or W);
+    * a forward output sent to another rank during its forward, an input gradient sent to
+      another rank during its backward (same-rank hand-offs: until the next stage's release);
+
+    that is 2.15's activation liveness plus the gradients and the sends. With ``hide_latency``
+    a transfer also needs a compute action on each side to hide behind: the sender keeps its
+    buffer through its next compute action and the receiver posts before its previous one, so
+    the result bounds the plans that never stall (where an idle gap hides the transfer instead,
+    a plan can do better than that figure).
+    """
+    size = _size_fn(sizes)
+    acts = {r: [a for a in lst if a is not None] for r, lst in actions.items()}
+    from inductor_ext.comms_passes.pipeline.ir import _infer_topology
+
+    topo = _infer_topology(acts, stage_to_rank, num_stages)
+    out: dict[int, int] = {}
+    for rank, lst in acts.items():
+        comp = [p for a in lst for p in _parts(a) if p.computation_type in (F, B, I, W)]
+        n = len(comp)
+        pos: dict[tuple, int] = {}
+        for i, p in enumerate(comp):
+            pos.setdefault(_key(p), i)
+
+        def release(s: int, m: int, at: int) -> int:
+            return next((pos[(ct, s, m)] for ct in (W, B, I) if (ct, s, m) in pos), at)
+
+        ext = 1 if hide_latency else 0
+        spans: list[tuple[int, int, int]] = []
+        for i, p in enumerate(comp):
+            ct, s, m = p.computation_type, p.stage_index, p.microbatch_index
+            last = topo.num_stages - 1
+            if ct == F:
+                if s > 0 and topo.rank(s - 1) != rank:
+                    spans.append((max(0, i - ext), release(s, m, i), size(BufferKey(RECV_ACT, s, m))))
+                if s < last:
+                    own = topo.rank(s + 1) == rank
+                    end = release(s + 1, m, i) if own else min(n - 1, i + ext)
+                    spans.append((i, end, size(BufferKey(OUT_ACT, s, m))))
+            elif ct in (B, I):
+                if s < last and topo.rank(s + 1) != rank:
+                    spans.append((max(0, i - ext), release(s, m, i), size(BufferKey(RECV_GRAD, s, m))))
+                if s > 0:
+                    own = topo.rank(s - 1) == rank
+                    end = release(s - 1, m, i) if own else min(n - 1, i + ext)
+                    spans.append((i, end, size(BufferKey(OUT_GRAD, s, m))))
+        out[rank] = _live_peak(spans, n)
+    return out
+
+
 def max_overlap(intervals: Sequence[tuple[int, int]] | Sequence[BufferInterval]) -> int:
     """Maximum number of inclusive intervals alive at one point (the clique number)."""
     events: list[tuple[int, int]] = []

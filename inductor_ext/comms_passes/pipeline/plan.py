@@ -65,8 +65,8 @@ from inductor_ext.comms_passes.pipeline.sim import (  # noqa: F401 (public API r
     p2p_order_violations, simulate, _Trace,
 )
 from inductor_ext.comms_passes.pipeline.buffers import (  # noqa: F401 (public API re-exported below)
-    buffer_intervals, BufferPlan, colour_intervals, _live_peak, max_overlap, PipelineBufferPlan,
-    _rank_plan,
+    buffer_intervals, BufferPlan, colour_intervals, _live_peak, lower_bound_bytes, max_overlap,
+    PipelineBufferPlan, _rank_plan,
 )
 from inductor_ext.comms_passes.pipeline.runtime import (  # noqa: F401 (public API re-exported below)
     apply_plan,
@@ -91,6 +91,7 @@ __all__ = [
     "buffer_intervals",
     "colour_intervals",
     "max_overlap",
+    "lower_bound_bytes",
     "lower_compute_schedule",
     "torch_single_stage_actions",
     "schedule_compute_order",
@@ -460,7 +461,7 @@ def plan_pipeline(
     recv_lookahead: int | None | str = "auto",
     search: bool = True,
     max_slowdown: float = 0.02,
-    max_evals: int = 300,
+    max_evals: int = 800,
     max_active_stages: int = 3,
     unshard_lookahead: Any = "full",
     spread_fsdp_unshards: bool = True,
@@ -572,7 +573,10 @@ def plan_pipeline(
         worst_ratio = max(
             p.resident_peak_bytes / max(1, ref_peaks.get(r, 1)) for r, p in ranks.items()
         )
-        score = (slow, top, sum(peaks), round(worst_ratio, 6), plateau, trace.makespan)
+        # every rank's peak counts, worst first (leximax): a move that lowers one rank without
+        # raising the sorted profile is progress even when the worst rank cannot move
+        score = (slow, tuple(sorted(peaks, reverse=True)), sum(peaks), round(worst_ratio, 6), plateau,
+                 trace.makespan)
         cache[ck] = (plan, score)
         if _SEARCH_LOG is not None:
             _SEARCH_LOG.append((dict(overrides), score))
@@ -717,6 +721,16 @@ def _candidate_moves(
             push({k: v for w in joints for k, v in w.items()})
         for change in waits + joints + recv_moves:
             push(change)
+        # coarser: every receive of this rank in one direction at one level (a rank whose
+        # neighbours' peaks leave it room posts later or earlier than the uniform level)
+        received: dict[str, list[tuple]] = defaultdict(list)
+        for iv in rp.intervals:
+            if iv.key.kind in (RECV_ACT, RECV_GRAD):
+                d = "act" if iv.key.kind == RECV_ACT else "grad"
+                received[d].append((d, iv.key.stage, iv.key.microbatch))
+        for d, ts in sorted(received.items()):
+            for level in _LEVELS:
+                push({("recv", rp.rank, t): level for t in ts})
     return moves
 
 

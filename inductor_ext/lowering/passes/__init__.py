@@ -76,8 +76,18 @@ def build_stages(config: ExtConfig) -> dict[str, StagePasses]:
     for name in config.passes:
         p = known[name](config)
         by_stage.setdefault(p.stage, []).append(p)
+    for name, cls in known.items():  # after the named ones of their stage
+        if cls.default_on and name not in config.passes and cls.enabled(config):
+            by_stage.setdefault(cls.stage, []).append(cls(config))
     return {s: StagePasses(s, by_stage[s]) for s in STAGES if s in by_stage}
 
 
 def pass_patches(config: ExtConfig) -> dict[str, Any]:
-    return {STAGE_SLOTS[stage]: group for stage, group in build_stages(config).items()}
+    """The stage slots, and the Inductor config the installed passes ask for."""
+    stages = build_stages(config)
+    patches: dict[str, Any] = {}
+    for group in stages.values():
+        for p in group.passes:
+            patches.update(p.inductor_patches())
+    patches.update({STAGE_SLOTS[stage]: group for stage, group in stages.items()})
+    return patches

@@ -35,6 +35,15 @@ class ExtGraphPass(CustomGraphPass):
 
     name: ClassVar[str]
     stage: ClassVar[str]
+    # Installed whether or not ``options["passes"]`` names it, wherever ``enabled`` agrees (after the
+    # named passes of its stage); a safety check such as collective_check, which its own option
+    # turns off.
+    default_on: ClassVar[bool] = False
+
+    @classmethod
+    def enabled(cls, config: ExtConfig) -> bool:
+        """Whether a ``default_on`` pass installs itself for ``config``."""
+        return True
 
     def __init__(self, config: ExtConfig) -> None:
         if self.stage not in STAGES:
@@ -43,6 +52,11 @@ class ExtGraphPass(CustomGraphPass):
 
     def run(self, graph: torch.fx.Graph) -> int:
         raise NotImplementedError
+
+    def inductor_patches(self) -> dict[str, object]:
+        """Inductor config this pass's result depends on (e.g. a scheduler pass that would undo an
+        order it planned); merged into the compile's patches, below the user's explicit ones."""
+        return {}
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         rewrites = self.run(graph)

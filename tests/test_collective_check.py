@@ -1,0 +1,204 @@
+"""The collective check (comms_passes/collective_check), in one process on the fake process group.
+
+Its two-rank behaviour (a graph made to differ by rank raises on both ranks, naming the first
+differing collective, instead of hanging; flight-recorder entries get FX nodes and source lines)
+is tested on 2 gloo ranks in tests/test_comms.py (``dist``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+from inductor_ext import presets
+from inductor_ext.config import ExtOptionError
+from inductor_ext.comms_passes.collective_check import agree, flight_recorder
+from inductor_ext.comms_passes.collective_check.fingerprint import (
+    Collective, GraphCollectives, describe_graph, first_difference, user_frame,
+)
+from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass, insert_check
+from inductor_ext.lowering.passes import build_stages, register_pass
+
+register_pass(CollectiveCheckPass)  # until the entry point is installed (pyproject.toml)
+
+
+@pytest.fixture
+def fake_world():
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    assert not dist.is_initialized()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def _collectives(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    full = funcol.all_gather_single(w, 0, dist.group.WORLD)
+    y = full @ x
+    part = funcol.reduce_scatter_single(y, "sum", 0, dist.group.WORLD)
+    return funcol.all_reduce(part.sum(), "sum", dist.group.WORLD)
+
+
+def _traced(rows: int = 4) -> torch.fx.GraphModule:
+    """The ATen graph of ``_collectives`` as Dynamo + AOTAutograd give it (with stack traces)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_collectives, backend=aot_autograd(fw_compiler=capture))(torch.randn(4, 8), torch.randn(rows, 4))
+    torch._dynamo.reset()
+    return graphs[0]
+
+
+def test_user_frame_is_the_innermost_line_outside_torch_and_ext():
+    import os
+
+    torch_file = os.path.join(os.path.dirname(torch.__file__), "distributed", "_functional_collectives.py")
+    trace = (f'  File "/home/me/train.py", line 10, in step\n    loss = model(x)\n'
+             f'  File "/home/me/model.py", line 42, in forward\n    return self.head(h)\n'
+             f'  File "{torch_file}", line 229, in all_gather_single\n    tensor = torch.ops.x()\n')
+    assert user_frame(trace) == "/home/me/model.py:42: return self.head(h)"
+    only_torch = f'  File "{torch_file}", line 229, in all_gather_single\n    tensor = torch.ops.x()\n'
+    assert user_frame(only_torch) == f"{torch_file}:229: tensor = torch.ops.x()"
+    assert user_frame(None) == "" and user_frame("no frames here") == ""
+
+
+def test_description_names_kind_group_dtype_sizes_and_order(fake_world):
+    desc = describe_graph(_traced().graph.nodes, "g")
+    kinds = [c.kind for c in desc.collectives]
+    assert kinds == ["all_gather", "reduce_scatter", "all_reduce"]
+    ag, rs, ar = desc.collectives
+    assert (ag.dtypes, ag.in_shapes, ag.out_shapes, ag.group_size) == (("float32",), ("[4, 4]",), ("[8, 4]",), 2)
+    assert rs.extra == "reduce_op=sum" and ar.out_shapes == ("[]",)
+    assert ag.group == rs.group == ar.group == desc.groups()[0]
+    assert __file__ in ag.source and "all_gather_single(w" in ag.source  # the user's line
+    # round trip through the op's argument
+    assert GraphCollectives.from_json(desc.to_json()) == desc
+    # digests: equal for equal sequences, different for another size, another order
+    same = describe_graph(_traced().graph.nodes, "other label")
+    other = describe_graph(_traced(rows=6).graph.nodes)
+    group = desc.groups()[0]
+    assert desc.digest(group) == same.digest(group) != other.digest(group)
+    swapped = GraphCollectives("g", (rs, ag, ar))
+    assert swapped.digest(group) != desc.digest(group)
+    assert first_difference(desc.collectives, other.collectives) == 0
+    assert first_difference(desc.collectives, same.collectives) is None
+    assert first_difference(desc.collectives, desc.collectives[:2]) == 2
+
+
+def test_mismatch_report_names_the_first_difference_on_each_side(fake_world):
+    a = describe_graph(_traced().graph.nodes, "compiled forward graph [0/0]")
+    b = describe_graph(_traced(rows=6).graph.nodes, "compiled forward graph [0/0]")
+    group = a.groups()[0]
+    text = agree.mismatch_report(group, [a, b, a], me=2, ranks=[0, 1, 2])
+    assert "collective #0" in text and "group rank 2" in text
+    assert "rank 0: all_gather of float32[4, 4] -> [8, 4]" in text
+    assert "rank 1: all_gather of float32[6, 4] -> [12, 4]" in text
+    assert text.count("FX node all_gather_into_tensor") == 2 and __file__ in text
+    assert 'options={"collective_check": False}' in text
+    shorter = GraphCollectives("g", a.collectives[:1])
+    text = agree.mismatch_report(group, [a, shorter], me=0, ranks=[0, 1])
+    assert "collective #1" in text and "rank 1: nothing (its graph ends after 1 collectives)" in text
+
+
+def test_pass_is_on_by_default_when_distributed_and_off_by_option():
+    assert not dist.is_initialized()
+    config = presets.resolve({"preset": "cpu", "passes": ["fsdp_overlap"]})
+    assert not CollectiveCheckPass.enabled(config)  # nothing to agree with
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        stages = build_stages(config)
+        names = [p.name for p in stages["post_grad_post"].passes]
+        assert names == ["fsdp_overlap", "collective_check"]  # after the passes that bucket
+        off = presets.resolve({"preset": "cpu", "collective_check": False})
+        assert "collective_check" not in [p.name for s in build_stages(off).values() for p in s.passes]
+        timed = presets.resolve({"preset": "cpu", "collective_check": {"timeout_s": 5}})
+        assert CollectiveCheckPass(timed).timeout_s == 5.0
+    finally:
+        dist.destroy_process_group()
+    for bad in ("yes", {"timeout": 5}, {"timeout_s": 0}):
+        with pytest.raises(ExtOptionError, match=r"collective_check.*expected True, False or \{'timeout_s'"):
+            presets.resolve({"preset": "cpu", "collective_check": bad})
+
+
+def test_insert_check_orders_each_groups_first_collective_after_it(fake_world):
+    gm = _traced()
+    token = insert_check(gm.graph, "g", timeout_s=7)
+    gm.recompile()
+    nodes = list(gm.graph.nodes)
+    assert token is nodes[2]  # right after the two inputs
+    assert token.args[1:] == (torch.device("cpu"), 7.0)
+    control = [n for n in nodes if n.target is torch.ops.higher_order.control_deps]
+    assert len(control) == 1 and control[0].args[0] == (token,)  # one group: its first collective
+    assert control[0].name == "all_gather_into_tensor"  # renamed back: descriptions still match
+    assert GraphCollectives.from_json(token.args[0]).collectives[0].node == "all_gather_into_tensor"
+    assert insert_check(torch.fx.symbolic_trace(lambda x: x + 1).graph) is None  # no collectives
+
+
+def test_compiled_graph_checks_before_its_first_collective(fake_world):
+    """backend="ext" with the pass on: the op is in the generated code, before the first
+    collective, and runs (groups of the fake backend never communicate, so it returns)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    calls = agree.stats["calls"]
+    compiled = torch.compile(_collectives, backend="ext", options={"preset": "cpu"})
+    _, (code, *_) = run_and_get_code(compiled, torch.randn(4, 8), torch.randn(4, 4))
+    body = code[code.index("def call"):]
+    check = body.index("torch.ops.inductor_ext.collective_check.default(")
+    first = re.search(r"torch\.ops\._c10d_functional\.(?!wait)\w+\.default\(", body).start()
+    assert check < first
+    assert agree.stats["calls"] == calls + 1
+    compiled(torch.randn(4, 8), torch.randn(4, 4))
+    assert agree.stats["calls"] == calls + 2
+    torch._dynamo.reset()
+
+
+def test_flight_recorder_entries_get_node_and_source(tmp_path):
+    ag = Collective("all_gather", "all_gather_into_tensor.default", "0", 2, ("bfloat16",), ("[4]",),
+                    ("[8]",), "", node="all_gather_into_tensor_3", source="model.py:7: h = self.w(x)",
+                    bucket_of=("all_gather_into_tensor", "all_gather_into_tensor_1"))
+    rs = Collective("reduce_scatter", "reduce_scatter_tensor.default", "0", 2, ("float32",), ("[8]",),
+                    ("[4]",), "reduce_op=avg", node="reduce_scatter_tensor", source="model.py:8: y = f(h)")
+    code = tmp_path / "output_code.py"
+    code.write_text("def call(args):\n"
+                    "    buf0 = torch.ops._c10d_functional.all_gather_into_tensor.default(a, 2, '0')\n"
+                    "    torch.ops._c10d_functional.wait_tensor.default(buf0)\n"
+                    "    buf1 = torch.ops._c10d_functional.reduce_scatter_tensor.default(b, 'avg', 2, '0')\n")
+    agree._code_files[str(code)] = GraphCollectives("compiled backward graph [0/0]", (ag, rs))
+    try:
+        def entry(line, file=str(code)):
+            return {"profiling_name": "gloo:all_gather",
+                    "frames": [{"filename": "/torch/_ops.py", "line": 1, "name": "__call__"},
+                               {"filename": file, "line": line, "name": "call"}]}
+
+        trace = flight_recorder.annotate({"entries": [entry(2), entry(4), entry(9, "/elsewhere.py"),
+                                                      entry(1, agree.__file__)]})
+        first, second, other, check = trace["entries"]
+        assert first["ext_fx_node"] == "all_gather_into_tensor_3" and first["ext_source"] == ag.source
+        assert first["ext_bucket_of"] == ["all_gather_into_tensor", "all_gather_into_tensor_1"]
+        assert first["ext_graph"] == "compiled backward graph [0/0]"
+        assert second["ext_fx_node"] == "reduce_scatter_tensor" and "avg" in second["ext_collective"]
+        assert not any(k.startswith("ext") for k in other)
+        assert "collective check" in check["ext_note"]
+        # a module whose collectives no longer match the description: said, not guessed
+        agree._code_files[str(code)] = GraphCollectives("g", (ag,))
+        flight_recorder._collective_lines.cache_clear()
+        (lone,) = flight_recorder.annotate({"entries": [entry(2)]})["entries"]
+        assert "ext_fx_node" not in lone and "issues 2 collectives, its description 1" in lone["ext_note"]
+    finally:
+        agree._code_files.pop(str(code), None)
+        flight_recorder._collective_lines.cache_clear()
