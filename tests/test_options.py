@@ -495,3 +495,24 @@ def test_cli_presets_list_and_show(capsys):
     assert json.loads(capsys.readouterr().out)["preset"] == "cpu"
     assert cli.main(["presets", "show", "nope"]) == 2
     assert "valid presets" in capsys.readouterr().err
+
+
+def test_every_pass_in_the_package_has_its_entry_point():
+    """A pass without its pyproject line is never installed by name or by default in a user's
+    compile (only where a test imported its module): every ExtGraphPass subclass we ship is listed."""
+    import importlib
+    import pkgutil
+
+    import inductor_ext
+    from inductor_ext.lowering.passes.base import ExtGraphPass
+
+    for info in pkgutil.walk_packages(inductor_ext.__path__, "inductor_ext."):
+        if ".passes" in info.name or info.name.startswith("inductor_ext.comms_passes"):
+            importlib.import_module(info.name)
+    shipped = {cls.name: cls for cls in _subclasses(ExtGraphPass) if cls.__module__.startswith("inductor_ext.")}
+    listed = available_passes()
+    assert {name: listed.get(name) for name in shipped} == shipped
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [c for s in cls.__subclasses__() for c in (s, *_subclasses(s))]
