@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import types
 
 import pytest
 import torch
@@ -98,15 +97,14 @@ def test_amx_needs_even_k_and_unit_alpha(monkeypatch):
 
 
 def test_where_each_family_runs():
-    cpu_tensors = types.SimpleNamespace(device_type="cpu")
-    on_cpu = ext_choices.ExtChoices(presets.resolve({"templates": ["triton.gemm", "cpp.gemm"], "interpret": True}))
-    assert on_cpu._unusable_reason(cpu_tensors, gemm) is None
+    on_cpu = presets.resolve({"templates": ["triton.gemm", "cpp.gemm"], "interpret": True})
+    assert ext_choices.unusable_reason(on_cpu, gemm, "cpu") is None
     # Triton kernels run on CPU tensors only as a GPU preset's, interpreted: the message says how.
-    why = on_cpu._unusable_reason(cpu_tensors, registry.get("triton.gemm"))
+    why = ext_choices.unusable_reason(on_cpu, registry.get("triton.gemm"), "cpu")
     assert "options={'preset': 'hopper', 'interpret': True}" in why, why
-    hopper = ext_choices.ExtChoices(presets.resolve({"preset": "hopper", "interpret": True}))
-    assert hopper._unusable_reason(cpu_tensors, registry.get("triton.gemm")) is None
-    assert hopper._unusable_reason(cpu_tensors, gemm) == "verified for cpu, not target sm_90a"
+    hopper = presets.resolve({"preset": "hopper", "interpret": True})
+    assert ext_choices.unusable_reason(hopper, registry.get("triton.gemm"), "cpu") is None
+    assert ext_choices.unusable_reason(hopper, gemm, "cpu") == "verified for cpu, not target sm_90a"
 
 
 def test_configs_refuse_other_targets():
