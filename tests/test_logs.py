@@ -5,10 +5,11 @@ import subprocess
 import sys
 
 SCRIPT = """
+import sys
 import torch
 m = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU())
 with torch.no_grad():
-    torch.compile(m, backend="ext", options={"autotune": "quick"})(torch.randn(4, 16))
+    torch.compile(m, backend="ext", options={"autotune": "quick", "autotune_cache": sys.argv[1]})(torch.randn(4, 16))
 """
 
 
@@ -18,7 +19,9 @@ def _stderr(torch_logs, tmp_path):
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / f"inductor_{bool(torch_logs)}")
     if torch_logs:
         env["TORCH_LOGS"] = torch_logs
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    # a fresh autotune cache too: a hit would log the cached winner, not the timed candidates
+    cache = str(tmp_path / f"autotune_{bool(torch_logs)}.db")
+    done = subprocess.run([sys.executable, "-c", SCRIPT, cache], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stderr
 
