@@ -13,8 +13,11 @@ from inductor_ext.kernels.norm_ops import OP, default_eps
 from inductor_ext.kernels.norms import rms_norm_reference
 from inductor_ext.lowering.passes import available_passes, register_pass
 from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
+from inductor_ext.lowering.passes.topk_op import TopkOp
 
-register_pass(RmsNormOp)  # the package registers it through its entry point (pyproject.toml)
+# the package registers them through their entry points (pyproject.toml); the gfx950 preset runs both
+register_pass(RmsNormOp)
+register_pass(TopkOp)
 
 
 def _pre_grad_graph(fn, *args, grad: bool = False) -> tuple[torch.fx.GraphModule, list]:

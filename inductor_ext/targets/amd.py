@@ -72,11 +72,12 @@ DATASHEETS = {
 PRESETS = {
     "gfx950": {
         "description": "AMD MI350/MI355 (gfx950): Triton and FlyDSL GEMMs (v_mfma), FlyDSL ragged grouped GEMM and "
-                       "MXFP8/MXFP4 scaled GEMM (scaled MFMA), Helion RMSNorm/softmax, each against ATen",
+                       "MXFP8/MXFP4 scaled GEMM (scaled MFMA), Helion RMSNorm/softmax, Triton top-k, each against ATen",
         "target": "gfx950",
-        "passes": ["rms_norm_op"],  # RMSNorm stays one op, so helion.rmsnorm is offered for it
+        # RMSNorm and top-k stay one op each, so helion.rmsnorm and triton.topk are offered for them
+        "passes": ["rms_norm_op", "topk_op"],
         "templates": ["triton.gemm", "flydsl.gemm", "flydsl.grouped_mm", "flydsl.mx_scaled_mm", "helion.rmsnorm",
-                      "helion.softmax"],
+                      "helion.softmax", "triton.topk"],
         "autotune": "quick", "pdl": "off", "template_margin": 0.02,
     },
     "gfx1250": {
