@@ -163,11 +163,16 @@ def test_interp_ties_go_to_the_lowest_index(largest: bool) -> None:
     (lowest index first, -0.0 == 0.0, NaN above every number), and torch.topk's values."""
     gen = torch.Generator().manual_seed(3)
     x = torch.randint(-3, 4, (3, 200), generator=gen).float()
-    x[:, ::7] = -0.0
-    x[1, 5::50] = float("nan")
+    x[0, ::2], x[0, 1::2], x[0, 100:103] = -0.0, 0.0, 1.0  # signed zeros are equal: index order
+    x[1, 5::50] = torch.tensor([0xFFC00000], dtype=torch.int64).to(torch.int32).view(torch.float32)  # a negative NaN
+    x[1, 30] = float("nan")
     x[2, :] = 2.0  # a row of one value: the first k indices
     _check(x, 12, largest, Config(1, 64, 4))
     got = tk.call(Problem(3, 200, 12, largest), Config(1, 64, 4), "cpu", x)
     assert got[2].tolist() == list(range(12))
     if largest:
-        assert got[1, :4].tolist() == list(range(5, 200, 50))  # the NaNs first, in index order
+        assert got[0].tolist() == [100, 101, 102, *range(9)]
+        assert got[1, :5].tolist() == [5, 30, 55, 105, 155]  # the NaNs first, whatever their sign, in index order
+    else:
+        assert got[0].tolist() == list(range(12))
+        assert not set(got[1].tolist()) & {5, 30, 55, 105, 155}
