@@ -196,6 +196,15 @@ def render(problem: TopkProblem, config: TopkConfig, target: str = "gfx950") -> 
                         constexprs=consts, signature=signature, launch={"num_warps": config.num_warps, "num_stages": 1})
 
 
+def compile_asm(problem: TopkProblem, config: TopkConfig, target: str) -> dict[str, str]:
+    """``inductor-ext asm``: the rendered kernel compiled by Triton for ``target`` (the amdgcn text)."""
+    from inductor_ext.runtime.triton_compile import compile_for_target
+
+    if target not in TARGETS:
+        raise ValueError(f"{FAMILY} does not compile for {target}; it claims {TARGETS}")
+    return compile_for_target(render(problem, config, target), target)
+
+
 def call(problem: TopkProblem, config: TopkConfig, target: str, x: "torch.Tensor") -> "torch.Tensor":
     """The int64 indices (leading dims of ``x``, then k) of the top k of each last-dim row: the
     compiled kernel on a gfx950, Triton's interpreter on CPU tensors."""
@@ -214,4 +223,4 @@ def call(problem: TopkProblem, config: TopkConfig, target: str, x: "torch.Tensor
 
 __all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TopkProblem",
            "TopkConfig", "ALL_CONFIGS", "KEY_INSTRUCTIONS", "problem_for", "supports", "config_supports", "configs",
-           "example_problem", "kernel_name", "constexprs", "render", "call", "k_pad"]
+           "example_problem", "kernel_name", "constexprs", "render", "compile_asm", "call", "k_pad"]
