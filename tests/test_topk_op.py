@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from _pre_grad import pre_grad_graph
+
 from inductor_ext import presets
 from inductor_ext.kernels.topk_ops import OP
 from inductor_ext.lowering.passes import available_passes, register_pass
@@ -20,16 +22,7 @@ register_pass(TopkOp)
 
 
 def _rewrite(fn, *args, grad: bool = False, **options) -> tuple[torch.fx.GraphModule, int, list]:
-    captured = []
-
-    def backend(gm, example_inputs):
-        captured.append((gm, example_inputs))
-        return gm
-
-    torch._dynamo.reset()
-    with torch.set_grad_enabled(grad):
-        torch.compile(fn, backend=backend)(*args)
-    gm, inputs = captured[0]
+    gm, inputs = pre_grad_graph(fn, *args, grad=grad)
     config = presets.resolve({"preset": "gfx950", "interpret": True, **options})
     rewrites = TopkOp(config).run(gm.graph)
     gm.recompile()

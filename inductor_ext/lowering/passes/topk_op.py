@@ -31,10 +31,9 @@ from torch.fx import Graph, Node
 
 from inductor_ext.kernels.topk_ops import OP
 from inductor_ext.logs import passes_log as log
-from inductor_ext.lowering.ext_choices import offered_families
-from inductor_ext.lowering.op_specs import dtype_name
 from inductor_ext.lowering.passes.base import ExtGraphPass
-from inductor_ext.templates.family import OpSpec, TensorSpec
+from inductor_ext.lowering.passes.op_offer import refusal, tensor_spec
+from inductor_ext.templates.family import OpSpec
 
 _PARAMS = ("input", "k", "dim", "largest", "sorted")
 _DEFAULTS = {"dim": -1, "largest": True, "sorted": True}
@@ -48,13 +47,6 @@ def _is_topk(node: Node) -> bool:
 def _arguments(node: Node) -> dict[str, Any]:
     """``topk(input, k, dim=-1, largest=True, sorted=True)``'s arguments by name."""
     return {**_DEFAULTS, **dict(zip(_PARAMS, node.args)), **node.kwargs}
-
-
-def _tensor_spec(value: Any) -> TensorSpec | None:
-    """An example value as plain data; None when its sizes are symbolic (dynamic shapes)."""
-    if not all(isinstance(s, int) for s in (*value.shape, *value.stride())):
-        return None
-    return TensorSpec(tuple(value.shape), tuple(value.stride()), dtype_name(value.dtype))
 
 
 class TopkOp(ExtGraphPass):
@@ -100,16 +92,9 @@ class TopkOp(ExtGraphPass):
             return "k, dim, largest or sorted is not a constant"
         if out[0].requires_grad:
             return "a gradient flows through it (the op has no backward)"
-        spec = _tensor_spec(value)
+        spec = tensor_spec(value)
         if spec is None:
             return "dynamic shapes"
-        out_spec = _tensor_spec(out[1].contiguous())
         scalars = {"k": args["k"], "dim": args["dim"], "largest": args["largest"], "sorted": args["sorted"]}
-        families = offered_families(self.config, "topk", value.device.type)
-        why = []
-        for family in families:
-            problem = family.problem_for(OpSpec("topk", (spec,), out_spec, scalars, value.device.type))
-            if not isinstance(problem, str):
-                return None
-            why.append(f"{family.FAMILY}: {problem}")
-        return "; ".join(why) or "no family enabled for topk serves this target and device"
+        return refusal(self.config, OpSpec("topk", (spec,), tensor_spec(out[1], contiguous=True), scalars,
+                                           value.device.type))
