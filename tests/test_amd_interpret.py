@@ -11,6 +11,8 @@ import pytest
 
 from _script_runner import interpret_env, run_json_script
 
+from inductor_ext import dumps
+
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> dict:
@@ -45,3 +47,6 @@ def test_triton_topk_serves_a_routers_topk_with_the_reference_values_and_indices
     assert "extern_kernels.ext_triton_topk_" in result["code"]
     assert result["dtypes"] == ["torch.bfloat16", "torch.int64"]
     assert result["values_equal"] and result["indices_equal"], result
+    # dumps find the kernel the graph calls, with the source the family renders for it
+    (kernel,) = [k for k in dumps.kernel_infos(result["code"]) if k.template == "triton.topk"]
+    assert "tl.topk(" in kernel.source and kernel.config["block_m"] in (4, 16)
