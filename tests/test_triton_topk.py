@@ -90,6 +90,9 @@ def test_problem_for_flattens_leading_dims() -> None:
     p = tk.problem_for(_spec((2, 3, 77), (231, 77, 1), "float16", 7, 2, False))
     assert p == Problem(6, 77, 7, False, "float16")
     assert tk.problem_for(_spec((64, 10), (1, 64), "float32", 3)) == Problem(64, 10, 3, True, "float32")  # strided
+    unsorted = _spec((4, 100), (100, 1))
+    unsorted.scalars["sorted"] = False
+    assert tk.problem_for(unsorted) == Problem(4, 100, 8, True, "bfloat16")  # sorted is one valid order
 
 
 @pytest.mark.parametrize("spec, why", [

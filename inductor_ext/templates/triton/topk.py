@@ -13,6 +13,11 @@ keeps the best K_PAD keys (k rounded up to a power of two) and merges each chunk
 Tiers: G (the rendered module), I (compiled for gfx950 by Triton: the 64-bit key compares, the
 DPP / permlane lane exchanges of the bitonic network and the int64 stores asserted, no spills), C (Triton's interpreter vs
 ``kernels.topk.topk_reference``, exact indices). D: ``call`` on a gfx950.
+
+Why Triton and not Helion: Helion 1.5.1's Triton backend generates ``torch.topk`` inside a kernel,
+but its FlyDSL backend (the one giving gfx950 ISA) has no ``aten.topk`` lowering ("Aten lowering
+codegen not registered"). To check on a gfx950: a bf16/fp16 row is loaded one element per lane
+(``buffer_load_ushort``, no 16-byte loads), and a long row costs one bitonic top-k per chunk.
 """
 
 from __future__ import annotations
