@@ -2,7 +2,7 @@
 (hipBLASLt / hipBLAS / ATen's kernels), correctness first, then timing side by side in one run.
 
 MI350/MI355 (gfx950): flydsl.gemm (4 layouts), flydsl.grouped_mm (MoE), flydsl.mx_scaled_mm
-(MXFP8/MXFP4), helion.rmsnorm, helion.softmax. MI450 (gfx1250): flydsl.tdm_gemm (bf16, fp8),
+(MXFP8/MXFP4), helion.rmsnorm, helion.softmax, triton.topk (sampling rows, MoE routers). MI450 (gfx1250): flydsl.tdm_gemm (bf16, fp8),
 triton.tdm_gemm (bf16, fp8), flydsl.gemm, flydsl.grouped_mm.
 
 The first run on hardware must look at the "ok" column before any timing: the FlyDSL kernels were
@@ -43,6 +43,8 @@ GEMM_SHAPES = [(16, 16, 32), (1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096
                (4096, 14336, 4096), (37, 1000, 520)]  # (M, N, K): layout probe first, odd last
 MOE = [(8, 4096, 2048, 1408), (64, 8192, 2048, 1408)]  # (experts, tokens, N, K)
 NORM_SHAPES = [(1, 4096), (4096, 4096), (4096, 8192), (37, 1000)]
+TOPK_CASES = [(1, 32000, 50, "bfloat16"), (64, 128256, 50, "bfloat16"), (8192, 128, 8, "float32"),
+              (8192, 256, 8, "bfloat16"), (37, 1000, 7, "float16")]  # (rows, n, k, dtype): odd last
 
 
 def timed(fn: Callable[[], Any], reps: int = 30) -> dict[str, float]:
@@ -210,6 +212,22 @@ def norm_cases(dev: str, device: bool) -> list[dict]:
     return rows
 
 
+def topk_cases(dev: str, device: bool) -> list[dict]:
+    """triton.topk vs torch.topk: the values its indices pick must be the reference's exactly."""
+    from inductor_ext.kernels.topk import topk_reference
+    from inductor_ext.templates.triton import topk
+
+    rows = []
+    for rows_, n, k, dtype in TOPK_CASES if device else TOPK_CASES[-1:]:
+        x = torch.randn(rows_, n, device=dev).to(getattr(torch, dtype))
+        p = topk.TopkProblem(rows_, n, k, True, dtype)
+        for c in topk.configs(p, "gfx950")[: None if device else 1]:
+            got = x.gather(-1, topk.call(p, c, "gfx950", x)).cpu()
+            rows.append(_row(topk.FAMILY, f"{rows_}x{n}_k{k}_{dtype}", c, got, topk_reference(x.cpu(), k)[0], 0.0,
+                             lambda: topk.call(p, c, "gfx950", x), lambda: torch.topk(x, k), device))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="rocm_gemm.json")
@@ -237,6 +255,7 @@ def main() -> None:
         if target == "gfx950":
             rows += mx_cases(dev, shapes, device)
             rows += norm_cases(dev, device)
+            rows += topk_cases(dev, device)
         else:
             rows += tdm_cases(dev, shapes if device else [(16, 16, 128)], device)
     result = {"arch": arch, "device": torch.cuda.get_device_name() if device else "cpu (smoke)",

@@ -5,7 +5,10 @@
   served by ``triton.tdm_gemm`` (forced): Inductor renders the family's one template for both ops
   and Triton's interpreter runs it;
 - gfx950: ``nn.RMSNorm`` under ``torch.no_grad``: the ``rms_norm_op`` pass keeps it one op and
-  ``helion.rmsnorm`` (forced) serves it through Helion's Triton backend in the interpreter.
+  ``helion.rmsnorm`` (forced) serves it through Helion's Triton backend in the interpreter;
+- gfx950: an MoE router's ``torch.topk`` (bf16 logits, 64 experts): the ``topk_op`` pass makes it
+  ``inductor_ext::topk_indices`` + a gather, ``triton.topk`` (forced) serves the indices in the
+  interpreter.
 
 Prints one JSON object: per case the result's error against the plain-torch reference, the
 decisions ext took, and whether the generated code calls the family's kernel.
@@ -18,11 +21,15 @@ from torch._inductor.utils import run_and_get_code
 
 from inductor_ext.kernels.norms import rms_norm_reference
 from inductor_ext.kernels.scaled_gemm import scaled_mm_reference
+from inductor_ext.kernels.topk import topk_reference
 from inductor_ext.lowering import ext_choices
 from inductor_ext.lowering.passes import register_pass
 from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
+from inductor_ext.lowering.passes.topk_op import TopkOp
 
-register_pass(RmsNormOp)  # installed with the package through its entry point; this tree may not be
+# installed with the package through their entry points; this tree's may not be
+register_pass(RmsNormOp)
+register_pass(TopkOp)
 
 
 def _compile(fn, args, preset: str, family: str):
@@ -69,6 +76,17 @@ def main() -> dict:
         norm.weight.copy_(torch.randn(1000, generator=gen))
     h = torch.randn(2, 3, 1000, generator=gen).to(torch.bfloat16)
     out["gfx950_rms_norm"] = _case(norm, (h,), rms_norm_reference(h, norm.weight, 1e-5), "gfx950", "helion.rmsnorm")
+
+    def route(logits):
+        weights, experts = torch.topk(logits, 6)
+        return weights, experts
+
+    logits = torch.randn(4, 6, 64, generator=gen).to(torch.bfloat16)
+    (values, indices), code, decisions = _compile(route, (logits,), "gfx950", "triton.topk")
+    want_values, want_indices = topk_reference(logits, 6)
+    out["gfx950_topk"] = {"values_equal": torch.equal(values, want_values),
+                          "indices_equal": torch.equal(indices, want_indices), "dtypes": [str(values.dtype), str(indices.dtype)],
+                          "decisions": decisions, "code": code}
     return out
 
 

@@ -17,9 +17,9 @@ from inductor_ext.targets import amd
 from inductor_ext.templates import registry
 
 FAMILIES = ["flydsl.gemm", "flydsl.grouped_mm", "flydsl.mx_scaled_mm", "flydsl.tdm_gemm", "triton.tdm_gemm",
-            "helion.rmsnorm", "helion.softmax"]
-# The lowering's op names (lowering/op_specs.py, lowering/rms_norm.py; softmax: the Metal branch's op).
-LOWERING_OPS = {"mm", "addmm", "scaled_mm", "grouped_mm", "rms_norm", "softmax"}
+            "helion.rmsnorm", "helion.softmax", "triton.topk"]
+# The lowering's op names (lowering/op_specs.py, lowering/rms_norm.py, lowering/topk.py; softmax: the Metal branch's op).
+LOWERING_OPS = {"mm", "addmm", "scaled_mm", "grouped_mm", "rms_norm", "softmax", "topk"}
 
 
 def test_the_family_scan_loads_no_compiler() -> None:
@@ -63,7 +63,7 @@ def test_key_instructions_reject_an_unknown_fact() -> None:
 
 @pytest.mark.parametrize("preset, expected", [
     ("gfx950", ["triton.gemm", "flydsl.gemm", "flydsl.grouped_mm", "flydsl.mx_scaled_mm", "helion.rmsnorm",
-                "helion.softmax"]),
+                "helion.softmax", "triton.topk"]),
     ("gfx1250", ["triton.gemm", "triton.tdm_gemm", "flydsl.tdm_gemm", "flydsl.gemm", "flydsl.grouped_mm"]),
 ])
 def test_presets_list_the_families_that_claim_their_target(preset: str, expected: list[str]) -> None:

@@ -1,13 +1,17 @@
 """The AMD presets in interpret mode (tier C through a real ``backend="ext"`` compile, on CPU):
 ``triton.tdm_gemm``'s one Inductor template serves an ``nn.Linear`` and a row-wise fp8
 ``torch._scaled_mm`` with a bias under gfx1250, and ``nn.RMSNorm`` becomes ``inductor_ext::rms_norm``
-served by ``helion.rmsnorm`` under gfx950 (tests/_amd_interpret_script.py, one subprocess)."""
+served by ``helion.rmsnorm`` under gfx950, and an MoE router's ``torch.topk`` becomes
+``inductor_ext::topk_indices`` + a gather served by ``triton.topk`` under gfx950
+(tests/_amd_interpret_script.py, one subprocess)."""
 
 from __future__ import annotations
 
 import pytest
 
 from _script_runner import interpret_env, run_json_script
+
+from inductor_ext import dumps
 
 
 @pytest.fixture(scope="module")
@@ -32,3 +36,17 @@ def test_the_family_serves_the_compiled_graph_with_the_reference_numbers(compile
     assert result["dtype"] == "torch.bfloat16"
     # one bf16 rounding of the same fp32 math; exact here, allow one ulp of the largest value
     assert result["max_err"] <= result["max_ref"] * 2**-8, result
+
+
+@pytest.mark.interp
+def test_triton_topk_serves_a_routers_topk_with_the_reference_values_and_indices(compiled) -> None:
+    result = compiled["gfx950_topk"]
+    (decision,) = result["decisions"]
+    assert decision["op"] == "topk" and decision["reason"] == "force_template=triton.topk", decision
+    assert decision["families"] == ["aten", "triton.topk"]
+    assert "extern_kernels.ext_triton_topk_" in result["code"]
+    assert result["dtypes"] == ["torch.bfloat16", "torch.int64"]
+    assert result["values_equal"] and result["indices_equal"], result
+    # dumps find the kernel the graph calls, with the source the family renders for it
+    (kernel,) = [k for k in dumps.kernel_infos(result["code"]) if k.template == "triton.topk"]
+    assert "tl.topk(" in kernel.source and kernel.config["block_m"] in (4, 16)

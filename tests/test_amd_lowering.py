@@ -27,15 +27,19 @@ from torch._inductor.virtualized import V
 from inductor_ext import presets
 from inductor_ext.lowering import ext_choices
 from inductor_ext.lowering import rms_norm as rms_norm_lowering
+from inductor_ext.lowering import topk as topk_lowering
 from inductor_ext.lowering.kernel_inputs import FixedKernelInputs
 from inductor_ext.lowering.passes import register_pass
 from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
+from inductor_ext.lowering.passes.topk_op import TopkOp
 from inductor_ext.runtime.kernel_source import KernelSource
 from inductor_ext.targets import amd
 from inductor_ext.templates import registry
 from inductor_ext.testing import isa
 
-register_pass(RmsNormOp)  # the gfx950 preset runs it; installed through its entry point (pyproject.toml)
+# the gfx950 preset runs them; installed through their entry points (pyproject.toml)
+register_pass(RmsNormOp)
+register_pass(TopkOp)
 
 ROCM = torch.device("cuda", 0)  # a ROCm GPU is a "cuda" device to torch
 # What a ROCm torch reports for each target (compute capability, warp size), for Inductor's codegen.
@@ -121,6 +125,14 @@ def rms_norm(rows: int, n: int, dtype: torch.dtype = BF16):
             [rms_norm_lowering.ATEN_CHOICE.bind(tuple(nodes), layout, **scalars)])
 
 
+def topk(rows: int, n: int, k: int, dtype: torch.dtype = BF16):
+    """The ``topk_op`` pass's op: indices of the top k along the last dimension."""
+    nodes = [realize_inputs(_input("x", (rows, n), dtype))]
+    layout = ir.FixedLayout(ROCM, torch.int64, [rows, k])
+    scalars = {"k": k, "dim": -1, "largest": True, "sorted": True}
+    return FixedKernelInputs(nodes, layout, scalars), [topk_lowering.ATEN_CHOICE.bind(tuple(nodes), layout, **scalars)]
+
+
 # ------------------------------------------------------------------------------- the offers
 
 # (preset, op, inputs, families offered beside ATen, in the preset's order)
@@ -136,6 +148,8 @@ OFFERS = {
     "gfx950_grouped_mm": ("gfx950", "grouped_mm", lambda: grouped_mm(256, 128, 256, 8), ["flydsl.grouped_mm"]),
     "gfx1250_grouped_mm": ("gfx1250", "grouped_mm", lambda: grouped_mm(256, 128, 256, 8), ["flydsl.grouped_mm"]),
     "gfx950_rms_norm": ("gfx950", "rms_norm", lambda: rms_norm(64, 1024), ["helion.rmsnorm"]),
+    "gfx950_topk_vocab": ("gfx950", "topk", lambda: topk(8, 32000, 50), ["triton.topk"]),
+    "gfx950_topk_router": ("gfx950", "topk", lambda: topk(4096, 128, 8, torch.float32), ["triton.topk"]),
 }
 
 
@@ -162,7 +176,8 @@ def test_each_family_is_offered_beside_aten_with_its_configs(rocm, case: str) ->
         assert got == _expected_configs(family, kernel_inputs, op, target), family
     for choice, candidate in zip(offered, decision.candidates):
         assert choice.name == candidate["name"]
-        if candidate["family"].split(".")[0] in ("flydsl", "helion"):  # extern: a registered, callable kernel
+        if candidate["family"] != "aten" and registry.get(candidate["family"]).CHOICE_KIND == "extern":
+            # extern: a registered, callable kernel
             assert choice.name.startswith(f"ext_{candidate['family'].replace('.', '_')}_")
             # the op's inputs, in its order (addmm's bias as a broadcast view of the same buffer)
             assert [n.get_name() for n in choice.input_nodes] == [n.get_name() for n in kernel_inputs.nodes()]
@@ -178,6 +193,7 @@ def test_each_family_is_offered_beside_aten_with_its_configs(rocm, case: str) ->
      "fp32 tensor-wise or row-wise scales only"),
     ("rms_norm_fp64", "gfx950", "rms_norm", lambda: rms_norm(8, 64, torch.float64), "helion.rmsnorm",
      "takes an input in"),
+    ("topk_k_over_64", "gfx950", "topk", lambda: topk(8, 1000, 100), "triton.topk", "k=100 is outside 1..64"),
 ])
 def test_a_refusal_is_logged_with_its_reason(rocm, caplog, case, target, op, make, family, why) -> None:
     kernel_inputs, aten = make()
@@ -197,13 +213,15 @@ def test_a_refusal_is_logged_with_its_reason(rocm, caplog, case, target, op, mak
         assert offered[0] is aten[0] and decision.reason.startswith("fallback: ") and why in decision.reason
 
 
-@pytest.mark.parametrize("case", ["gfx950_mm", "gfx1250_fp8_rowwise_bias", "gfx950_grouped_mm", "gfx950_rms_norm"])
+@pytest.mark.parametrize("case", ["gfx950_mm", "gfx1250_fp8_rowwise_bias", "gfx950_grouped_mm", "gfx950_rms_norm",
+                                  "gfx950_topk_router"])
 def test_cached_winner_comes_back_as_the_one_choice(rocm, case: str) -> None:
     target, op, make, _ = OFFERS[case]
     kernel_inputs, aten = make()
     choices, offered = rocm(target, op, kernel_inputs, aten)
     decision = ext_choices.decisions[-1]
-    winner = next(c for c, cand in zip(offered, decision.candidates) if cand["family"].startswith(("flydsl", "helion")))
+    winner = next(c for c, cand in zip(offered, decision.candidates)
+                  if cand["family"].startswith(("flydsl", "helion", "triton.topk")))
     timings = {c: 1.0 for c in offered} | {winner: 0.25}
     assert choices.override_best_choice(winner, timings) is winner
     family = decision.candidates[decision.choice_ids[id(winner)]]["family"]

@@ -27,10 +27,11 @@ CLAIMED = [
     ("triton.tdm_gemm", "gfx1250", r"tensor_load_to_lds", "amdgcn"),
     ("helion.rmsnorm", "gfx950", r"ds_swizzle_b32", "amdgcn"),
     ("helion.softmax", "gfx950", r"v_exp_f32", "amdgcn"),
+    ("triton.topk", "gfx950", r"v_cmp_gt_i64", "amdgcn"),
 ]
 # Shapes other than the default, chosen to be the kernels the families' own tier I tests compile
 # (one compile for both: the ISA cache); Helion specializes on every size.
-SHAPES = {"helion.rmsnorm": (64, 1000, 1), "helion.softmax": (64, 1000, 1)}
+SHAPES = {"helion.rmsnorm": (64, 1000, 1), "helion.softmax": (64, 1000, 1), "triton.topk": (1, 32000, 50)}
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +76,7 @@ def test_list_has_one_line_per_family_with_its_targets(capsys):
     (["asm", "triton.gemm", "--target", "sm_90a", "--config", "block_m=big"], "block_m='big': expected an integer"),
     (["asm", "flydsl.tdm_gemm", "--target", "gfx950"], "does not claim target 'gfx950'; it claims: gfx1250"),
     (["asm", "helion.rmsnorm", "--target", "gfx950", "--dtype", "float64"], "dtype float64 not in ('bfloat16'"),
+    (["asm", "triton.topk", "--target", "gfx950"], "k=256 is outside 1..64"),  # MxNxK: M rows of N, top K
     (["asm", "flydsl.mx_scaled_mm", "--target", "gfx950", "--dtype", "int8"], "--dtype 'int8': use one of fp8_e4m3"),
     (["asm", "flydsl.mx_scaled_mm", "--target", "gfx950", "--shape", "64x64x40"], "K=40 is not a multiple of the MX"),
 ])

@@ -8,32 +8,22 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from _pre_grad import pre_grad_graph
+
 from inductor_ext import presets
 from inductor_ext.kernels.norm_ops import OP, default_eps
 from inductor_ext.kernels.norms import rms_norm_reference
 from inductor_ext.lowering.passes import available_passes, register_pass
 from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
+from inductor_ext.lowering.passes.topk_op import TopkOp
 
-register_pass(RmsNormOp)  # the package registers it through its entry point (pyproject.toml)
-
-
-def _pre_grad_graph(fn, *args, grad: bool = False) -> tuple[torch.fx.GraphModule, list]:
-    """The graph Dynamo hands a backend (what a pre-grad pass sees, example values in its nodes'
-    meta) and the inputs it is called with."""
-    captured = []
-
-    def backend(gm, example_inputs):
-        captured.append((gm, example_inputs))
-        return gm
-
-    torch._dynamo.reset()
-    with torch.set_grad_enabled(grad):
-        torch.compile(fn, backend=backend)(*args)
-    return captured[0]
+# the package registers them through their entry points (pyproject.toml); the gfx950 preset runs both
+register_pass(RmsNormOp)
+register_pass(TopkOp)
 
 
 def _rewrite(fn, *args, grad: bool = False, **options) -> tuple[torch.fx.GraphModule, int, list]:
-    gm, inputs = _pre_grad_graph(fn, *args, grad=grad)
+    gm, inputs = pre_grad_graph(fn, *args, grad=grad)
     config = presets.resolve({"preset": "gfx950", "interpret": True, **options})
     rewrites = RmsNormOp(config).run(gm.graph)
     gm.recompile()

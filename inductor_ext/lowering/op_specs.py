@@ -152,15 +152,24 @@ def _softmax(kernel_inputs: Any) -> OpInputs | str:
     return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
 
 
+def _topk(kernel_inputs: Any) -> OpInputs | str:
+    """ext's ``topk`` lowering (lowering/topk.py): x; scalars k, dim, largest, sorted."""
+    nodes = tuple(kernel_inputs.nodes())
+    layout = kernel_inputs.output_layout()
+    scalars = {s: kernel_inputs.get_scalar(s) for s in ("k", "dim", "largest", "sorted")}
+    spec = _spec("topk", nodes, layout, kernel_inputs.device_type, scalars)
+    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+
+
 # Inductor's op name (as passed to get_template_configs, or by our own lowerings) -> glue.
 # OpSpec.inputs per op: mm and bmm (A, B); addmm (bias, A, B); nvfp4_gemm (a, b, scale_a,
 # scale_b, alpha, bias|None); scaled_mm (a, b, scale_a, scale_b, bias|None, scale_result|None);
 # grouped_mm (mat_a, mat_b, offs|None, bias|None); softmax (x,); rms_norm (input, weight|None;
-# scalars normalized_shape, eps).
+# scalars normalized_shape, eps); topk (x,; scalars k, dim, largest, sorted).
 OPS: dict[str, Callable[[Any], OpInputs | str]] = {
     "mm": functools.partial(_product, "mm"), "bmm": functools.partial(_product, "bmm"), "addmm": _addmm,
     "nvfp4_gemm": _nvfp4_gemm, "scaled_mm": _scaled_mm, "grouped_mm": _grouped_mm, "softmax": _softmax,
-    "rms_norm": _rms_norm}
+    "rms_norm": _rms_norm, "topk": _topk}
 
 
 def op_inputs(op: str, kernel_inputs: Any) -> OpInputs | str:

@@ -34,6 +34,10 @@ INSTRUCTIONS: dict[str, dict[str, str]] = {
         "store_2b": r"buffer_store_short", "store_4b": r"buffer_store_dword\b", "barrier": r"s_barrier",
         "cross_lane": r"ds_swizzle_b32", "exp": r"v_exp_f32", "rcp": r"v_rcp_f32", "sqrt": r"v_(sqrt|rsq)_f32",
         "max": r"v_max(imum3)?_f32",
+        # triton.topk's int64 sort keys: 64-bit compares, lanes exchanged by DPP moves and (past 16 lanes)
+        # permlane swaps, int64 indices out
+        "cmp_i64": r"v_cmp_gt_i64", "dpp": r"v_mov_b32_dpp", "permlane_swap": r"v_permlane(16|32)_swap_b32",
+        "store_8b": r"buffer_store_dwordx2",
     },
     "gfx1250": {
         "wmma_bf16": r"v_wmma_f32_16x16x32_bf16", "wmma_f16": r"v_wmma_f32_16x16x32_f16",
@@ -68,11 +72,12 @@ DATASHEETS = {
 PRESETS = {
     "gfx950": {
         "description": "AMD MI350/MI355 (gfx950): Triton and FlyDSL GEMMs (v_mfma), FlyDSL ragged grouped GEMM and "
-                       "MXFP8/MXFP4 scaled GEMM (scaled MFMA), Helion RMSNorm/softmax, each against ATen",
+                       "MXFP8/MXFP4 scaled GEMM (scaled MFMA), Helion RMSNorm/softmax, Triton top-k, each against ATen",
         "target": "gfx950",
-        "passes": ["rms_norm_op"],  # RMSNorm stays one op, so helion.rmsnorm is offered for it
+        # RMSNorm and top-k stay one op each, so helion.rmsnorm and triton.topk are offered for them
+        "passes": ["rms_norm_op", "topk_op"],
         "templates": ["triton.gemm", "flydsl.gemm", "flydsl.grouped_mm", "flydsl.mx_scaled_mm", "helion.rmsnorm",
-                      "helion.softmax"],
+                      "helion.softmax", "triton.topk"],
         "autotune": "quick", "pdl": "off", "template_margin": 0.02,
     },
     "gfx1250": {

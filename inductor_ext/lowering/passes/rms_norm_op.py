@@ -23,10 +23,9 @@ from torch.fx import Graph, Node
 
 from inductor_ext.kernels.norm_ops import OP, default_eps
 from inductor_ext.logs import passes_log as log
-from inductor_ext.lowering.ext_choices import offered_families
-from inductor_ext.lowering.op_specs import dtype_name
 from inductor_ext.lowering.passes.base import ExtGraphPass
-from inductor_ext.templates.family import OpSpec, TensorSpec
+from inductor_ext.lowering.passes.op_offer import refusal, tensor_spec
+from inductor_ext.templates.family import OpSpec
 
 _TARGETS = (torch.rms_norm, torch.nn.functional.rms_norm)
 _PARAMS = ("input", "normalized_shape", "weight", "eps")
@@ -41,17 +40,6 @@ def _eps(args: dict[str, Any], x: Any) -> float:
     """The call's eps, PyTorch's default resolved (the op always takes a number)."""
     eps = args.get("eps")
     return default_eps(x.meta["example_value"].dtype) if eps is None else float(eps)
-
-
-def _tensor_spec(value: Any, contiguous: bool = False) -> TensorSpec | None:
-    """An example value as plain data (``contiguous``: the op's output, which is); None when its
-    sizes are symbolic (dynamic shapes)."""
-    if not all(isinstance(s, int) for s in (*value.shape, *value.stride())):
-        return None
-    shape, stride = tuple(value.shape), tuple(value.stride())
-    if contiguous:
-        stride = tuple(int(torch.Size(shape[i + 1:]).numel()) for i in range(len(shape)))
-    return TensorSpec(shape, stride, dtype_name(value.dtype))
 
 
 class RmsNormOp(ExtGraphPass):
@@ -86,16 +74,9 @@ class RmsNormOp(ExtGraphPass):
             return "no example values"
         if out.requires_grad:
             return "a gradient flows through it (the op has no backward)"
-        specs = [_tensor_spec(v) if v is not None else None for v in values]
+        specs = [tensor_spec(v) if v is not None else None for v in values]
         if specs[0] is None or (values[1] is not None and specs[1] is None):
             return "dynamic shapes"
-        spec = OpSpec("rms_norm", tuple(specs), _tensor_spec(out, contiguous=True),
+        spec = OpSpec("rms_norm", tuple(specs), tensor_spec(out, contiguous=True),
                       {"normalized_shape": list(args["normalized_shape"]), "eps": _eps(args, x)}, values[0].device.type)
-        families = offered_families(self.config, "rms_norm", spec.device_type)
-        why = []
-        for family in families:
-            problem = family.problem_for(spec)
-            if not isinstance(problem, str):
-                return None
-            why.append(f"{family.FAMILY}: {problem}")
-        return "; ".join(why) or "no family enabled for rms_norm serves this target and device"
+        return refusal(self.config, spec)
