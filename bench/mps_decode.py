@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inductor_ext.kernels.grouped_gemm import grouped_mm_reference  # noqa: E402
+from inductor_ext.kernels.matmul import grouped_mm_reference  # noqa: E402
 from inductor_ext.kernels.scaled_gemm import scaled_mm_reference  # noqa: E402
 from inductor_ext.kernels.softmax import softmax_reference  # noqa: E402
 from inductor_ext.templates.metal import grouped_mm, linear_gemv, scaled_mm, softmax  # noqa: E402

@@ -12,7 +12,7 @@ import torch
 
 from inductor_ext.templates import registry
 
-from inductor_ext.kernels.grouped_gemm import grouped_mm_reference
+from inductor_ext.kernels.matmul import grouped_mm_reference
 from inductor_ext.kernels.scaled_gemm import scaled_mm_reference
 from inductor_ext.kernels.softmax import softmax_reference
 from inductor_ext.templates.family import OpSpec, TensorSpec
