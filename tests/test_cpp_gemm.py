@@ -379,3 +379,14 @@ def test_inductors_template_texts_compile_once_per_text(monkeypatch):
     assert compiled == [text]
     assert (first, second) == (original(text).render(x="a\nb"), original(text).render(x="c\nd"))
     assert KernelTemplate._template_from_string(text) is not KernelTemplate._template_from_string(text)  # restored
+
+
+def test_lowering_module_imports_on_its_own():
+    """Importing Inductor's cpp_micro_gemm before the rest of Inductor is a circular import in
+    2.15; the glue module imports in a fresh process all the same."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import inductor_ext.lowering.cpp_gemm"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, Iterator
 
 import torch
+import torch._inductor.lowering  # noqa: F401  (first: cpp_micro_gemm imported alone is a circular import in 2.15)
 from torch._inductor import ir
 from torch._inductor.codegen import cpp_micro_gemm
 from torch._inductor.codegen.common import KernelTemplate
