@@ -356,31 +356,6 @@ def test_changed_weight_is_never_used_stale(forced_bf16):
     assert "not a compile-time constant" in linear["decision"]["reason"]
 
 
-def test_inductors_template_texts_compile_once_per_text(monkeypatch):
-    """Inductor compiles each jinja text anew on every render; ext's pinned templates compile each
-    text once (a cache-only compile of a 6-layer decoder spent ~17 s there), and render the same."""
-    from torch._inductor.codegen.common import KernelTemplate
-
-    from inductor_ext.lowering import cpp_gemm
-
-    compiled: list[str] = []
-    original = cpp_gemm._uncached_template_from_string
-
-    def counting(source):
-        compiled.append(source)
-        return original(source)
-
-    monkeypatch.setattr(cpp_gemm, "_uncached_template_from_string", counting)
-    cpp_gemm._compiled_template.cache_clear()
-    text = "{{ x | indent_except_first(1) }}!"
-    with cpp_gemm._templates_compiled_once():
-        first = KernelTemplate._template_from_string(text).render(x="a\nb")
-        second = KernelTemplate._template_from_string(text).render(x="c\nd")
-    assert compiled == [text]
-    assert (first, second) == (original(text).render(x="a\nb"), original(text).render(x="c\nd"))
-    assert KernelTemplate._template_from_string(text) is not KernelTemplate._template_from_string(text)  # restored
-
-
 def test_lowering_module_imports_on_its_own():
     """Importing Inductor's cpp_micro_gemm before the rest of Inductor is a circular import in
     2.15; the glue module imports in a fresh process all the same."""

@@ -24,7 +24,6 @@ import torch
 import torch._inductor.lowering  # noqa: F401  (first: cpp_micro_gemm imported alone is a circular import in 2.15)
 from torch._inductor import ir
 from torch._inductor.codegen import cpp_micro_gemm
-from torch._inductor.codegen.common import KernelTemplate
 from torch._inductor.codegen.cpp_bmm_template import CppBmmTemplate
 from torch._inductor.codegen.cpp_gemm_template import CppGemmTemplate
 from torch._inductor.codegen.cpp_utils import get_gemm_template_output_and_compute_dtype
@@ -57,27 +56,6 @@ def pinned(config: Any) -> Iterator[None]:
         table.update(saved)
 
 
-_uncached_template_from_string = KernelTemplate._template_from_string
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled_template(source: str) -> Any:
-    """Jinja's compile of one of Inductor's (constant) template texts. Inductor 2.15 compiles
-    each text anew on every render (about 10 per GEMM, 0.3 s of every ext cache-only compile's
-    GEMM); a compiled jinja template only renders, so one per text serves every render."""
-    return _uncached_template_from_string(source)
-
-
-@contextlib.contextmanager
-def _templates_compiled_once() -> Iterator[None]:
-    saved = KernelTemplate.__dict__["_template_from_string"]
-    KernelTemplate._template_from_string = staticmethod(_compiled_template)  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        KernelTemplate._template_from_string = saved  # type: ignore[method-assign]
-
-
 class _Pinned:
     """Mixed into Inductor's template: its micro-kernel is ``ext_config``'s whenever it picks."""
 
@@ -89,8 +67,7 @@ class _Pinned:
             return super().get_options(*args, **kwargs)  # type: ignore[misc]
 
     def render(self, *args: Any, **kwargs: Any) -> str:
-        with _templates_compiled_once():
-            source = super().render(*args, **kwargs)  # type: ignore[misc]
+        source = super().render(*args, **kwargs)  # type: ignore[misc]
         return f"{MARKER}{self.ext_family}\n// {json.dumps(asdict(self.ext_config), sort_keys=True)}\n{source}"
 
 
