@@ -99,66 +99,59 @@ def _addmm(kernel_inputs: Any) -> OpInputs | str:
     return OpInputs(spec, (bias, mat1, mat2), layout, extra)
 
 
+def _whole(op: str, kernel_inputs: Any, layout: Any, scalars: dict[str, Any],
+           optional: tuple[Any, ...] = ()) -> OpInputs | str:
+    """An op whose inputs are Inductor's nodes as given (no epilogue inputs), absent optional
+    inputs appended as None."""
+    nodes = tuple(kernel_inputs.nodes())
+    spec = _spec(op, nodes, layout, kernel_inputs.device_type, scalars, optional=optional)
+    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+
+
 def _nvfp4_gemm(kernel_inputs: Any) -> OpInputs | str:
-    a, b_t, sa, sb, alpha, *rest = kernel_inputs.nodes()  # _scaled_mm's order
-    layout = kernel_inputs.output_layout()
+    """a, b, scale_a, scale_b, alpha[, bias] (_scaled_mm's order)."""
     scalars = {"activation": kernel_inputs.get_scalar("activation"),
                "out_dtype": dtype_name(kernel_inputs.get_scalar("out_dtype"))}
-    nodes = (a, b_t, sa, sb, alpha, *rest)
-    spec = _spec("nvfp4_gemm", nodes, layout, kernel_inputs.device_type, scalars,
-                 optional=() if rest else (None,))
-    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+    has_bias = len(kernel_inputs.nodes()) > 5
+    return _whole("nvfp4_gemm", kernel_inputs, kernel_inputs.output_layout(), scalars,
+                  optional=() if has_bias else (None,))
 
 
 def _scaled_mm(kernel_inputs: Any) -> OpInputs | str:
     """Inductor's ``scaled_mm`` lowering: a, b, scale_a, scale_b[, bias] (no scale_result). A
     Triton template names every input in its ``def_kernel`` (no prefix/suffix epilogue inputs): the
     scales and the bias apply to the fp32 accumulator, before any fused epilogue."""
-    nodes = tuple(kernel_inputs.nodes())
     layout = kernel_inputs.output_layout(flexible=False)  # a Triton template stores through a fixed layout
-    optional = (None, None) if len(nodes) == 4 else (None,)  # bias, scale_result
-    spec = _spec("scaled_mm", nodes, layout, kernel_inputs.device_type,
-                 {"out_dtype": dtype_name(layout.dtype)}, optional=optional)
-    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+    optional = (None, None) if len(kernel_inputs.nodes()) == 4 else (None,)  # bias, scale_result
+    return _whole("scaled_mm", kernel_inputs, layout, {"out_dtype": dtype_name(layout.dtype)}, optional)
 
 
 def _grouped_mm(kernel_inputs: Any) -> OpInputs | str:
     """ext's ``grouped_mm`` lowering (lowering/grouped_mm.py): mat_a, mat_b[, offs] (no bias)."""
-    nodes = tuple(kernel_inputs.nodes())
     layout = kernel_inputs.output_layout()
-    optional = (None, None) if len(nodes) == 2 else (None,)  # offs, bias
-    spec = _spec("grouped_mm", nodes, layout, kernel_inputs.device_type,
-                 {"out_dtype": dtype_name(layout.dtype)}, optional=optional)
-    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+    optional = (None, None) if len(kernel_inputs.nodes()) == 2 else (None,)  # offs, bias
+    return _whole("grouped_mm", kernel_inputs, layout, {"out_dtype": dtype_name(layout.dtype)}, optional)
 
 
 def _rms_norm(kernel_inputs: Any) -> OpInputs | str:
     """ext's ``rms_norm`` lowering (lowering/rms_norm.py): input[, weight]; normalized_shape, eps."""
-    nodes = tuple(kernel_inputs.nodes())
-    layout = kernel_inputs.output_layout()
     scalars = {"normalized_shape": list(kernel_inputs.get_scalar("normalized_shape")),
                "eps": kernel_inputs.get_scalar("eps")}
-    spec = _spec("rms_norm", nodes, layout, kernel_inputs.device_type, scalars,
-                 optional=(None,) if len(nodes) == 1 else ())
-    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+    optional = (None,) if len(kernel_inputs.nodes()) == 1 else ()  # weight
+    return _whole("rms_norm", kernel_inputs, kernel_inputs.output_layout(), scalars, optional)
 
 
 def _softmax(kernel_inputs: Any) -> OpInputs | str:
     """ext's ``softmax`` lowering (lowering/softmax.py): x (contiguous); scalars dim, out_dtype."""
-    nodes = tuple(kernel_inputs.nodes())
     layout = kernel_inputs.output_layout()
-    scalars = {"dim": kernel_inputs.get_scalar("dim"), "out_dtype": dtype_name(layout.dtype)}
-    spec = _spec("softmax", nodes, layout, kernel_inputs.device_type, scalars)
-    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+    return _whole("softmax", kernel_inputs, layout,
+                  {"dim": kernel_inputs.get_scalar("dim"), "out_dtype": dtype_name(layout.dtype)})
 
 
 def _topk(kernel_inputs: Any) -> OpInputs | str:
     """ext's ``topk`` lowering (lowering/topk.py): x; scalars k, dim, largest, sorted."""
-    nodes = tuple(kernel_inputs.nodes())
-    layout = kernel_inputs.output_layout()
     scalars = {s: kernel_inputs.get_scalar(s) for s in ("k", "dim", "largest", "sorted")}
-    spec = _spec("topk", nodes, layout, kernel_inputs.device_type, scalars)
-    return spec if isinstance(spec, str) else OpInputs(spec, nodes, layout)
+    return _whole("topk", kernel_inputs, kernel_inputs.output_layout(), scalars)
 
 
 # Inductor's op name (as passed to get_template_configs, or by our own lowerings) -> glue.
