@@ -230,6 +230,9 @@ def built(tmp_path_factory, fewer_configs):
     cache = tune.build("test_cpp_gemm:model", out / "built.db", inputs_spec="test_cpp_gemm:inputs", progress=False)
     forced = AutotuneCache(out / "template.db")
     for entry in cache.entries():  # the first template candidate of the build's decision, as winner
+        if entry.key.op == "mm":  # ...but MKL's packed sgemm, the ATen side's own choice, for the mm
+            forced.put(dataclasses.replace(entry, winner="aten", config={"name": "ext_mkl_packed_mm"}))
+            continue
         decision = next(d for d in ext_choices.decisions if d.key == entry.key)
         config = next(c["config_dict"] for c in decision.candidates if c["kind"] == "template")
         forced.put(dataclasses.replace(entry, winner="cpp.gemm", config=config))
@@ -239,15 +242,22 @@ def built(tmp_path_factory, fewer_configs):
     with torch.no_grad():
         want = m(*args)
     return {"cache": cache, "out": out_cached, "want": want, "decisions": decisions, "benchmarks": benchmarks,
-            "index": dumps.read_index(out / "dump"), "dir": out}
+            "index": dumps.read_index(out / "dump"), "dir": out, "code": _output_code(out / "dump")}
+
+
+def _output_code(dump_dir):
+    return "\n".join(p.read_text() for p in dump_dir.rglob("*.py"))
 
 
 def test_build_stores_a_timed_decision_per_gemm(built):
     entries = built["cache"].entries()
     assert sorted(e.key.op for e in entries) == ["addmm", "bmm", "mm"]
     for e in entries:
-        timed = [c for c in e.candidates if c["time_us"] is not None]
-        assert {c["name"].split("_")[0] for c in timed} == {e.key.op, "cpp"}, e.candidates  # ATen and templates
+        timed = {c["name"] for c in e.candidates if c["time_us"] is not None}
+        # ATen's op, MKL's packed sgemm for the frozen fp32 x @ weight (mm only), the templates
+        aten = {e.key.op, "ext_mkl_packed_mm"} if e.key.op == "mm" else {e.key.op}
+        assert {n for n in timed if not n.startswith("cpp_")} == aten, e.candidates
+        assert any(n.startswith("cpp_") for n in timed), e.candidates
         assert e.aten_time_us is not None and e.winner in ("aten", "cpp.gemm")
         assert e.reason == "benchmark" and e.key.arch == "cpu" and e.key.preset == "cpu"
 
@@ -256,13 +266,15 @@ def test_cache_only_compile_benchmarks_nothing_and_runs_the_template(built):
     assert built["benchmarks"] == 0
     assert len(built["decisions"]) == 3
     for d in built["decisions"]:
-        assert d.reason == "cache" and d.winner.startswith("cpp_"), d
+        want = "ext_mkl_packed_mm" if d.op == "mm" else "cpp_"
+        assert d.reason == "cache" and d.winner.startswith(want), d
+    assert "extern_kernels.ext_mkl_packed_mm(" in built["code"]  # the op, registered as an extern kernel
     torch.testing.assert_close(built["out"], built["want"], rtol=1e-5, atol=1e-5)
 
 
 def test_dump_shows_the_cached_configs(built):
     served = [k for k in built["index"]["kernels"] if k["template"] == "cpp.gemm"]
-    assert len(served) == 3, [k["kernel"] for k in built["index"]["kernels"]]
+    assert len(served) == 2, [k["kernel"] for k in built["index"]["kernels"]]  # addmm, bmm (mm: MKL)
     for k in served:
         assert set(k["config"]) == {"isa", "block_m", "block_n", "block_k"}
         assert k["decision"]["reason"] == "cache"
