@@ -18,8 +18,8 @@ from inductor_ext import codegen as codegens
 from inductor_ext import dumps, presets, targets
 from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
-from inductor_ext.lowering import frozen_params, install
-from inductor_ext.lowering.ext_choices import ExtChoices, decisions
+from inductor_ext.lowering import frozen_params, install, vec_isa_record
+from inductor_ext.lowering.ext_choices import ExtChoices, cache_for, decisions
 from inductor_ext.runtime.interpret import enable_triton_interpreter
 
 log = logging.getLogger("inductor_ext")
@@ -109,6 +109,8 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
     with contextlib.ExitStack() as stack, V.set_choices_handler(ExtChoices(config)):
         if codegen is not None:
             stack.enter_context(codegen.install(config))
+        if config.autotune != "off":  # ext's cache is in use: it may answer Inductor's ISA probe
+            stack.enter_context(vec_isa_record.reused(cache_for(config)))
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
     if not config.dump_dir:
         return compiled

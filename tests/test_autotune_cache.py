@@ -461,3 +461,20 @@ def test_import_validates_and_is_all_or_nothing(tmp_path: Path, mutate, match: s
     (tmp_path / "y.json").write_text("{truncated")
     with AutotuneCache(":memory:") as dst, pytest.raises(ValueError, match="not JSON"):
         dst.import_json(tmp_path / "y.json")
+
+
+def test_machine_facts_round_trip_and_a_file_from_before_facts_gains_the_table(db: Path) -> None:
+    cache = AutotuneCache(db)
+    assert cache.get_fact("probe:x") is None
+    cache.put_fact("probe:x", "1")
+    cache.put_fact("probe:x", "2")  # the last put wins
+    cache.close()
+    assert AutotuneCache(db).get_fact("probe:x") == "2"
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE facts")  # what a cache written before facts were kept looks like
+    conn.commit()
+    conn.close()
+    older = AutotuneCache(db)
+    assert older.get_fact("probe:x") is None and not older.in_memory
+    older.put_fact("probe:x", "3")
+    assert older.get_fact("probe:x") == "3"

@@ -364,6 +364,9 @@ _DDL = (
     "CREATE TABLE IF NOT EXISTS entries ("
     " digest TEXT PRIMARY KEY, key_json TEXT NOT NULL, schema_version INTEGER NOT NULL,"
     " device_name TEXT NOT NULL, created REAL NOT NULL, entry_json TEXT NOT NULL)",
+    # Facts about the machine a compile would otherwise measure again (e.g. Inductor's vector-ISA
+    # probe), by a key that names everything the measurement depends on; not merged or exported.
+    "CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
 _UPSERT = (
     "INSERT OR REPLACE INTO entries (digest, key_json, schema_version, device_name, created, entry_json)"
@@ -490,6 +493,7 @@ class AutotuneCache:
                     conn.execute(stmt)
                 conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
             conn.execute(_DDL[1])  # repairs a file whose entries table was dropped
+            conn.execute(_DDL[2])  # a file from before facts were kept gains the table
             conn.execute("COMMIT")
         finally:
             if conn.in_transaction:
@@ -607,6 +611,17 @@ class AutotuneCache:
         values = _row_values(entry)
         stored = self._run("put", lambda c: self._write(c, lambda w: bool(w.execute(_UPSERT, values))), False)
         self.puts += stored  # a put skipped because the file stayed locked does not count
+
+    def get_fact(self, key: str) -> str | None:
+        """The value stored for machine fact ``key``, or None."""
+        row = self._run("get fact", lambda c: c.execute("SELECT value FROM facts WHERE key = ?", (key,)).fetchone(),
+                        None)
+        return None if row is None else row[0]
+
+    def put_fact(self, key: str, value: str) -> None:
+        """Store machine fact ``key`` (the last put wins)."""
+        self._run("put fact", lambda c: self._write(
+            c, lambda w: w.execute("INSERT OR REPLACE INTO facts (key, value) VALUES (?, ?)", (key, value))), None)
 
     def entries(self) -> list[Entry]:
         """All usable entries, ordered by key digest."""

@@ -1,0 +1,103 @@
+"""Inductor's vector-ISA probe, remembered in ext's cache.
+
+Before its first C++ kernel in a process, Inductor probes which vector ISAs (AVX2, AVX-512, AMX)
+the compiler builds for and this Python can load: four test builds, each loaded in a fresh
+Python (about 16 s on a 2-core machine). It keeps the outcome in its own cache directory only
+(``.load_ok`` files), so every process with a fresh Inductor cache pays again: a new container
+serving a cache built offline with ``inductor-ext tune build``, a CI job, a benchmark arm.
+
+ext stores the outcome in its autotune cache (a ``facts`` row) under a key naming everything the
+probe depends on: this torch and Python, the C++ compiler (path, size, mtime), the CPU's ISA flags
+and the source of Inductor's probe and build flags. When a compile finds Inductor's own record
+missing and ext's matching, and every ISA this CPU has passed the probe, it sets Inductor's switch
+for an already-probed machine, ``cpp.vec_isa_ok=True``, which answers yes for exactly those ISAs
+(their extra checks, e.g. AVX-512 BF16 and AMX FP16, still build as before). A user's own
+``cpp.vec_isa_ok`` is never touched, and Inductor's record, where present, is what it reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+from typing import Iterator
+
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor import cpp_builder, cpu_vec_isa
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+from inductor_ext.autotune.cache import AutotuneCache
+
+log = logging.getLogger("inductor_ext")
+
+FACT = "inductor.cpu_vec_isa"
+
+
+def _file_digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def probe_key() -> str | None:
+    """The fact's key on this machine, or None where ext does not reuse the probe (not x86)."""
+    if platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux":
+        return None
+    found = shutil.which(cpp_builder.get_cpp_compiler())  # Inductor names it ("g++") or gives a path
+    if found is None:
+        return None  # no compiler: Inductor's own error says what to install
+    compiler = os.path.realpath(found)
+    stat = os.stat(compiler)
+    parts = {"torch": torch.__version__, "python": sys.version, "executable": sys.executable,
+             "compiler": [compiler, stat.st_size, stat.st_mtime_ns], "cpu": cpu_vec_isa.x86_isa_checker(),
+             "probe": [_file_digest(cpu_vec_isa.__file__), _file_digest(cpp_builder.__file__)]}
+    return f"{FACT}:{hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]}"
+
+
+def candidates() -> list[str]:
+    """The ISAs this CPU has (what ``cpp.vec_isa_ok=True`` says yes to), best first."""
+    flags = cpu_vec_isa.x86_isa_checker()
+    return [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
+
+
+def _inductor_has_its_record() -> bool:
+    """Whether Inductor's cache dir already holds a probe outcome (then it costs ~0.3 s)."""
+    return bool(glob.glob(os.path.join(cache_dir(), "*", "*.load_ok")))
+
+
+def _probed_in_process() -> bool:
+    return cpu_vec_isa.valid_vec_isa_list.cache_info().currsize > 0
+
+
+def _probe_outcome() -> list[str]:
+    """The ISAs the probe passed (already answered in this process: no probe runs here)."""
+    return [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+
+
+@contextlib.contextmanager
+def reused(cache: AutotuneCache) -> Iterator[None]:
+    """Around one compile: reuse the recorded probe where Inductor would otherwise run it from
+    scratch, and record the outcome when Inductor ran it during the compile."""
+    if inductor_config.cpp.vec_isa_ok is not None or _probed_in_process():
+        yield  # the user's setting, or the probe already answered in this process
+        return
+    key = probe_key()
+    if key is None or _inductor_has_its_record():
+        yield
+    else:
+        stored = cache.get_fact(key)
+        fact = json.loads(stored) if stored else None
+        if fact is not None and fact.get("valid") == fact.get("candidates") == candidates():
+            log.info("ext: Inductor's vector-ISA probe answered from ext's cache (%s)", ", ".join(fact["valid"]))
+            with inductor_config.patch({"cpp.vec_isa_ok": True}):
+                yield
+            return
+        yield
+    if key is not None and _probed_in_process() and inductor_config.cpp.vec_isa_ok is None:
+        cache.put_fact(key, json.dumps({"valid": _probe_outcome(), "candidates": candidates()}))
