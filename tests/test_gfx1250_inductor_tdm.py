@@ -159,3 +159,24 @@ def test_interp_padded_rows() -> None:
     with interpreter_fixes():
         (out,) = gi.run(graph, x, b)
     torch.testing.assert_close(out, (x.float() * 2 + b.float()).to(torch.bfloat16), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------- inductor-ext asm
+
+
+@pytest.mark.isa
+def test_asm_cli_shows_inductors_tdm_kernels(isa_cache: str | None) -> None:
+    from inductor_ext.cli import asm
+
+    rows = {line.split()[0]: line.split()[1:] for line in asm.listing().splitlines()}
+    assert all(rows[f"inductor.{kind}"] == ["gfx1250", "[inductor", "codegen]"] for kind in gi.KINDS), rows
+    result = asm.build("inductor.pointwise", "gfx1250")
+    assert result["kernel"] == "triton_poi_fused_0" and "tl.make_tensor_descriptor" in result["source"]
+    counts = result["key_instructions"]["amdgcn"]
+    assert set(counts) == set(TDM) and all(counts.values()), counts
+    with pytest.raises(asm.AsmError, match="shown for gfx1250, not 'gfx950'"):
+        asm.build("inductor.pointwise", "gfx950")
+    with pytest.raises(asm.AsmError, match="float16"):
+        asm.build("inductor.flex_forward", "gfx1250", dtype="float32")
+    with pytest.raises(asm.AsmError, match="kinds: inductor.pointwise"):
+        asm.build("inductor.conv", "gfx1250")
