@@ -74,6 +74,14 @@ def key_instructions(facts: dict[str, tuple[str, ...]]) -> dict[str, list[tuple[
 # Descriptors need 16-byte aligned inputs: ``assume_aligned_inputs`` makes Inductor assume it and clone
 # the (rare) misaligned input first. Inductor still requires a live ROCm >= 7.14 gfx1250 device before
 # any of this applies: on any other device these patches change nothing.
+# Where it pays (why ext adds no threshold of its own): a TDM tile is one scalar request per operand and
+# wave group instead of one vector load per lane, issued ahead and waited on with s_wait_tensorcnt, so it
+# pays where loads can run ahead of the math: looped reductions (Inductor pipelines R0_BLOCK loads,
+# num_stages=2: 16 tensor_load_to_lds in the softmax kernel of tests/test_gfx1250_inductor_tdm.py) and
+# FlexAttention's K/V blocks (5 tensor loads replace 24 per-lane buffer loads; the v_wmma work is the
+# same). A flat pointwise kernel gains least: its tile goes HBM -> LDS -> VGPR (ds_load) instead of
+# HBM -> VGPR, traded against fewer address instructions; Inductor admits it anyway, and
+# bench/gfx1250_inductor_tdm.py is the MI450 measurement that decides whether ext should turn it off there.
 INDUCTOR_TDM: dict[str, Any] = {
     "triton.use_tensor_descriptor": True, "assume_aligned_inputs": True, "triton.enable_flex_tdm": True,
 }
