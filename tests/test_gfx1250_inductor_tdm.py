@@ -65,6 +65,22 @@ def test_device_probe_is_answered_only_inside_the_context() -> None:
             pass
 
 
+def test_attention_reference_is_sdpa() -> None:
+    """kernels.attention (the flex reference above) against ATen's SDPA: causal, GQA, odd lengths."""
+    from inductor_ext.kernels.attention import attention_reference
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(2, 4, 37, 16, generator=gen), torch.randn(2, 2, 37, 16, generator=gen), \
+        torch.randn(2, 2, 37, 16, generator=gen)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    got = attention_reference(q, k, v, mask_mod=lambda b, h, qi, ki: qi >= ki)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    biased = attention_reference(q, k, v, score_mod=lambda s, b, h, qi, ki: s + h, mask_mod=lambda b, h, qi, ki: qi >= ki)
+    torch.testing.assert_close(biased, want)  # a per-head constant cancels in softmax
+    with pytest.raises(ValueError, match="multiple of key/value heads"):
+        attention_reference(q[:, :3], k, v)
+
+
 # ------------------------------------------------------------------------------- tier I ISA
 
 
@@ -105,6 +121,15 @@ def test_isa_tdm_only_with_the_preset(compiled: dict, generated: dict, kind: str
             FACTS[ex.facts[-1]]]  # the same v_wmma work either way
     else:
         assert moved == {r"buffer_load": 0, r"buffer_store": 0}, moved  # every access moved to TDM
+
+
+def test_no_tdm_for_dtypes_it_does_not_take() -> None:
+    """Inductor's dtype rule (fp16/bf16/fp32 only), which the preset relies on: int8 and fp8 tensors
+    stay per-lane loads and stores under the same patches."""
+    for dtype in (torch.int8, torch.float8_e4m3fn):
+        x = torch.zeros(64, 256, dtype=dtype)
+        graph = gi.generate(lambda a, b: (a.float() + b.float()).to(a.dtype), x, x)
+        assert not any(k.uses_tdm for k in graph.kernels.values()), dtype
 
 
 # ---------------------------------------------------------------------- tier C interpreter
