@@ -150,11 +150,14 @@ TOL = {torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2), torch.float16: dict(rtol=
        torch.float32: dict(rtol=1e-5, atol=1e-5)}
 
 
+# every shape with TDM; the variant without it (Inductor's usual kernels) on each kind's default shape
+RUNS = [(*case, True) for case in TIER_C] + [(*case, False) for case in TIER_C if not case[2]]
+
+
 @pytest.mark.interp
 @pytest.mark.usefixtures("interpreter")
-@pytest.mark.parametrize("tdm", [True, False], ids=["tdm", "no_tdm"])
-@pytest.mark.parametrize("kind,dtype,sizes", TIER_C, ids=[f"{k}-{str(d)[6:]}-{'x'.join(map(str, s.values())) or 'default'}"
-                                                          for k, d, s in TIER_C])
+@pytest.mark.parametrize("kind,dtype,sizes,tdm", RUNS, ids=[
+    f"{k}-{str(d)[6:]}-{'x'.join(map(str, s.values())) or 'default'}-{'tdm' if t else 'no_tdm'}" for k, d, s, t in RUNS])
 def test_interp_matches_reference(kind: str, dtype: torch.dtype, sizes: dict[str, int], tdm: bool) -> None:
     from inductor_ext.runtime.triton_interp import interpreter_fixes
 
