@@ -46,6 +46,7 @@ run the planned action list and back its receive buffers with the slots.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -537,6 +538,17 @@ def plan_pipeline(
         for r, lst in ref_lists.items()
     }
     cache: dict[Any, tuple[PipelineBufferPlan, tuple] | None] = {}
+    rank_cache: dict[tuple, BufferPlan] = {}
+
+    def rank_plan(r: int, lst: list[_Action], budget: int | None, makespan: float) -> BufferPlan:
+        # most moves change one or two ranks' lists: the others' plans are reused
+        rk = (r, budget, tuple(lst))
+        if rk not in rank_cache:
+            rank_cache[rk] = _rank_plan(
+                r, lst, topo, sizes, slot_backed=True, max_outstanding_sends=budget,
+                unshard_moves=_unshard_moves(acts[r], lst), makespan=makespan,
+            )
+        return dataclasses.replace(rank_cache[rk], makespan=makespan)
 
     def build(budget: int | None, uniform: Any, overrides: dict[tuple, Any]):
         ck = (budget, uniform, tuple(sorted(overrides.items(), key=repr)))
@@ -560,14 +572,7 @@ def plan_pipeline(
         except (PlanDeadlockError, ValueError, AssertionError):
             cache[ck] = None
             return None
-        ranks = {
-            r: _rank_plan(
-                r, final[r], topo, sizes, slot_backed=True,
-                max_outstanding_sends=budget,
-                unshard_moves=_unshard_moves(acts[r], final[r]), makespan=trace.makespan,
-            )
-            for r in sorted(final)
-        }
+        ranks = {r: rank_plan(r, final[r], budget, trace.makespan) for r in sorted(final)}
         plan = PipelineBufferPlan(
             ranks, dict(topo.stage_to_rank), topo.num_stages, topo.n_microbatches, uniform, sizes
         )
@@ -612,22 +617,33 @@ def plan_pipeline(
     budget, uniform, got = best
     plan = got[0]
     if search:
+        # no placement goes below the bound: a plan at it on every rank, on time, is final
+        bound = lower_bound_bytes(acts, sizes, stage_to_rank=topo.stage_to_rank,
+                                  num_stages=topo.num_stages)
+
+        def at_bound(res) -> bool:
+            return res[1][False][0] == 0 and all(
+                p.resident_peak_bytes <= bound[r] for r, p in res[0].ranks.items())
+
         # the search is greedy (first improvement), so where it ends depends on how it ranks
-        # plans: run it under both rankings and keep the better end (by the first ranking)
-        ends = [_local_search(build, got, budget, uniform, topo, fine, max_evals)
-                for fine in (False, True)]
+        # plans: the second ranking (every rank's plateau too) runs only when the first one
+        # leaves a rank above the bound; the better end (by the first ranking) is kept
+        ends = [_local_search(build, got, budget, uniform, topo, False, max_evals, at_bound)]
+        if not at_bound(ends[0]):
+            ends.append(_local_search(build, got, budget, uniform, topo, True, max_evals, at_bound))
         plan = min(ends, key=lambda e: e[1][False])[0]
     plan.recv_lookahead = uniform
     return plan
 
 
-def _local_search(build, got, budget, uniform, topo, fine: bool, max_evals: int):
+def _local_search(build, got, budget, uniform, topo, fine: bool, max_evals: int, done):
     """First-improvement search over receive levels and early waits, from the plan ``got``,
-    ranking plans by ``score[fine]`` (see ``build`` in ``plan_pipeline``)."""
+    ranking plans by ``score[fine]`` (see ``build`` in ``plan_pipeline``); stops early once
+    ``done((plan, scores))`` holds."""
     plan, scores = got
     overrides: dict[tuple, Any] = {}
     evals = 0
-    while evals < max_evals:
+    while evals < max_evals and not done((plan, scores)):
         accepted = False
         for change, _ in _candidate_moves(plan, topo, uniform, overrides, anchor_receives=fine):
             trial = {**overrides, **change}
