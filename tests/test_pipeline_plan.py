@@ -571,3 +571,28 @@ def test_slot_pool_frees_a_last_stage_input_after_its_backward():
     assert not storage.expired()
     pool.drop_input(1, 0)
     assert storage.expired() and loss.grad_fn is not None
+
+
+def test_timed_bound_counts_the_transfer_latency():
+    """Interleaved1F1B (4 ranks, 8 mbs): within 1.02x the default's modelled time no placement
+    gets ranks 1-3 to the latency-free bound (each later receive / earlier wait costs a latency);
+    with time to spare the bound is reached; every real plan stays at or above it."""
+    from inductor_ext.comms_passes.pipeline.timed_bound import timed_lower_bound_bytes
+
+    sch = pp.static_schedule("Interleaved1F1B", 4, 8, 2)
+    order, kw = pp.schedule_compute_order(sch), dict(stage_to_rank=sch.stage_index_to_group_rank,
+                                                     num_stages=8)
+    default = pp.simulate(sch.pipeline_order_with_comms).makespan
+    assert pp.lower_bound_bytes(order, 1, **kw) == {0: 6, 1: 11, 2: 9, 3: 7}
+    assert timed_lower_bound_bytes(order, 1, 1.02 * default, **kw) == {0: 6, 1: 12, 2: 11, 3: 9}
+    assert timed_lower_bound_bytes(order, 1, 1.3 * default, **kw) == {0: 6, 1: 11, 2: 9, 3: 7}
+    with pytest.raises(ValueError, match="ends within time"):
+        timed_lower_bound_bytes(order, 1, 0.5 * default, **kw)
+    for name, per_rank in SCHEDULES:
+        sch = pp.static_schedule(name, 2, 4, per_rank)
+        plan = pp.plan_for_schedule(sch, 1, max_evals=40)
+        s2r = getattr(sch, "stage_index_to_group_rank", None) or {0: 0, 1: 1}
+        timed = timed_lower_bound_bytes(pp.schedule_compute_order(sch), 1, plan.ranks[0].makespan,
+                                        stage_to_rank=s2r, num_stages=sch._num_stages)
+        for r, rp in plan.ranks.items():
+            assert timed[r] <= rp.resident_peak_bytes, (name, r)
