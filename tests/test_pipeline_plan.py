@@ -577,7 +577,7 @@ def test_timed_bound_counts_the_transfer_latency():
     """Interleaved1F1B (4 ranks, 8 mbs): within 1.02x the default's modelled time no placement
     gets ranks 1-3 to the latency-free bound (each later receive / earlier wait costs a latency);
     with time to spare the bound is reached; every real plan stays at or above it."""
-    from inductor_ext.comms_passes.pipeline.timed_bound import timed_lower_bound_bytes
+    from inductor_ext.comms_passes.pipeline.timed_bound import TimedBoundOracle, timed_lower_bound_bytes
 
     sch = pp.static_schedule("Interleaved1F1B", 4, 8, 2)
     order, kw = pp.schedule_compute_order(sch), dict(stage_to_rank=sch.stage_index_to_group_rank,
@@ -588,6 +588,13 @@ def test_timed_bound_counts_the_transfer_latency():
     assert timed_lower_bound_bytes(order, 1, 1.3 * default, **kw) == {0: 6, 1: 11, 2: 9, 3: 7}
     with pytest.raises(ValueError, match="ends within time"):
         timed_lower_bound_bytes(order, 1, 0.5 * default, **kw)
+    # with MiB-sized buffers too (a peak between two multiples of the size is asked)
+    oracle = TimedBoundOracle(order, 1 << 20, 1.02 * default, **kw)
+    assert oracle.lowerable(0, 7 << 20) and not oracle.lowerable(0, 6 << 20)
+    # ext's plan is at the timed bound on every rank (its search stops there)
+    plan = pp.plan_for_schedule(sch, 1 << 20)
+    assert {r: p.resident_peak_bytes >> 20 for r, p in plan.ranks.items()} == {0: 6, 1: 12, 2: 11, 3: 9}
+    assert plan.ranks[0].makespan <= 1.02 * default
     for name, per_rank in SCHEDULES:
         sch = pp.static_schedule(name, 2, 4, per_rank)
         plan = pp.plan_for_schedule(sch, 1, max_evals=40)

@@ -72,6 +72,7 @@ from inductor_ext.comms_passes.pipeline.buffers import (  # noqa: F401 (public A
 from inductor_ext.comms_passes.pipeline.runtime import (  # noqa: F401 (public API re-exported below)
     apply_plan,
 )
+from inductor_ext.comms_passes.pipeline.timed_bound import TimedBoundOracle
 
 # Kept importable from here as before the split (not in __all__): action kinds, the default
 # relative costs and the handle apply_plan returns.
@@ -617,13 +618,17 @@ def plan_pipeline(
     budget, uniform, got = best
     plan = got[0]
     if search:
-        # no placement goes below the bound: a plan at it on every rank, on time, is final
+        # no placement goes below the bound, nor within the time budget below the timed bound
+        # (asked only for ranks above the first): a plan there on every rank, on time, is final
         bound = lower_bound_bytes(acts, sizes, stage_to_rank=topo.stage_to_rank,
                                   num_stages=topo.num_stages)
+        timed = _timed_oracle(acts, sizes, budget_time, topo, costs, p2p_latency)
 
         def at_bound(res) -> bool:
             return res[1][False][0] == 0 and all(
-                p.resident_peak_bytes <= bound[r] for r, p in res[0].ranks.items())
+                p.resident_peak_bytes <= bound[r]
+                or (timed is not None and not timed.lowerable(r, p.resident_peak_bytes))
+                for r, p in res[0].ranks.items())
 
         # the search is greedy (first improvement), so where it ends depends on how it ranks
         # plans: the second ranking (every rank's plateau too) runs only when the first one
@@ -634,6 +639,17 @@ def plan_pipeline(
         plan = min(ends, key=lambda e: e[1][False])[0]
     plan.recv_lookahead = uniform
     return plan
+
+
+def _timed_oracle(acts, sizes, budget_time, topo, costs, latency) -> TimedBoundOracle | None:
+    """The timed bound's oracle (``timed_bound.py``), or None without scipy: the search then
+    stops early only at the latency-free bound."""
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        return None
+    return TimedBoundOracle(acts, sizes, budget_time, stage_to_rank=topo.stage_to_rank,
+                            num_stages=topo.num_stages, costs=costs, p2p_latency=latency)
 
 
 def _local_search(build, got, budget, uniform, topo, fine: bool, max_evals: int, done):

@@ -128,15 +128,11 @@ def timed_lower_bound_bytes(
     """Per rank, the smallest peak any plan keeping the compute order of ``actions`` can have
     while its modelled step time (``simulate``) stays within ``time_budget`` (see module doc).
     At a budget no stall could exceed, it equals ``lower_bound_bytes``."""
-    acts = {r: [a for a in lst if a is not None] for r, lst in actions.items()}
-    topo = _infer_topology(acts, stage_to_rank, num_stages)
-    comps = {r: [p for a in lst for p in _parts(a) if p.computation_type in (F, B, I, W)]
-             for r, lst in acts.items()}
-    windows = compute_windows(comps, topo, time_budget, costs, p2p_latency)
-    size = _size_fn(sizes)
+    oracle = TimedBoundOracle(actions, sizes, time_budget, stage_to_rank=stage_to_rank,
+                              num_stages=num_stages, costs=costs, p2p_latency=p2p_latency)
     out = {}
-    for rank in sorted(comps):
-        program = _RankProgram(comps, topo, windows, rank, size, p2p_latency)
+    for rank in oracle.ranks:
+        program = oracle.program(rank)
         # peaks are sums of buffer sizes: search the multiples of their gcd
         step = program.size_gcd() or 1
         lo, hi = program.fixed_peak() // step, -(-program.total_bytes() // step)
@@ -148,6 +144,45 @@ def timed_lower_bound_bytes(
                 lo = mid + 1
         out[rank] = lo * step
     return out
+
+
+class TimedBoundOracle:
+    """Answers "can this rank's peak go below ``peak`` within the budget?" one program at a time
+    (the plan search asks it only for the peaks it reaches)."""
+
+    def __init__(
+        self,
+        actions: Mapping[int, Sequence[_Action | None]],
+        sizes: SizeSpec,
+        time_budget: float,
+        *,
+        stage_to_rank: Mapping[int, int] | None = None,
+        num_stages: int | None = None,
+        costs: Mapping[_ComputationType, float] | None = None,
+        p2p_latency: float = DEFAULT_P2P_LATENCY,
+    ) -> None:
+        acts = {r: [a for a in lst if a is not None] for r, lst in actions.items()}
+        self.topo = _infer_topology(acts, stage_to_rank, num_stages)
+        self.comps = {r: [p for a in lst for p in _parts(a) if p.computation_type in (F, B, I, W)]
+                      for r, lst in acts.items()}
+        self.windows = compute_windows(self.comps, self.topo, time_budget, costs, p2p_latency)
+        self.size = _size_fn(sizes)
+        self.latency = p2p_latency
+        self.ranks = sorted(self.comps)
+        self._programs: dict[int, _RankProgram] = {}
+        self._answers: dict[tuple[int, int], bool] = {}
+
+    def program(self, rank: int) -> _RankProgram:
+        if rank not in self._programs:
+            self._programs[rank] = _RankProgram(self.comps, self.topo, self.windows, rank,
+                                                self.size, self.latency)
+        return self._programs[rank]
+
+    def lowerable(self, rank: int, peak: int) -> bool:
+        """Whether some plan within the budget keeps ``rank`` below ``peak`` bytes."""
+        if (rank, peak) not in self._answers:
+            self._answers[(rank, peak)] = self.program(rank).feasible(peak - 1)
+        return self._answers[(rank, peak)]
 
 
 class _RankProgram:
@@ -259,10 +294,14 @@ class _RankProgram:
 
         if self.fixed_peak() > peak:
             return False
+        # bytes in units of the sizes' gcd: small integer rows (HiGHS' presolve mis-rounded
+        # 2**20-byte coefficients against a right-hand side that was not a multiple of them)
+        unit = self.size_gcd() or 1
+        cap = peak // unit
         rows = list(self.rows)
         for f, ch in zip(self.fixed, self.choice):
             if ch and f + sum(ch.values()) > peak:
-                rows.append(({b: -v for b, v in ch.items()}, f - peak))
+                rows.append(({b: -(v // unit) for b, v in ch.items()}, f // unit - cap))
         a = np.zeros((len(rows), self.nvars))
         for row, (coefs, _) in enumerate(rows):
             for col, v in coefs.items():
