@@ -632,10 +632,14 @@ def plan_pipeline(
 
         # the search is greedy (first improvement), so where it ends depends on how it ranks
         # plans: the second ranking (every rank's plateau too) runs only when the first one
-        # leaves a rank above the bound; the better end (by the first ranking) is kept
-        ends = [_local_search(build, got, budget, uniform, topo, False, max_evals, at_bound)]
-        if not at_bound(ends[0]):
-            ends.append(_local_search(build, got, budget, uniform, topo, True, max_evals, at_bound))
+        # leaves a rank above the bound (the better end, by the first ranking, is kept); the
+        # searches together build at most ``max_evals`` plans
+        first = _local_search(build, got, budget, uniform, topo, False, max_evals, at_bound)
+        ends = [first[:2]]
+        if not at_bound(ends[0]) and first[2] < max_evals:
+            second = _local_search(build, got, budget, uniform, topo, True, max_evals - first[2],
+                                   at_bound)
+            ends.append(second[:2])
         plan = min(ends, key=lambda e: e[1][False])[0]
     plan.recv_lookahead = uniform
     return plan
@@ -655,7 +659,7 @@ def _timed_oracle(acts, sizes, budget_time, topo, costs, latency) -> TimedBoundO
 def _local_search(build, got, budget, uniform, topo, fine: bool, max_evals: int, done):
     """First-improvement search over receive levels and early waits, from the plan ``got``,
     ranking plans by ``score[fine]`` (see ``build`` in ``plan_pipeline``); stops early once
-    ``done((plan, scores))`` holds."""
+    ``done((plan, scores))`` holds. Returns the plan, its scores and the plans built."""
     plan, scores = got
     overrides: dict[tuple, Any] = {}
     evals = 0
@@ -673,7 +677,7 @@ def _local_search(build, got, budget, uniform, topo, fine: bool, max_evals: int,
                 break
         if not accepted:
             break
-    return plan, scores
+    return plan, scores, evals
 
 
 def _dir_level(uniform: Any, t: tuple) -> int | None:
