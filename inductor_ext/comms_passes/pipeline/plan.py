@@ -35,7 +35,8 @@ What 2.15 already does and what this pass adds:
   receives go k compute actions before their consumer, per direction, keeping per-peer FIFO order
   and 2.15's rank-parity rule; a send budget is enforced with forced waits checked for deadlock;
   a local search then moves single receives and waits where a rank's peak is, within a modelled
-  time budget; FSDP UNSHARDs move into idle steps (warmup bubble first). Lifetimes are coloured
+  time budget, and stops where no plan keeping the compute order goes lower (``lower_bound_bytes``,
+  or within the time budget ``timed_bound.py``, which counts the transfer latency); FSDP UNSHARDs move into idle steps (warmup bubble first). Lifetimes are coloured
   into reusable slots per size class (optimal: slots == max overlap); receive slots are real
   tensors at run time (``apply_plan``), which also makes the last stage's lingering inputs
   harmless and drops the ``.grad`` copy of sent input gradients after an input backward.
@@ -624,10 +625,15 @@ def plan_pipeline(
                                   num_stages=topo.num_stages)
         timed = _timed_oracle(acts, sizes, budget_time, topo, costs, p2p_latency)
 
+        def at_timed_bound(r: int, peak: int) -> bool:
+            try:
+                return timed is not None and not timed.lowerable(r, peak)
+            except RuntimeError:  # HiGHS undecided: keep searching
+                return False
+
         def at_bound(res) -> bool:
             return res[1][False][0] == 0 and all(
-                p.resident_peak_bytes <= bound[r]
-                or (timed is not None and not timed.lowerable(r, p.resident_peak_bytes))
+                p.resident_peak_bytes <= bound[r] or at_timed_bound(r, p.resident_peak_bytes)
                 for r, p in res[0].ranks.items())
 
         # the search is greedy (first improvement), so where it ends depends on how it ranks
