@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.distributed.pipelining.schedules import _Action, _ComputationType
@@ -216,6 +216,19 @@ def colour_intervals(
     return slots, assign
 
 
+def _live_curve(intervals: Sequence[BufferInterval], n: int) -> list[int]:
+    """Live bytes of ``intervals`` at each of ``n`` positions."""
+    delta = [0] * (n + 1)
+    for iv in intervals:
+        delta[iv.start] += iv.nbytes
+        delta[iv.end + 1] -= iv.nbytes
+    acc, curve = 0, []
+    for x in delta[:n]:
+        acc += x
+        curve.append(acc)
+    return curve
+
+
 def _live_peak(spans: Sequence[tuple[int, int, int]], length: int) -> int:
     """max over positions of the bytes of spans (start, end, nbytes) alive there."""
     delta = [0] * (length + 2)
@@ -251,6 +264,7 @@ class BufferPlan:
     # compute actions before it in the plan)
     unshard_moves: list[tuple[int, int, int]]
     makespan: float  # timing model, F = 1
+    resident_curve: list[int] = field(default_factory=list)  # resident bytes at each position
 
     @property
     def recv_slots(self) -> list[Slot]:
@@ -293,16 +307,16 @@ def _peak_outstanding_sends(actions: Sequence[_Action]) -> int:
 
 
 def _segment_slots(
-    slots: list[Slot], intervals: list[BufferInterval], n: int, lingering: set[BufferKey]
-) -> int:
-    """Decide where each receive slot keeps its tensor between occupants; return the resident peak.
+    slots: list[Slot], intervals: list[BufferInterval], n: int
+) -> tuple[int, list[int]]:
+    """Decide where each receive slot keeps its tensor between occupants; return the resident
+    peak and the resident bytes at every position.
 
     A slot's tensor stays allocated from one occupant to the next (that is the reuse) unless the
     idle gap lies where it would raise the rank's peak above the live peak; there the slot
     releases its tensor after the earlier occupant and allocates again for the next one
-    (``Slot.release_after``). A slot that held a ``lingering`` key (a last-stage input with a
-    full backward: the loss keeps that leaf reachable) keeps its storage to the end of the step,
-    so its gaps are always kept.
+    (``Slot.release_after``). The last stage's inputs do not linger here: ``apply_plan`` detaches
+    each from its slot after its full backward (``_SlotPool.drop_input``).
     """
     by_key = {iv.key: iv for iv in intervals}
     delta = [0] * (n + 2)
@@ -318,11 +332,6 @@ def _segment_slots(
         for a, b in zip(occ, occ[1:]):
             if b.start > a.end + 1:
                 gaps.append((a.end + 1, b.start - 1, slot.nbytes, slot, a.key))
-        if any(k in lingering for k in slot.keys):
-            last = max(by_key[k].end for k in slot.keys)
-            if last < n - 1:  # the final storage lingers to the end of the step
-                delta[last + 1] += slot.nbytes
-                delta[n] -= slot.nbytes
     live_peak = 0
     acc = 0
     base = []
@@ -344,14 +353,13 @@ def _segment_slots(
             out.append(base[i] + a)
         return out
 
-    lingering_slots = {id(sl) for sl in slots if any(k in lingering for k in sl.keys)}
     cur = curve()
     while max(cur, default=0) > live_peak:
         top = max(cur)
         hot = [i for i, v in enumerate(cur) if v == top]
         choice = None
         for gi, (lo, hi, nb, sl, _) in enumerate(gaps):
-            if kept[gi] and id(sl) not in lingering_slots and any(lo <= h <= hi for h in hot):
+            if kept[gi] and any(lo <= h <= hi for h in hot):
                 if choice is None or hi - lo > gaps[choice][1] - gaps[choice][0]:
                     choice = gi
         if choice is None:
@@ -361,7 +369,7 @@ def _segment_slots(
     for (lo, hi, nb, sl, before), keep in zip(gaps, kept):
         if not keep:
             sl.release_after.append(before)
-    return max(cur, default=0)
+    return max(cur, default=0), cur
 
 
 def _rank_plan(
@@ -384,18 +392,10 @@ def _rank_plan(
     n = len(acts)
     peak = _live_peak([(iv.start, iv.end, iv.nbytes) for iv in plain], n)
     if slot_backed:
-        last = topo.num_stages - 1
-        full_bwd = {
-            p.microbatch_index for a in acts for p in _parts(a)
-            if p.computation_type == B and p.stage_index == last
-        }
-        lingering = {
-            iv.key for iv in plain
-            if iv.key.kind == RECV_ACT and iv.key.stage == last and iv.key.microbatch in full_bwd
-        }
-        resident = _segment_slots(slots, plain, n, lingering)
+        resident, curve = _segment_slots(slots, plain, n)
     else:
         resident = peak
+        curve = _live_curve(plain, n)
     return BufferPlan(
         rank=rank,
         actions=list(acts),
@@ -409,6 +409,7 @@ def _rank_plan(
         peak_outstanding_sends=_peak_outstanding_sends(acts),
         unshard_moves=unshard_moves,
         makespan=makespan,
+        resident_curve=curve,
     )
 
 

@@ -35,7 +35,8 @@ What 2.15 already does and what this pass adds:
   receives go k compute actions before their consumer, per direction, keeping per-peer FIFO order
   and 2.15's rank-parity rule; a send budget is enforced with forced waits checked for deadlock;
   a local search then moves single receives and waits where a rank's peak is, within a modelled
-  time budget; FSDP UNSHARDs move into idle steps (warmup bubble first). Lifetimes are coloured
+  time budget, and stops where no plan keeping the compute order goes lower (``lower_bound_bytes``,
+  or within the time budget ``timed_bound.py``, which counts the transfer latency); FSDP UNSHARDs move into idle steps (warmup bubble first). Lifetimes are coloured
   into reusable slots per size class (optimal: slots == max overlap); receive slots are real
   tensors at run time (``apply_plan``), which also makes the last stage's lingering inputs
   harmless and drops the ``.grad`` copy of sent input gradients after an input backward.
@@ -46,6 +47,7 @@ run the planned action list and back its receive buffers with the slots.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -65,12 +67,13 @@ from inductor_ext.comms_passes.pipeline.sim import (  # noqa: F401 (public API r
     p2p_order_violations, simulate, _Trace,
 )
 from inductor_ext.comms_passes.pipeline.buffers import (  # noqa: F401 (public API re-exported below)
-    buffer_intervals, BufferPlan, colour_intervals, _live_peak, lower_bound_bytes, max_overlap,
-    PipelineBufferPlan, _rank_plan,
+    buffer_intervals, BufferPlan, colour_intervals, _live_curve, _live_peak, lower_bound_bytes,
+    max_overlap, PipelineBufferPlan, _rank_plan,
 )
 from inductor_ext.comms_passes.pipeline.runtime import (  # noqa: F401 (public API re-exported below)
     apply_plan,
 )
+from inductor_ext.comms_passes.pipeline.timed_bound import TimedBoundOracle
 
 # Kept importable from here as before the split (not in __all__): action kinds, the default
 # relative costs and the handle apply_plan returns.
@@ -200,9 +203,14 @@ def _insert_forced(
         for send, anchor in forced.get(r, {}).items():
             by_anchor[anchor].append(send)
         new: list[_Action] = []
+        sent: set[tuple] = set()
         for a in lst:
             for send in sorted(by_anchor.get(_key(a), ()), key=lambda k: (k[0].value, k[1], k[2])):
+                if send not in sent:  # the anchor moved ahead of the send (receive levels)
+                    raise ValueError(f"rank {r}: wait for {send} would precede its send")
                 new.append(_wait_action(send))
+            if a.computation_type in SENDS:
+                sent.add(_key(a))
             new.append(a)
         out[r] = new
     return out
@@ -532,6 +540,17 @@ def plan_pipeline(
         for r, lst in ref_lists.items()
     }
     cache: dict[Any, tuple[PipelineBufferPlan, tuple] | None] = {}
+    rank_cache: dict[tuple, BufferPlan] = {}
+
+    def rank_plan(r: int, lst: list[_Action], budget: int | None, makespan: float) -> BufferPlan:
+        # most moves change one or two ranks' lists: the others' plans are reused
+        rk = (r, budget, tuple(lst))
+        if rk not in rank_cache:
+            rank_cache[rk] = _rank_plan(
+                r, lst, topo, sizes, slot_backed=True, max_outstanding_sends=budget,
+                unshard_moves=_unshard_moves(acts[r], lst), makespan=makespan,
+            )
+        return dataclasses.replace(rank_cache[rk], makespan=makespan)
 
     def build(budget: int | None, uniform: Any, overrides: dict[tuple, Any]):
         ck = (budget, uniform, tuple(sorted(overrides.items(), key=repr)))
@@ -555,28 +574,28 @@ def plan_pipeline(
         except (PlanDeadlockError, ValueError, AssertionError):
             cache[ck] = None
             return None
-        ranks = {
-            r: _rank_plan(
-                r, final[r], topo, sizes, slot_backed=True,
-                max_outstanding_sends=budget,
-                unshard_moves=_unshard_moves(acts[r], final[r]), makespan=trace.makespan,
-            )
-            for r in sorted(final)
-        }
+        ranks = {r: rank_plan(r, final[r], budget, trace.makespan) for r in sorted(final)}
         plan = PipelineBufferPlan(
             ranks, dict(topo.stage_to_rank), topo.num_stages, topo.n_microbatches, uniform, sizes
         )
         peaks = [p.resident_peak_bytes for p in ranks.values()]
         slow = max(0.0, trace.makespan - budget_time)
         top = max(peaks)
-        plateau = sum(_peak_width(p) for p in ranks.values() if p.resident_peak_bytes == top)
+        plateau = sum(_peak_width(p, False) for p in ranks.values() if p.resident_peak_bytes == top)
+        # each rank's peak and how many positions sit at it, worst rank first: narrowing a
+        # lower rank's plateau is progress too (its peak falls once every position has moved)
+        profile = tuple(sorted(((p.resident_peak_bytes, _peak_width(p, True)) for p in ranks.values()),
+                               reverse=True))
         worst_ratio = max(
             p.resident_peak_bytes / max(1, ref_peaks.get(r, 1)) for r, p in ranks.items()
         )
         # every rank's peak counts, worst first (leximax): a move that lowers one rank without
         # raising the sorted profile is progress even when the worst rank cannot move
-        score = (slow, tuple(sorted(peaks, reverse=True)), sum(peaks), round(worst_ratio, 6), plateau,
-                 trace.makespan)
+        head = (slow, tuple(sorted(peaks, reverse=True)), sum(peaks))
+        tail = (round(worst_ratio, 6), plateau, trace.makespan)
+        # two rankings, one search each (see _local_search): ``False`` as before, ``True`` also
+        # counts every rank's peak plateau
+        score = {False: head + tail, True: head + (profile,) + tail}
         cache[ck] = (plan, score)
         if _SEARCH_LOG is not None:
             _SEARCH_LOG.append((dict(overrides), score))
@@ -593,29 +612,78 @@ def plan_pipeline(
     for budget in budgets:
         for la in uniforms:
             got = build(budget, la, {})
-            if got is not None and (best is None or got[1] < best[2][1]):
+            if got is not None and (best is None or got[1][False] < best[2][1][False]):
                 best = (budget, la, got)
     if best is None:
         raise ValueError("no valid buffer plan for this schedule (see PlanDeadlockError)")
-    budget, uniform, (plan, score) = best
+    budget, uniform, got = best
+    plan = got[0]
+    if search:
+        # no placement goes below the bound, nor within the time budget below the timed bound
+        # (asked only for ranks above the first): a plan there on every rank, on time, is final
+        bound = lower_bound_bytes(acts, sizes, stage_to_rank=topo.stage_to_rank,
+                                  num_stages=topo.num_stages)
+        timed = _timed_oracle(acts, sizes, budget_time, topo, costs, p2p_latency)
+
+        def at_timed_bound(r: int, peak: int) -> bool:
+            try:
+                return timed is not None and not timed.lowerable(r, peak)
+            except RuntimeError:  # HiGHS undecided: keep searching
+                return False
+
+        def at_bound(res) -> bool:
+            return res[1][False][0] == 0 and all(
+                p.resident_peak_bytes <= bound[r] or at_timed_bound(r, p.resident_peak_bytes)
+                for r, p in res[0].ranks.items())
+
+        # the search is greedy (first improvement), so where it ends depends on how it ranks
+        # plans: the second ranking (every rank's plateau too) runs only when the first one
+        # leaves a rank above the bound (the better end, by the first ranking, is kept); the
+        # searches together build at most ``max_evals`` plans
+        first = _local_search(build, got, budget, uniform, topo, False, max_evals, at_bound)
+        ends = [first[:2]]
+        if not at_bound(ends[0]) and first[2] < max_evals:
+            second = _local_search(build, got, budget, uniform, topo, True, max_evals - first[2],
+                                   at_bound)
+            ends.append(second[:2])
+        plan = min(ends, key=lambda e: e[1][False])[0]
+    plan.recv_lookahead = uniform
+    return plan
+
+
+def _timed_oracle(acts, sizes, budget_time, topo, costs, latency) -> TimedBoundOracle | None:
+    """The timed bound's oracle (``timed_bound.py``), or None without scipy: the search then
+    stops early only at the latency-free bound."""
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        return None
+    return TimedBoundOracle(acts, sizes, budget_time, stage_to_rank=topo.stage_to_rank,
+                            num_stages=topo.num_stages, costs=costs, p2p_latency=latency)
+
+
+def _local_search(build, got, budget, uniform, topo, fine: bool, max_evals: int, done):
+    """First-improvement search over receive levels and early waits, from the plan ``got``,
+    ranking plans by ``score[fine]`` (see ``build`` in ``plan_pipeline``); stops early once
+    ``done((plan, scores))`` holds. Returns the plan, its scores and the plans built."""
+    plan, scores = got
     overrides: dict[tuple, Any] = {}
-    evals = len(cache)
-    while search and evals < max_evals:
+    evals = 0
+    while evals < max_evals and not done((plan, scores)):
         accepted = False
-        for change, _ in _candidate_moves(plan, topo, uniform, overrides):
+        for change, _ in _candidate_moves(plan, topo, uniform, overrides, anchor_receives=fine):
             trial = {**overrides, **change}
-            got = build(budget, uniform, trial)
+            res = build(budget, uniform, trial)
             evals += 1
-            if got is not None and got[1] < score:  # first improvement
-                overrides, (plan, score) = trial, got
+            if res is not None and res[1][fine] < scores[fine]:  # first improvement
+                overrides, (plan, scores) = trial, res
                 accepted = True
                 break
             if evals >= max_evals:
                 break
         if not accepted:
             break
-    plan.recv_lookahead = uniform
-    return plan
+    return plan, scores, evals
 
 
 def _dir_level(uniform: Any, t: tuple) -> int | None:
@@ -625,28 +693,16 @@ def _dir_level(uniform: Any, t: tuple) -> int | None:
     return uniform
 
 
-def _live_curve(rp: BufferPlan) -> list[int]:
-    n = len(rp.actions)
-    delta = [0] * (n + 1)
-    for iv in rp.intervals:
-        delta[iv.start] += iv.nbytes
-        delta[iv.end + 1] -= iv.nbytes
-    acc, curve = 0, []
-    for x in delta[:n]:
-        acc += x
-        curve.append(acc)
-    return curve
-
-
-def _peak_width(rp: BufferPlan) -> int:
-    curve = _live_curve(rp)
+def _peak_width(rp: BufferPlan, resident: bool) -> int:
+    """Positions at which the rank is at its resident peak (or its live peak)."""
+    curve = rp.resident_curve if resident else _live_curve(rp.intervals, len(rp.actions))
     top = max(curve, default=0)
     return sum(1 for v in curve if v == top)
 
 
 def _candidate_moves(
     plan: PipelineBufferPlan, topo: _Topology, uniform: Any,
-    overrides: dict[tuple, Any],
+    overrides: dict[tuple, Any], *, anchor_receives: bool = False,
 ) -> list[tuple[dict, None]]:
     """Moves that can lower the peak of a rank (see ``plan_pipeline``), most promising first.
 
@@ -668,7 +724,7 @@ def _candidate_moves(
         moves.append((change, None))
 
     for rp in ranked:
-        curve = _live_curve(rp)
+        curve = rp.resident_curve if anchor_receives else _live_curve(rp.intervals, len(rp.actions))
         top = max(curve, default=0)
         peaks = [p for p, v in enumerate(curve) if v == top]
         consumer_pos: dict[tuple, int] = {}
@@ -688,6 +744,13 @@ def _candidate_moves(
             anchor_pos = next(
                 (q for q in range(p, -1, -1) if rp.actions[q].is_compute_op), None
             )
+            # with ``anchor_receives``, a receive posted between that compute action and the
+            # peak: waiting before it frees the send buffer before the received one is allocated
+            q = p if anchor_receives else -1
+            while q >= 0 and rp.actions[q].computation_type in RECVS + WAITS:
+                if rp.actions[q].computation_type in RECVS:
+                    anchor_pos = q
+                q -= 1
             for iv in rp.intervals:
                 if not iv.start <= p <= iv.end:
                     continue

@@ -46,6 +46,7 @@ class _SlotPool:
         }
         self.tensors: dict[int, torch.Tensor] = {}
         self.owner: dict[int, BufferKey] = {}
+        self.inputs: dict[BufferKey, weakref.ref] = {}  # received activations handed out
         self.released: set[tuple[int, int]] = set()  # (stage, mb) whose inputs/grads are dead
         self.allocations = 0
         self.reuses = 0
@@ -55,6 +56,7 @@ class _SlotPool:
     def new_step(self) -> None:
         self.released.clear()
         self.owner.clear()
+        self.inputs.clear()
         if not self.persistent:
             self.tensors.clear()
 
@@ -90,12 +92,29 @@ class _SlotPool:
         else:
             self.reuses += 1
         self.owner[sid] = key
-        flat = base[:need].view(meta.dtype) if need else base[:0].view(meta.dtype)
-        view = flat.as_strided(meta.shape, meta.stride)
+        # an alias of the slot's storage, not a view: a view would keep the slot tensor as its
+        # ``_base``, so ``drop_input`` could not free the storage
+        buf = torch.empty(0, dtype=meta.dtype, device=self.device).set_(
+            base.untyped_storage(), 0, meta.shape, meta.stride
+        )
+        if key.kind == RECV_ACT:
+            self.inputs[key] = weakref.ref(buf)
         if not self.persistent and key in self.release_after[sid]:
             # end of a segment: the occupant alone keeps the storage now
             del self.tensors[sid]
-        return view
+        return buf
+
+    def drop_input(self, stage: int, mb: int) -> None:
+        """Detach a consumed input of the last stage from its slot's storage.
+
+        The loss keeps the input leaf reachable (loss -> AccumulateGrad -> leaf) for as long as
+        the caller keeps the loss, which would hold the slot's storage to the end of the step
+        and beyond; nothing reads the leaf after its full backward, so it gets an empty tensor.
+        """
+        ref = self.inputs.pop(BufferKey(RECV_ACT, stage, mb), None)
+        leaf = ref() if ref is not None else None
+        if leaf is not None:
+            leaf.data = leaf.new_empty(0)
 
 
 @dataclass
@@ -282,6 +301,8 @@ def _install_stage_hooks(stage: Any, pool: _SlotPool, undo: list[Callable[[], No
         out = orig_b(bwd_chunk_id, *args, **kwargs)
         if kwargs.get("full_backward", args[1] if len(args) > 1 else True):
             pool.mark_released(stage.stage_index, bwd_chunk_id)
+            if stage.is_last and not stage.is_first:
+                pool.drop_input(stage.stage_index, bwd_chunk_id)
         elif not stage.is_first:
             # the input backward left each input gradient in the input leaf's .grad as well;
             # the send owns it now, and the weight backward of a non-first stage never reads it
