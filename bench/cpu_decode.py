@@ -365,8 +365,13 @@ def main() -> None:
     info = machine()
     print(f"cpu_decode: {len(all_cases)} shapes x {len(ARMS)} arms, {args.threads} threads, load {info['load_average']}",
           file=sys.stderr)
-    build, ext_fns = build_ext(shape, all_cases, ext_cache)
-    speed = measure_speed(shape, all_cases, args.reps, ext_fns)
+    from inductor_ext.tune import fresh_inductor_caches
+
+    # Cold Inductor caches for every arm: Inductor's own autotune cache would otherwise hand every
+    # autotuning arm (ext's build, max-autotune) the timings of an earlier run, however noisy it was.
+    with fresh_inductor_caches():
+        build, ext_fns = build_ext(shape, all_cases, ext_cache)
+        speed = measure_speed(shape, all_cases, args.reps, ext_fns)
     compile_time = measure_compile(next(c for c in all_cases if c.phase == "decode"), args, ext_cache)
     figures = {"model": asdict(shape), "machine": info, "threads": args.threads, "reps": args.reps,
                "ext_cache": ext_cache, "ext_build": build, "speed": speed, "compile": compile_time,
