@@ -109,7 +109,7 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
     with contextlib.ExitStack() as stack, V.set_choices_handler(ExtChoices(config)):
         if codegen is not None:
             stack.enter_context(codegen.install(config))
-        if config.autotune != "off":  # ext's cache is in use: it may answer Inductor's ISA probe
+        if config.autotune != "off" and config.device_type == "cpu":  # C++ kernels; ext's cache is in use
             stack.enter_context(vec_isa_record.reused(cache_for(config)))
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
     if not config.dump_dir:

@@ -18,15 +18,19 @@ ISAS = ["avx512 avx512_vnni amx_tile", "avx512", "avx2"]
 
 @pytest.fixture
 def machine(monkeypatch):
-    """A fresh process on an x86 machine whose Inductor cache holds no probe outcome; the probe,
-    when it runs, passes ``state["outcome"]``."""
-    state = {"probed": False, "inductor_record": False, "outcome": list(ISAS)}
+    """A fresh process on an x86 machine; Inductor's probe, when it runs, passes ``state["outcome"]``."""
+    state = {"probed": False, "outcome": list(ISAS), "probes": 0}
     monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", None)
     monkeypatch.setattr(record, "probe_key", lambda: "inductor.cpu_vec_isa:test")
     monkeypatch.setattr(record, "candidates", lambda: list(ISAS))
     monkeypatch.setattr(record, "_probed_in_process", lambda: state["probed"])
-    monkeypatch.setattr(record, "_inductor_has_its_record", lambda: state["inductor_record"])
-    monkeypatch.setattr(record, "_probe_outcome", lambda: state["outcome"])
+
+    def probe():
+        state["probes"] += not state["probed"]
+        state["probed"] = True
+        return state["outcome"]
+
+    monkeypatch.setattr(record, "_probe_outcome", probe)
     return state
 
 
@@ -37,14 +41,16 @@ def _compile(state):
     return seen
 
 
-def test_first_compile_records_then_a_fresh_process_skips_the_probe(machine):
+def test_first_compile_probes_once_then_a_fresh_process_skips_the_probe(machine):
     cache = AutotuneCache(":memory:")
     with record.reused(cache):
-        assert _compile(machine) is None  # nothing recorded yet: Inductor probes
+        assert _compile(machine) is True  # probed first, all passed: the same switch as later
+    assert machine["probes"] == 1
     assert json.loads(cache.get_fact("inductor.cpu_vec_isa:test")) == {"valid": ISAS, "candidates": ISAS}
     machine["probed"] = False  # a new process, Inductor's cache fresh again
     with record.reused(cache):
         assert _compile(machine) is True
+    assert machine["probes"] == 1  # answered from ext's cache
     assert inductor_config.cpp.vec_isa_ok is None  # only for that compile
 
 
@@ -52,18 +58,10 @@ def test_an_isa_that_failed_the_probe_keeps_the_probe(machine):
     cache = AutotuneCache(":memory:")
     machine["outcome"] = ISAS[1:]  # e.g. an old compiler without AMX
     with record.reused(cache):
-        _compile(machine)
+        assert _compile(machine) is None
     machine["probed"] = False
     with record.reused(cache):
         assert _compile(machine) is None  # vec_isa_ok=True would say yes to AMX: never
-
-
-def test_inductors_own_record_wins(machine):
-    cache = AutotuneCache(":memory:")
-    cache.put_fact("inductor.cpu_vec_isa:test", json.dumps({"valid": ISAS, "candidates": ISAS}))
-    machine["inductor_record"] = True  # its probe then costs ~0.3 s and keeps its FX cache keys
-    with record.reused(cache):
-        assert _compile(machine) is None
 
 
 def test_the_users_setting_is_left_alone(machine, monkeypatch):
@@ -71,17 +69,15 @@ def test_the_users_setting_is_left_alone(machine, monkeypatch):
     monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", False)
     with record.reused(cache):
         assert _compile(machine) is False
-    assert cache.get_fact("inductor.cpu_vec_isa:test") is None  # not a probe outcome
+    assert cache.get_fact("inductor.cpu_vec_isa:test") is None and machine["probes"] == 0
 
 
-def test_a_stale_fact_under_another_key_is_not_read(machine, monkeypatch):
+def test_a_fact_under_another_key_is_not_read(machine, monkeypatch):
     cache = AutotuneCache(":memory:")
+    cache.put_fact("inductor.cpu_vec_isa:other-compiler", json.dumps({"valid": ISAS, "candidates": ISAS}))
     with record.reused(cache):
         _compile(machine)
-    machine["probed"] = False
-    monkeypatch.setattr(record, "probe_key", lambda: "inductor.cpu_vec_isa:other-compiler")
-    with record.reused(cache):
-        assert _compile(machine) is None
+    assert machine["probes"] == 1
 
 
 def test_key_names_what_the_probe_depends_on(monkeypatch):

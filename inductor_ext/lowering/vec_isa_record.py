@@ -8,17 +8,16 @@ serving a cache built offline with ``inductor-ext tune build``, a CI job, a benc
 
 ext stores the outcome in its autotune cache (a ``facts`` row) under a key naming everything the
 probe depends on: this torch and Python, the C++ compiler (path, size, mtime), the CPU's ISA flags
-and the source of Inductor's probe and build flags. When a compile finds Inductor's own record
-missing and ext's matching, and every ISA this CPU has passed the probe, it sets Inductor's switch
-for an already-probed machine, ``cpp.vec_isa_ok=True``, which answers yes for exactly those ISAs
-(their extra checks, e.g. AVX-512 BF16 and AMX FP16, still build as before). A user's own
-``cpp.vec_isa_ok`` is never touched, and Inductor's record, where present, is what it reads.
+and the source of Inductor's probe and build flags. When every ISA this CPU has passed the probe,
+ext's compiles set Inductor's switch for an already-probed machine, ``cpp.vec_isa_ok=True``, which
+answers yes for exactly those ISAs (their extra checks, e.g. AVX-512 BF16 and AMX FP16, still build
+as before); the first compile on a machine lets Inductor probe first and records the outcome. A
+user's own ``cpp.vec_isa_ok`` is never touched.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import hashlib
 import json
 import logging
@@ -31,7 +30,6 @@ from typing import Iterator
 import torch
 from torch._inductor import config as inductor_config
 from torch._inductor import cpp_builder, cpu_vec_isa
-from torch._inductor.runtime.cache_dir_utils import cache_dir
 
 from inductor_ext.autotune.cache import AutotuneCache
 
@@ -66,38 +64,36 @@ def candidates() -> list[str]:
     return [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
 
 
-def _inductor_has_its_record() -> bool:
-    """Whether Inductor's cache dir already holds a probe outcome (then it costs ~0.3 s)."""
-    return bool(glob.glob(os.path.join(cache_dir(), "*", "*.load_ok")))
-
-
 def _probed_in_process() -> bool:
     return cpu_vec_isa.valid_vec_isa_list.cache_info().currsize > 0
 
 
 def _probe_outcome() -> list[str]:
-    """The ISAs the probe passed (already answered in this process: no probe runs here)."""
+    """The ISAs Inductor's probe passed (it runs here unless this process ran it already)."""
     return [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
 
 
 @contextlib.contextmanager
 def reused(cache: AutotuneCache) -> Iterator[None]:
-    """Around one compile: reuse the recorded probe where Inductor would otherwise run it from
-    scratch, and record the outcome when Inductor ran it during the compile."""
-    if inductor_config.cpp.vec_isa_ok is not None or _probed_in_process():
-        yield  # the user's setting, or the probe already answered in this process
+    """Around one compile: Inductor's probe answered from ext's record (or run once, by Inductor,
+    and recorded), then ``cpp.vec_isa_ok=True`` for the compile when every ISA passed.
+
+    Every compile on such a machine sees the same switch, recorded or just probed, so Inductor's
+    FX graph cache keys (which include it) are the same from one process to the next."""
+    key = None if inductor_config.cpp.vec_isa_ok is not None else probe_key()
+    if key is None:  # the user's own setting, or not a machine ext records
+        yield
         return
-    key = probe_key()
-    if key is None or _inductor_has_its_record():
-        yield
+    stored = cache.get_fact(key)
+    fact = json.loads(stored) if stored else None
+    if fact is None:
+        # Inductor's own probe, as its first C++ kernel would run it (free if this process ran it).
+        fact = {"valid": _probe_outcome(), "candidates": candidates()}
+        cache.put_fact(key, json.dumps(fact))
+    elif not _probed_in_process():
+        log.info("ext: Inductor's vector-ISA probe answered from ext's cache (%s)", ", ".join(fact["valid"]))
+    if fact.get("valid") == fact.get("candidates") == candidates():
+        with inductor_config.patch({"cpp.vec_isa_ok": True}):
+            yield
     else:
-        stored = cache.get_fact(key)
-        fact = json.loads(stored) if stored else None
-        if fact is not None and fact.get("valid") == fact.get("candidates") == candidates():
-            log.info("ext: Inductor's vector-ISA probe answered from ext's cache (%s)", ", ".join(fact["valid"]))
-            with inductor_config.patch({"cpp.vec_isa_ok": True}):
-                yield
-            return
-        yield
-    if key is not None and _probed_in_process() and inductor_config.cpp.vec_isa_ok is None:
-        cache.put_fact(key, json.dumps({"valid": _probe_outcome(), "candidates": candidates()}))
+        yield  # an ISA the CPU has failed the probe: Inductor probes each one itself
