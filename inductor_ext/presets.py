@@ -15,14 +15,16 @@ import torch
 
 from inductor_ext import codegen as codegens
 from inductor_ext import targets
-from inductor_ext.config import CORE_OPTIONS, ExtConfig, ExtOptionError, validate_options
+from inductor_ext.config import CORE_OPTIONS, OPTIONS, ExtConfig, ExtOptionError, validate_options
 from inductor_ext.lowering.passes import available_passes
 from inductor_ext.templates import registry
 
 PRESETS: dict[str, dict[str, Any]] = targets.presets()
 
 _PRESET_KEYS = ("passes", "templates", "autotune", "pdl", "template_margin")
-_OPTIONAL_PRESET_KEYS = ("freezing",)  # ExtConfig's default where a preset does not say
+# ExtConfig's default where a preset does not say. A preset's "inductor" holds torch._inductor.config
+# patches its target needs (gfx1250: Inductor's TDM codegen); the user's own "inductor" keys win one by one.
+_OPTIONAL_PRESET_KEYS = ("freezing", "inductor")
 
 
 def detect_preset(example_inputs: Sequence[Any]) -> str:
@@ -54,7 +56,11 @@ def resolve(options: dict[str, Any] | None = None, example_inputs: Sequence[Any]
     fields = {k: data[k] for k in _PRESET_KEYS}
     fields.update({k: data[k] for k in _OPTIONAL_PRESET_KEYS if k in data})
     plugin = {k: opts.pop(k) for k in list(opts) if k not in CORE_OPTIONS}  # registered by passes, codegens
+    if "inductor" in fields and "inductor" in opts:
+        opts["inductor"] = {**fields["inductor"], **opts["inductor"]}
     fields.update(opts)  # explicit options always win
+    if "inductor" in fields:
+        fields["inductor"] = OPTIONS["inductor"].check("inductor", fields["inductor"])  # a preset's keys too
     fields["passes"] = tuple(fields["passes"])
     fields["templates"] = tuple(fields["templates"])
     _check_known(fields, name, data["target"], passes)

@@ -12,6 +12,12 @@ FlyDSL, Metal; SYCL returns the SPIR-V its run-time compiler made), else as Trit
 else ``KEY_INSTRUCTIONS[target]``; the target's MMA instruction (``targets``) when it names none
 (a norm kernel has no matrix instruction). Metal has no compiler on Linux: its families count
 their key instructions in the MSL and show the Metal-on-CPU executor's build of it.
+
+``inductor.<kind>`` (``inductor.pointwise``, ``inductor.rms_norm``, ``inductor.softmax``,
+``inductor.flex_forward``, ``inductor.flex_decode``) are no template family: they show the kernel
+Inductor's own codegen writes under a preset's Inductor patches (gfx1250: its Tensor Data Mover
+descriptors, ``targets.amd.INDUCTOR_TDM``), generated as on that device by
+``testing.gfx1250_inductor``; ``--shape`` does not apply to them.
 """
 
 from __future__ import annotations
@@ -43,9 +49,20 @@ def family_targets(family: ModuleType) -> list[str]:
     return [t for t in family.TARGETS if t in targets.all_targets() and not targets.has(t, targets.INTERPRETER)]
 
 
+INDUCTOR_PREFIX = "inductor."
+
+
+def inductor_kinds() -> dict[str, tuple[str, ...]]:
+    """``inductor.<kind>`` -> the targets whose preset's Inductor codegen ``asm`` can show."""
+    from inductor_ext.testing import gfx1250_inductor
+
+    return {f"{INDUCTOR_PREFIX}{kind}": ("gfx1250",) for kind in gfx1250_inductor.KINDS}
+
+
 def listing() -> str:
     rows = [(name, ", ".join(family_targets(m)) or "(none: CPU only)", m.CHOICE_KIND)
             for name, m in sorted(registry.families().items())]
+    rows += [(name, ", ".join(claimed), "inductor codegen") for name, claimed in inductor_kinds().items()]
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{name.ljust(width)}  {claimed}  [{kind}]" for name, claimed, kind in rows)
 
@@ -128,6 +145,8 @@ def key_patterns(family: ModuleType, target: str, asm: dict[str, str], problem: 
 def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_SHAPE, dtype: str | None = None,
           config_text: str | None = None) -> dict[str, Any]:
     """Render and compile one kernel; what ``inductor-ext asm`` prints."""
+    if family_name.startswith(INDUCTOR_PREFIX):
+        return build_inductor(family_name, target, dtype)
     families = registry.families()
     if family_name not in families:
         raise AsmError(f"unknown template family {family_name!r}; families: {', '.join(sorted(families))}")
@@ -157,6 +176,38 @@ def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_S
     counts = {stage: asm_text.instruction_counts(asm, target, pats, key=stage) for stage, pats in patterns.items()}
     return {"family": family_name, "target": target, "problem": dataclasses.asdict(problem),
             "config": dataclasses.asdict(config), "kernel": ks.name, "language": ks.language,
+            "source": ks.source, "asm": {k: v for k, v in asm.items() if k != "metadata"},
+            "key_instructions": counts}
+
+
+def build_inductor(name: str, target: str, dtype: str | None = None) -> dict[str, Any]:
+    """Inductor's kernel of kind ``inductor.<kind>`` for ``target``, generated with the preset's
+    Inductor patches (``testing.gfx1250_inductor``), compiled, with its key instructions counted."""
+    import torch
+
+    from inductor_ext.runtime.triton_compile import compile_for_target
+    from inductor_ext.testing import gfx1250_inductor as gi
+
+    kinds = inductor_kinds()
+    if name not in kinds:
+        raise AsmError(f"unknown Inductor kernel kind {name!r}; kinds: {', '.join(kinds)}")
+    if target not in kinds[name]:
+        raise AsmError(f"{name} is shown for {', '.join(kinds[name])}, not {target!r}")
+    kind = name.removeprefix(INDUCTOR_PREFIX)
+    torch_dtype = getattr(torch, dtype or "bfloat16", None)
+    if torch_dtype not in (torch.bfloat16, torch.float16, torch.float32) or (kind.startswith("flex") and
+                                                                           torch_dtype == torch.float32):
+        raise AsmError(f"{name}: --dtype {dtype!r} is not one its example takes: bfloat16, float16"
+                       f"{'' if kind.startswith('flex') else ', float32'}")
+    example = gi.example(kind, torch_dtype)
+    graph = gi.generate(example.fn, *example.inputs, tdm=True)
+    ks = gi.kernel_source(gi.main_kernel(graph, kind))
+    asm = compile_for_target(ks, target)
+    stage = targets.get(target).asm_key
+    counts = {stage: asm_text.instruction_counts(asm, target, example.key_instructions(), key=stage)}
+    return {"family": name, "target": target,
+            "problem": {"kind": kind, "inputs": [[list(t.shape), str(t.dtype)] for t in example.inputs]},
+            "config": {**ks.constexprs, **ks.launch}, "kernel": ks.name, "language": ks.language,
             "source": ks.source, "asm": {k: v for k, v in asm.items() if k != "metadata"},
             "key_instructions": counts}
 
@@ -195,7 +246,8 @@ def format_result(result: dict[str, Any], show: tuple[str, ...] = ("source", "as
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("asm", help="show a template family's kernel compiled for a target (PTX/SASS, amdgcn; "
                                      "MSL with the Metal-on-CPU executor's build)")
-    p.add_argument("family", nargs="?", help="template family, e.g. triton.nvfp4_gemm (see --list)")
+    p.add_argument("family", nargs="?", help="template family, e.g. triton.nvfp4_gemm, or an Inductor kernel kind, "
+                                            "e.g. inductor.flex_forward (see --list)")
     p.add_argument("--list", action="store_true", help="print every family with the targets it claims")
     p.add_argument("--target", help="e.g. sm_90a, sm_100a, gfx950, gfx1250, mps")
     p.add_argument("--shape", default="x".join(map(str, DEFAULT_SHAPE)), help="MxNxK (default %(default)s)")

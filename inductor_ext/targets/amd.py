@@ -62,6 +62,30 @@ def key_instructions(facts: dict[str, tuple[str, ...]]) -> dict[str, list[tuple[
     return {t: [(ASM_STAGE, INSTRUCTIONS[t][f]) for f in names] for t, names in facts.items()}
 
 
+# Inductor's own Tensor Data Mover codegen on gfx1250 (torch 2.15), switched on for the gfx1250 preset.
+# Inductor turns a load or store of a pointwise/reduction kernel into a tensor descriptor
+# (``tensor_load_to_lds`` / ``tensor_store_from_lds``) only when it pays and is legal, by its own
+# per-access rules: fp16/bf16/fp32 (``_TDM_SUPPORTED_DTYPES``; fp8 and int stay per-lane loads), unit
+# innermost stride, an innermost block of at least 16 bytes (Inductor raises XBLOCK/R0_BLOCK to reach
+# it), 16-byte aligned base and outer strides, no indirect indexing or extra masks, int32 indices, rank
+# 1-5. FlexAttention forward/decode take TDM for Q/K/V when a block row is 128-byte aligned (Inductor's
+# direct-path rule: fp16/bf16 head_dim >= 64; fp32 >= 32) and the operands meet the same alignment;
+# ``enable_flex_tdm`` is Inductor's default, pinned here so a user's global kill switch is explicit.
+# Descriptors need 16-byte aligned inputs: ``assume_aligned_inputs`` makes Inductor assume it and clone
+# the (rare) misaligned input first. Inductor still requires a live ROCm >= 7.14 gfx1250 device before
+# any of this applies: on any other device these patches change nothing.
+# Where it pays (why ext adds no threshold of its own): a TDM tile is one scalar request per operand and
+# wave group instead of one vector load per lane, issued ahead and waited on with s_wait_tensorcnt, so it
+# pays where loads can run ahead of the math: looped reductions (Inductor pipelines R0_BLOCK loads,
+# num_stages=2: 16 tensor_load_to_lds in the softmax kernel of tests/test_gfx1250_inductor_tdm.py) and
+# FlexAttention's K/V blocks (5 tensor loads replace 24 per-lane buffer loads; the v_wmma work is the
+# same). A flat pointwise kernel gains least: its tile goes HBM -> LDS -> VGPR (ds_load) instead of
+# HBM -> VGPR, traded against fewer address instructions; Inductor admits it anyway, and
+# bench/gfx1250_inductor_tdm.py is the MI450 measurement that decides whether ext should turn it off there.
+INDUCTOR_TDM: dict[str, Any] = {
+    "triton.use_tensor_descriptor": True, "assume_aligned_inputs": True, "triton.enable_flex_tdm": True,
+}
+
 # 7 Infinity Fabric links of 153.6 GB/s bidirectional each.
 DATASHEETS = {
     "MI355X": Datasheet("MI355X", {"bf16": 2500e12, "fp16": 2500e12, "fp8": 5000e12, "tf32": 1250e12, "fp32": 157e12},
@@ -82,11 +106,13 @@ PRESETS = {
     },
     "gfx1250": {
         "description": "AMD MI450 (gfx1250): Triton and FlyDSL GEMMs fed by the Tensor Data Mover, Triton and FlyDSL "
-                       "GEMMs (v_wmma, fp8 included), FlyDSL ragged grouped GEMM, each against ATen",
+                       "GEMMs (v_wmma, fp8 included), FlyDSL ragged grouped GEMM, each against ATen; Inductor's "
+                       "TDM descriptors in pointwise/reduction kernels and FlexAttention forward/decode",
         "target": "gfx1250",
         "passes": [],
         "templates": ["triton.gemm", "triton.tdm_gemm", "flydsl.tdm_gemm", "flydsl.gemm", "flydsl.grouped_mm"],
         "autotune": "quick", "pdl": "off", "template_margin": 0.02,
+        "inductor": INDUCTOR_TDM,
     },
 }
 
