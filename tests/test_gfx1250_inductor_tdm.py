@@ -51,14 +51,19 @@ def test_device_probe_is_answered_only_inside_the_context() -> None:
     from torch._inductor import config as inductor_config
     from torch._inductor import utils
 
+    from torch.utils._triton import has_triton
+
     cuda = torch.device("cuda", 0)
+    assert not has_triton()  # asked before on this CPU-only machine: memoized "no GPU Triton"
     with inductor_config.patch(amd.INDUCTOR_TDM):
         assert not utils.use_gfx1250_descriptor_codegen(cuda)
         with gi.gfx1250_device():
+            assert has_triton()  # the memoized answer is asked again inside...
             assert utils.use_gfx1250_descriptor_codegen(cuda)
             with inductor_config.patch(gi.TDM_OFF):
                 assert not utils.use_gfx1250_descriptor_codegen(cuda)
         assert not utils.use_gfx1250_descriptor_codegen(cuda)
+    assert not has_triton()  # ...and again after it
     assert torch.version.hip is None and utils._rocm_version_tuple() == (0, 0)
     with pytest.raises(ValueError, match="unknown device properties"):
         with gi.gfx1250_device(cus=8):

@@ -65,6 +65,9 @@ def gfx1250_device(**properties: Any) -> Iterator[None]:
 
     caches = [inductor_utils._rocm_version_tuple, inductor_utils.rocm_gfx_arch,
               inductor_utils._rocm_native_device_arch_name, inductor_utils.get_backend_num_stages]
+    # torch.utils._triton memoizes its device answers (has_triton, the TMA/TDM checks): a test that
+    # asked before on this CPU-only machine would leave "no GPU Triton" cached for the whole process.
+    caches += [f for f in vars(torch_triton).values() if callable(f) and hasattr(f, "cache_clear")]
     target = GPUTarget(*amd.GFX1250.triton)
 
     unknown = sorted(set(properties) - set(vars(GFX1250_PROPERTIES)))
