@@ -23,10 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 if "--smoke" in sys.argv and "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # the smoke path runs the kernels on the CPU
@@ -36,6 +35,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from inductor_ext.testing import gfx1250_inductor as gi  # noqa: E402
+from rocm_gemm import rel_err, timed  # noqa: E402  (the AMD benches time and compare alike)
 
 # (kind, dtype, sizes): small and odd shapes first (numerics), then the sizes that decide "pays"
 CASES = [
@@ -58,32 +58,6 @@ QUICK = [c for i, c in enumerate(CASES) if i % 3 != 2]
 TOL = {torch.bfloat16: 2e-2, torch.float16: 4e-3, torch.float32: 1e-4}
 
 
-def timed(fn: Callable[[], Any], reps: int = 30) -> dict[str, float]:
-    """Microseconds per call: median and 10th/90th percentiles of event-timed calls after warm-up."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1000)
-    q = statistics.quantiles(samples, n=10)
-    return {"median": statistics.median(samples), "p10": q[0], "p90": q[-1]}
-
-
-def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
-    want = want.float()
-    return ((got.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
-
-
-def _uses_tdm(code: str) -> bool:
-    return "tl.make_tensor_descriptor" in code or "USE_TMA : tl.constexpr = True" in code
-
-
 def device_row(kind: str, dtype: torch.dtype, sizes: dict[str, int]) -> dict[str, Any]:
     from torch._inductor.utils import run_and_get_code
 
@@ -96,7 +70,7 @@ def device_row(kind: str, dtype: torch.dtype, sizes: dict[str, int]) -> dict[str
         torch._dynamo.reset()
         fn = torch.compile(ex.fn, backend="ext", options={"preset": "gfx1250", "inductor": patches})
         got, codes = run_and_get_code(fn, *inputs)
-        row[f"{name}_used"] = any(_uses_tdm(c) for c in codes)
+        row[f"{name}_used"] = any(gi.uses_tdm(c) for c in codes)
         row[f"{name}_rel_err"] = rel_err(got, want)
         compiled[name] = fn
     row["ok"] = all(row[f"{n}_rel_err"] <= TOL[dtype] for n in compiled)

@@ -22,8 +22,8 @@ MKL_PACKED_MM = ExternKernelChoice(_MKL_PACKED, name="ext_mkl_packed_mm", has_ou
                                    op_overload=_MKL_PACKED)
 
 
-def mkl_packed_reason(config: ExtConfig, op_name: str, kernel_inputs: Any) -> str | None:
-    """Why MKL's packed sgemm is not offered for this op instance, or None."""
+def mkl_packed_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any) -> op_specs.OpInputs | str:
+    """The op's inputs for MKL's packed sgemm, or why it is not offered for this op instance."""
     if config.device_type != "cpu" or kernel_inputs.device_type != "cpu":
         return "not the cpu preset"
     if op_name != "mm":
@@ -38,11 +38,11 @@ def mkl_packed_reason(config: ExtConfig, op_name: str, kernel_inputs: Any) -> st
         return f"dtypes {x.dtype}, {w_t.dtype} (MKL packs fp32)"
     if not w_t.constant:
         return "the weight is not a constant (freezing packs inference weights only)"
-    return None
+    return inputs
 
 
 def extend(config: ExtConfig, op_name: str, kernel_inputs: Any, choices: list[Any]) -> None:
     """Append the ATen-side choices this compile offers for ``op_name`` to ``choices``."""
-    if mkl_packed_reason(config, op_name, kernel_inputs) is None:
-        inputs = op_specs.op_inputs(op_name, kernel_inputs)
+    inputs = mkl_packed_inputs(config, op_name, kernel_inputs)
+    if not isinstance(inputs, str):
         choices.append(MKL_PACKED_MM.bind(inputs.nodes, inputs.layout))

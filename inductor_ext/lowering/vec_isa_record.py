@@ -18,6 +18,7 @@ user's own ``cpp.vec_isa_ok`` is never touched.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -38,6 +39,7 @@ log = logging.getLogger("inductor_ext")
 FACT = "inductor.cpu_vec_isa"
 
 
+@functools.cache  # an installed torch's sources: read once per process, not on every compile
 def _file_digest(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()[:16]

@@ -103,6 +103,11 @@ def gfx1250_device(**properties: Any) -> Iterator[None]:
         yield
 
 
+def uses_tdm(code: str) -> bool:
+    """Whether Triton code Inductor wrote loads or stores through tensor descriptors (TDM on gfx1250)."""
+    return "tl.make_tensor_descriptor" in code or "USE_TMA : tl.constexpr = True" in code
+
+
 @dataclasses.dataclass(frozen=True)
 class InductorKernel:
     """One Triton kernel of Inductor's wrapper, split into its body and its autotuning decorator."""
@@ -123,7 +128,7 @@ class InductorKernel:
 
     @property
     def uses_tdm(self) -> bool:
-        return "tl.make_tensor_descriptor" in self.body or "USE_TMA : tl.constexpr = True" in self.body
+        return uses_tdm(self.body)
 
 
 @dataclasses.dataclass(frozen=True)
