@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import operator
 from typing import Any, Callable, Sequence
 
 import torch
@@ -62,8 +63,17 @@ def with_attributes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     return frozen
 
 
-def _state(tensor: torch.Tensor) -> tuple[int, int]:
-    return tensor._version, tensor.data_ptr()
+def _picker(indices: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """``args -> tuple(args[i] for i in indices)``, in C (itemgetter alone returns a bare item
+    for one index)."""
+    if not indices:
+        return lambda args: ()
+    get = operator.itemgetter(*indices)
+    return get if len(indices) > 1 else (lambda args: (get(args),))
+
+
+# Per-call checks run on every call of a frozen graph (a decode step), so they stay C-level loops.
+_VERSION, _DATA_PTR = operator.attrgetter("_version"), operator.methodcaller("data_ptr")
 
 
 class FrozenGraph:
@@ -73,23 +83,39 @@ class FrozenGraph:
     def __init__(self, compiled: Compiled, example_inputs: Sequence[Any], lifted: Sequence[int],
                  thaw: Callable[[], Compiled]) -> None:
         self.compiled = compiled
-        self.kept = [i for i in range(len(example_inputs)) if i not in set(lifted)]
-        self.watched = [(i, _state(example_inputs[i])) for i in lifted]
+        self.kept = _picker([i for i in range(len(example_inputs)) if i not in set(lifted)])
+        self._watch(lifted, example_inputs)
         self.thaw = thaw
         self.thawed: Compiled | None = None
         self.first_call = True
 
+    def _watch(self, indices: Sequence[int], inputs: Sequence[Any]) -> None:
+        self.watched_indices = list(indices)
+        self.watched = _picker(self.watched_indices)
+        tensors = self.watched(inputs)
+        self.versions, self.data_ptrs = tuple(map(_VERSION, tensors)), tuple(map(_DATA_PTR, tensors))
+
+    def changed(self, args: Sequence[Any]) -> int | None:
+        """The first watched input whose version or storage differs from the compile's, or None."""
+        tensors = self.watched(args)
+        if tuple(map(_VERSION, tensors)) == self.versions and tuple(map(_DATA_PTR, tensors)) == self.data_ptrs:
+            return None
+        now = zip(map(_VERSION, tensors), map(_DATA_PTR, tensors))
+        return next(i for i, was, is_ in zip(self.watched_indices, zip(self.versions, self.data_ptrs), now)
+                    if was != is_)
+
     def __call__(self, *args: Any) -> Any:
         if self.thawed is not None:
             return self.thawed(*args)
-        for i, state in self.watched:
-            if _state(args[i]) != state:
-                return self._thaw(args, i)
-        out = self.compiled(*[args[i] for i in self.kept])
+        index = self.changed(args)
+        if index is not None:
+            return self._thaw(args, index)
+        out = self.compiled(*self.kept(args))
         if self.first_call:
             # Inputs this graph mutates are real inputs, not constants: stop watching them.
             self.first_call = False
-            self.watched = [(i, state) for i, state in self.watched if _state(args[i]) == state]
+            tensors = self.watched(args)
+            self._watch([i for i, t, v in zip(self.watched_indices, tensors, self.versions) if t._version == v], args)
         return out
 
     def _thaw(self, args: tuple[Any, ...], index: int) -> Any:
