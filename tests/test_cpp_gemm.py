@@ -23,7 +23,8 @@ from torch._dynamo.utils import counters
 from inductor_ext import dumps, presets, tune
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache
-from inductor_ext.lowering import ext_choices, frozen_params
+from inductor_ext.lowering import cpp_gemm, ext_choices, frozen_params
+from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import registry
 from inductor_ext.templates.cpp import gemm
 from inductor_ext.templates.family import OpSpec, TensorSpec
@@ -105,6 +106,26 @@ def test_where_each_family_runs():
     hopper = presets.resolve({"preset": "hopper", "interpret": True})
     assert ext_choices.unusable_reason(hopper, registry.get("triton.gemm"), "cpu") is None
     assert ext_choices.unusable_reason(hopper, gemm, "cpu") == "verified for cpu, not target sm_90a"
+
+
+@pytest.mark.skipif(not gemm.host_isas(), reason="this CPU has neither AVX2 nor AVX-512: Inductor has no vector "
+                    "micro-kernel for it, so there is no default to compare with")
+def test_default_config_is_the_micro_kernel_inductor_picks_unasked():
+    from types import SimpleNamespace
+
+    from torch._inductor.sizevars import SizeVarAllocator
+    from torch._inductor.virtualized import V
+
+    picks = {}
+    for n in (32000, 864):
+        problem = gemm.CppGemmProblem("mm", 1, n, 288, constant_weight=True)
+        with V.set_graph_handler(SimpleNamespace(sizevars=SizeVarAllocator())):  # as in a lowering
+            config = cpp_gemm.default_config(gemm, Prepared(problem, (), None, {}), "cpu")
+            unasked, pinned = cpp_gemm._micro_kernel(problem, None), cpp_gemm._micro_kernel(problem, config)
+        assert type(pinned) is type(unasked) and pinned.register_blocking == unasked.register_blocking
+        picks[n] = config
+    # Inductor ranks blocks that divide N first: 32000 is no multiple of 48 (AVX-512) or 24 (AVX2).
+    assert picks[32000].block_n != picks[864].block_n, picks
 
 
 def test_configs_refuse_other_targets():
@@ -260,6 +281,18 @@ def test_build_stores_a_timed_decision_per_gemm(built):
         assert any(n.startswith("cpp_") for n in timed), e.candidates
         assert e.aten_time_us is not None and e.winner in ("aten", "cpp.gemm")
         assert e.reason == "benchmark" and e.key.arch == "cpu" and e.key.preset == "cpu"
+
+
+def test_inductors_own_micro_kernel_is_timed_as_the_default(built):
+    """Another micro-kernel must beat Inductor's pick by the margin (ext_choices), so the pick is
+    always timed, even beyond the effort's budget (two configs in this module)."""
+    keys = {e.key for e in built["cache"].entries()}
+    made = [d for d in ext_choices.decisions if d.key in keys and d.reason != "cache"]
+    assert len(made) == 3, made
+    for d in made:
+        defaults = [c for c in d.candidates if c.get("default")]
+        assert len(defaults) == 1 and defaults[0]["family"] == "cpp.gemm", d.candidates
+        assert defaults[0]["time_us"] is not None, d.candidates
 
 
 def test_cache_only_compile_benchmarks_nothing_and_runs_the_template(built):

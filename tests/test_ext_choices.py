@@ -17,12 +17,13 @@ class FakeTemplate:
         self.name = name
 
 
-def _decide(timings_by_name, **options):
+def _decide(timings_by_name, default=None, families=None, **options):
     choices = {n: (FakeAten(n) if n == "aten" else FakeTemplate(n)) for n in timings_by_name}
     timings = {choices[n]: t for n, t in timings_by_name.items()}
     decision = ext_choices.Decision(node="mm", op="mm", problem={})
     decision.candidates = [{"name": n, "kind": "aten" if n == "aten" else "template",
-                            "family": "aten" if n == "aten" else "triton.gemm", "time_us": None}
+                            "family": "aten" if n == "aten" else (families or {}).get(n, "triton.gemm"),
+                            "time_us": None, "default": n == default}
                            for n in timings_by_name]
     decision.choice_ids = {id(c): i for i, c in enumerate(choices.values())}
     ext_choices.decisions.append(decision)
@@ -44,6 +45,36 @@ def test_margin(template_ms, margin, winner):
     assert chosen == winner
     assert decision.winner == winner
     assert decision.candidates[0]["time_us"] == 1000.0
+
+
+@pytest.mark.parametrize("other_ms, winner", [
+    (0.80, "t1"),   # 20% faster than the family's default: evidence enough
+    (0.97, "t0"),   # 3% is within the 5% margin: the default (upstream's pick) stays
+    (0.953, "t0"),  # just inside the margin: still the default
+    (0.95, "t1"),   # just beyond it
+])
+def test_another_config_must_beat_the_familys_default_by_the_margin(other_ms, winner):
+    chosen, decision = _decide({"aten": 5.0, "t0": 1.0, "t1": other_ms}, default="t0", template_margin=0.05)
+    assert chosen == winner
+    if winner == "t0":
+        assert decision.reason == "triton.gemm config within margin 5% of its default"
+
+
+def test_the_default_still_has_to_beat_aten_by_the_margin():
+    chosen, decision = _decide({"aten": 1.02, "t0": 1.0, "t1": 0.97}, default="t0", template_margin=0.05)
+    assert chosen == "aten"  # t1 fell back to the default, which is within the margin of ATen
+    assert decision.reason == "template within margin 5% of ATen"
+
+
+def test_a_default_of_another_family_does_not_hold_back_the_winner():
+    chosen, _ = _decide({"aten": 5.0, "t0": 1.0, "t1": 0.98}, default="t0",
+                        families={"t0": "cpp.gemm", "t1": "triton.gemm"}, template_margin=0.05)
+    assert chosen == "t1"
+
+
+def test_a_failed_default_does_not_hold_back_the_winner():
+    chosen, _ = _decide({"aten": 5.0, "t0": float("inf"), "t1": 1.0}, default="t0", template_margin=0.05)
+    assert chosen == "t1"
 
 
 def test_force_template_picks_fastest_template_that_ran():

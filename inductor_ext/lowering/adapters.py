@@ -71,6 +71,16 @@ def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: A
     raise ValueError(f"{family.FAMILY}: unknown choice kind {kind!r}")
 
 
+def default_config(family: ModuleType, prepared: Prepared, target: str) -> Any | None:
+    """The config the family's upstream heuristic would pick for this problem (for an Inductor
+    template, the one Inductor renders unasked), or None when it names none. Another config of
+    the family must beat it by the preset's margin (ext_choices)."""
+    if family.CHOICE_KIND != "inductor_template":
+        return None
+    pick = getattr(inductor_glue(family), "default_config", None)
+    return pick(family, prepared, target) if pick is not None else None
+
+
 # --------------------------------------------------------------------------- triton_template
 
 

@@ -100,16 +100,35 @@ def unusable(prepared: Prepared) -> str | None:
     return None
 
 
-def _micro_kernel_exists(problem: Any, config: Any) -> bool:
-    """Whether Inductor has ``config``'s micro-kernel for this problem on this machine."""
+def _micro_kernel(problem: Any, config: Any | None) -> Any | None:
+    """The micro-kernel Inductor creates for this problem on this machine: ``config``'s, or with
+    no config the one its own ranking picks; None when there is none."""
     dtype = getattr(torch, problem.dtype)
     output_dtype, compute_dtype = get_gemm_template_output_and_compute_dtype(dtype)
-    with pinned(config):
-        micro = cpp_micro_gemm.create_micro_gemm(
+    with pinned(config) if config is not None else contextlib.nullcontext():
+        return cpp_micro_gemm.create_micro_gemm(
             "micro_gemm", problem.m, problem.n, problem.k, input_dtype=dtype, input2_dtype=dtype,
             output_dtype=output_dtype, compute_dtype=compute_dtype, alpha=problem.alpha,
             num_threads=parallel_num_threads(), use_ref=False)
-    return micro is not None
+
+
+def _micro_kernel_exists(problem: Any, config: Any) -> bool:
+    """Whether Inductor has ``config``'s micro-kernel for this problem on this machine."""
+    return _micro_kernel(problem, config) is not None
+
+
+def default_config(family: ModuleType, prepared: Prepared, target: str) -> Any | None:
+    """The family's config for the micro-kernel Inductor's own ranking picks (what max-autotune
+    renders), or None when that is none of the family's."""
+    problem = prepared.problem
+    picked = _micro_kernel(problem, None)
+    if picked is None:
+        return None
+    for config in family.configs(problem, target):
+        mine = _micro_kernel(problem, config)
+        if type(mine) is type(picked) and tuple(mine.register_blocking) == tuple(picked.register_blocking):
+            return config
+    return None
 
 
 def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any) -> Any | None:
