@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -181,10 +182,23 @@ def cases(dtypes: list[str], decode_batches: list[int], prefill: int) -> list[Ca
 # -------------------------------------------------------------------------------------- arms
 
 
+def own_forward(model: nn.Module, arm: str) -> nn.Module:
+    """``model`` with a forward of its own code object. Dynamo keeps compiled graphs per code
+    object: arms sharing ``Decoder.forward`` would, on every call, first evaluate the guards of
+    the other arms' graphs (a cost that depends on the order they were compiled in, and that no
+    user compiling one model pays)."""
+    f = type(model).forward
+    code = f.__code__.replace(co_name=f"forward_{arm}")
+    forward = types.FunctionType(code, f.__globals__, code.co_name, f.__defaults__, f.__closure__)
+    model.__class__ = type(f"{type(model).__name__}_{arm}", (type(model),), {"forward": forward})
+    return model
+
+
 def compile_arm(arm: str, model: nn.Module, ext_cache: str, autotune: str | None = None) -> Callable[..., torch.Tensor]:
     """The arm's callable; static shapes for every compiled arm (one graph per shape)."""
     if arm == "eager":
         return model
+    model = own_forward(model, arm)
     if arm == "inductor":
         return torch.compile(model, dynamic=False)
     if arm == "inductor_max_autotune":
