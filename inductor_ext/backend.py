@@ -18,7 +18,7 @@ from inductor_ext import codegen as codegens
 from inductor_ext import dumps, presets, targets
 from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
-from inductor_ext.lowering import frozen_params, install, vec_isa_record
+from inductor_ext.lowering import cold_timing, frozen_params, install, vec_isa_record
 from inductor_ext.lowering.ext_choices import ExtChoices, cache_for, decisions
 from inductor_ext.runtime.interpret import enable_triton_interpreter
 
@@ -111,6 +111,7 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
             stack.enter_context(codegen.install(config))
         if config.autotune != "off" and config.device_type == "cpu":  # C++ kernels; ext's cache is in use
             stack.enter_context(vec_isa_record.reused(cache_for(config)))
+            stack.enter_context(cold_timing.cold_cpu_benchmarks())  # time GEMMs as a decode step runs them
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
     if not config.dump_dir:
         return compiled

@@ -23,7 +23,7 @@ from torch._dynamo.utils import counters
 from inductor_ext import dumps, presets, tune
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache
-from inductor_ext.lowering import cpp_gemm, ext_choices, frozen_params
+from inductor_ext.lowering import cold_timing, cpp_gemm, ext_choices, frozen_params
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import registry
 from inductor_ext.templates.cpp import gemm
@@ -248,7 +248,10 @@ def built(tmp_path_factory, fewer_configs):
     """``inductor-ext tune build`` on CPU for Net, then a cache-only compile whose cache names
     the template as every winner (so its path runs from the cache)."""
     out = tmp_path_factory.mktemp("cpp_tune")
-    cache = tune.build("test_cpp_gemm:model", out / "built.db", inputs_spec="test_cpp_gemm:inputs", progress=False)
+    flushed, timed = [], cold_timing.flushed_median_ms  # the build's CPU timings (lowering/cold_timing.py)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cold_timing, "flushed_median_ms", lambda fn, flush, *a: flushed.append(fn) or timed(fn, flush, *a))
+        cache = tune.build("test_cpp_gemm:model", out / "built.db", inputs_spec="test_cpp_gemm:inputs", progress=False)
     forced = AutotuneCache(out / "template.db")
     for entry in cache.entries():  # the first template candidate of the build's decision, as winner
         if entry.key.op == "mm":  # ...but MKL's packed sgemm, the ATen side's own choice, for the mm
@@ -262,7 +265,7 @@ def built(tmp_path_factory, fewer_configs):
         "autotune": "cache-only", "autotune_cache": str(out / "template.db"), "dump_dir": str(out / "dump")})
     with torch.no_grad():
         want = m(*args)
-    return {"cache": cache, "out": out_cached, "want": want, "decisions": decisions, "benchmarks": benchmarks,
+    return {"cache": cache, "flushed": len(flushed), "out": out_cached, "want": want, "decisions": decisions, "benchmarks": benchmarks,
             "index": dumps.read_index(out / "dump"), "dir": out, "code": _output_code(out / "dump")}
 
 
@@ -281,6 +284,11 @@ def test_build_stores_a_timed_decision_per_gemm(built):
         assert any(n.startswith("cpp_") for n in timed), e.candidates
         assert e.aten_time_us is not None and e.winner in ("aten", "cpp.gemm")
         assert e.reason == "benchmark" and e.key.arch == "cpu" and e.key.preset == "cpu"
+
+
+def test_build_times_every_candidate_with_flushed_caches(built):
+    timed = sum(c["time_us"] is not None for e in built["cache"].entries() for c in e.candidates)
+    assert built["flushed"] >= timed > 0, (built["flushed"], timed)
 
 
 def test_inductors_own_micro_kernel_is_timed_as_the_default(built):
