@@ -18,7 +18,7 @@ from inductor_ext import codegen as codegens
 from inductor_ext import dumps, presets, targets
 from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
-from inductor_ext.lowering import cold_timing, frozen_params, install, vec_isa_record
+from inductor_ext.lowering import cold_timing, frozen_params, install, linear_packing, vec_isa_record
 from inductor_ext.lowering.ext_choices import ExtChoices, cache_for, decisions
 from inductor_ext.runtime.interpret import enable_triton_interpreter
 
@@ -75,6 +75,11 @@ def _compile(config: ExtConfig, codegen: DeviceCodegen | None, gm: torch.fx.Grap
         stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
     if codegen is not None:
         stack.enter_context(codegen.install(config))
+    if patches.get("freezing") and patches.get("cpp.weight_prepack") is False:
+        # ext's C++ GEMM family serves the linears: Inductor must not pack them into mkldnn ops
+        # (before compile_fx applies the patches: Inductor registers its patterns once, under the
+        # config of the process's first freezing compile, which must be the user's)
+        stack.enter_context(linear_packing.linears_left_as_mm())
     # Our handler for the whole compile: Inductor would otherwise create one lazily from the
     # patched inductor_choices_class and keep it for every later compile in this thread.
     with stack, V.set_choices_handler(ExtChoices(config)):

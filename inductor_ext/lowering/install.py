@@ -8,7 +8,9 @@ backward alike, through ``compile_fx(..., config_patches=...)``), from an ExtCon
 - ``pdl="force"`` on targets with programmatic dependent launch;
 - ``freezing``: Inductor's freezing (it applies to graphs compiled under ``torch.no_grad()``), and
   with ext's templates, Inductor's own mkldnn weight packing off so that the linears stay the
-  mm/addmm that ext's choices serve (ext's C++ GEMM family packs constant weights itself);
+  mm/addmm that ext's choices serve (ext's C++ GEMM family packs constant weights itself; the
+  backend also keeps Inductor's packing patterns off the linears, ``linear_packing.py``, since
+  the config alone does not once the process has registered them);
 - ``interpret=True`` on a Triton target: Inductor's Triton codegen for CPU tensors (their kernels
   then run in Triton's interpreter); targets with a device codegen (Metal, SYCL) bring their own
   executor instead (``codegen/``); on the CPU preset it changes nothing (its kernels are native);
