@@ -42,3 +42,29 @@ def test_inductors_cpu_benchmarks_time_flushed_calls_only_inside(monkeypatch):
     with pytest.raises(RuntimeError), cold_timing.cold_cpu_benchmarks():
         raise RuntimeError("a failed compile")
     assert Benchmarker.benchmark_cpu is warm  # restored on errors too
+
+
+def test_the_choice_inductor_times_is_also_timed_warm_while_inside(monkeypatch):
+    """Inductor times each choice through AlgorithmSelectorCache.benchmark_choice; inside, its
+    warm median is kept for ext's choices (warm_ms) and forgotten on exit."""
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    monkeypatch.setattr(cold_timing, "last_level_cache_bytes", lambda: 1 << 16)
+    timer = AlgorithmSelectorCache.benchmark_choice
+
+    class Choice:
+        def benchmark(self, *args, out):
+            return benchmarker.benchmark_cpu(lambda: None)
+
+    class Args:
+        def get_benchmark_tensors(self, _):
+            return type("T", (), {"unpack": lambda self: ((), torch.zeros(1))})()
+
+    choice, untimed = Choice(), Choice()
+    with cold_timing.cold_cpu_benchmarks():
+        flushed = AlgorithmSelectorCache.benchmark_choice(choice, Args())
+        warm = cold_timing.warm_ms(choice)
+        assert warm is not None and 0 <= warm < 5 and flushed >= 0
+        assert cold_timing.warm_ms(untimed) is None
+    assert cold_timing.warm_ms(choice) is None
+    assert AlgorithmSelectorCache.benchmark_choice == timer

@@ -291,6 +291,13 @@ def test_build_times_every_candidate_with_flushed_caches(built):
     assert built["flushed"] >= timed > 0, (built["flushed"], timed)
 
 
+def test_build_also_times_every_candidate_warm(built):
+    keys = {e.key for e in built["cache"].entries()}
+    made = [d for d in ext_choices.decisions if d.key in keys and d.reason != "cache"]
+    timed = [c for d in made for c in d.candidates if c["time_us"] is not None]
+    assert timed and all(c.get("warm_time_us") is not None for c in timed), timed
+
+
 def test_inductors_own_micro_kernel_is_timed_as_the_default(built):
     """Another micro-kernel must beat Inductor's pick by the margin (ext_choices), so the pick is
     always timed, even beyond the effort's budget (two configs in this module)."""

@@ -4,7 +4,7 @@ import pytest
 from torch._inductor.select_algorithm import ExternKernelCaller
 
 from inductor_ext import presets
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import cold_timing, ext_choices
 
 
 class FakeAten(ExternKernelCaller):
@@ -17,8 +17,10 @@ class FakeTemplate:
         self.name = name
 
 
-def _decide(timings_by_name, default=None, families=None, **options):
+def _decide(timings_by_name, default=None, families=None, warm=None, **options):
     choices = {n: (FakeAten(n) if n == "aten" else FakeTemplate(n)) for n in timings_by_name}
+    cold_timing._warm.clear()
+    cold_timing._warm.update({id(choices[n]): ms for n, ms in (warm or {}).items()})  # as a CPU compile times them
     timings = {choices[n]: t for n, t in timings_by_name.items()}
     decision = ext_choices.Decision(node="mm", op="mm", problem={})
     decision.candidates = [{"name": n, "kind": "aten" if n == "aten" else "template",
@@ -29,7 +31,10 @@ def _decide(timings_by_name, default=None, families=None, **options):
     ext_choices.decisions.append(decision)
     config = presets.resolve({"preset": "hopper", **options})
     best = min(timings, key=timings.get)
-    chosen = ext_choices.ExtChoices(config).override_best_choice(best, timings)
+    try:
+        chosen = ext_choices.ExtChoices(config).override_best_choice(best, timings)
+    finally:
+        cold_timing._warm.clear()
     return chosen.name, decision
 
 
@@ -58,6 +63,21 @@ def test_another_config_must_beat_the_familys_default_by_the_margin(other_ms, wi
     assert chosen == winner
     if winner == "t0":
         assert decision.reason == "triton.gemm config within margin 5% of its default"
+
+
+@pytest.mark.parametrize("warm_ms, winner", [
+    ({"t0": 1.0, "t1": 0.80}, "t1"),  # faster in both regimes
+    ({"t0": 1.0, "t1": 0.97}, "t0"),  # 20% faster flushed, only 3% warm: the default stays
+    ({"t0": 1.0, "t1": 1.10}, "t0"),  # slower warm
+    ({"t1": 0.5}, "t1"),              # the default was not timed warm: the flushed rule alone
+])
+def test_where_choices_were_also_timed_warm_another_config_must_win_both(warm_ms, winner):
+    chosen, decision = _decide({"aten": 5.0, "t0": 1.0, "t1": 0.80}, default="t0", warm=warm_ms, template_margin=0.05)
+    assert chosen == winner
+    if winner == "t0":
+        assert decision.reason == "triton.gemm config within margin 5% of its default, timed warm"
+    warm_us = {c["name"]: c.get("warm_time_us") for c in decision.candidates}
+    assert warm_us == {"aten": None, **{n: warm_ms.get(n) and warm_ms[n] * 1000 for n in ("t0", "t1")}}
 
 
 def test_the_default_still_has_to_beat_aten_by_the_margin():

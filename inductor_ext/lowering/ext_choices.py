@@ -224,6 +224,8 @@ class ExtChoices(InductorChoices):
             i = decision.choice_ids.get(id(c))
             if i is not None:
                 decision.candidates[i]["time_us"] = round(t * 1000, 3)
+                if (warm := cold_timing.warm_ms(c)) is not None:  # CPU: also timed warm
+                    decision.candidates[i]["warm_time_us"] = round(warm * 1000, 3)
         winner = decision.candidates[decision.choice_ids[id(chosen)]]
         decision.winner, decision.reason = winner["name"], reason
         autotune_log.debug("%s %s: %s (%s); %s", decision.node, decision.problem, decision.winner, reason,
@@ -237,7 +239,9 @@ class ExtChoices(InductorChoices):
         """``best``, unless it is another config of a family whose default config (its upstream
         heuristic's pick) is within the margin of it: a difference that small, timed alone, is
         no evidence that it is faster inside the graph (measured on the cpu preset: micro-kernels
-        that won by 2-15% alone ran 5-25% slower in a decoder than Inductor's pick)."""
+        that won by 2-15% alone ran 5-25% slower in a decoder than Inductor's pick). Where the
+        choices were also timed warm (``cold_timing``), ``best`` must beat the default by the
+        margin in both regimes: each alone has ranked micro-kernels that lost in the decoder."""
         if decision is None or id(best) not in decision.choice_ids:
             return best, "benchmark"
         family = _family_of(best, decision)
@@ -247,8 +251,12 @@ class ExtChoices(InductorChoices):
         if not defaults or best in defaults:
             return best, "benchmark"
         default = defaults[0]
-        if timings[best] * (1 + self.config.template_margin) >= timings[default]:
-            return default, f"{family} config within margin {self.config.template_margin:.0%} of its default"
+        margin = self.config.template_margin
+        if timings[best] * (1 + margin) >= timings[default]:
+            return default, f"{family} config within margin {margin:.0%} of its default"
+        warm_best, warm_default = cold_timing.warm_ms(best), cold_timing.warm_ms(default)
+        if warm_best is not None and warm_default is not None and warm_best * (1 + margin) >= warm_default:
+            return default, f"{family} config within margin {margin:.0%} of its default, timed warm"
         return best, "benchmark"
 
     def _remember(self, decision: Decision, winner: dict[str, Any], aten_time_ms: float) -> None:
