@@ -398,6 +398,12 @@ def test_inductor_patches_use_only_real_inductor_keys():
             assert set(patches) <= set(valid), (name, effort, set(patches) - set(valid))
 
 
+def test_cpu_autotuning_times_choices_anew_instead_of_reading_inductors_timing_cache():
+    assert inductor_patches(presets.resolve({"preset": "cpu", "autotune": "quick"}))["autotune_local_cache"] is False
+    assert "autotune_local_cache" not in inductor_patches(presets.resolve({"preset": "cpu", "autotune": "off"}))
+    assert "autotune_local_cache" not in inductor_patches(presets.resolve({"preset": "hopper", "autotune": "quick"}))
+
+
 def test_explicit_inductor_patches_win():
     config = presets.resolve({"autotune": "quick",
                               "inductor": {"max_autotune_gemm_backends": "ATEN,TRITON", "coordinate_descent_tuning": True}})

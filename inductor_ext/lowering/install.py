@@ -5,6 +5,7 @@ backward alike, through ``compile_fx(..., config_patches=...)``), from an ExtCon
 - the graph passes, one slot per stage (``lowering/passes``);
 - with templates and autotuning, Inductor's own GEMM templates stay out, so ext's policies
   decide the candidates and ext's margin rule the winner;
+- on the CPU with autotuning, Inductor's local timing cache off (ext's cache holds decisions);
 - ``pdl="force"`` on targets with programmatic dependent launch;
 - ``freezing``: Inductor's freezing (it applies to graphs compiled under ``torch.no_grad()``), and
   with ext's templates, Inductor's own mkldnn weight packing off so that the linears stay the
@@ -61,6 +62,11 @@ def inductor_patches(config: ExtConfig, device_codegen: bool = False) -> dict[st
         # Triton GEMM templates stay out so ext's policy decides the candidates, and winners
         # go through ExtChoices.override_best_choice (ATen margin), not fusion benchmarks.
         patches.update(max_autotune_gemm_backends="ATEN", benchmark_template_fusion=False)
+    if config.autotune != "off" and config.device_type == "cpu":
+        # ext times CPU choices flushed and warm (cold_timing.py) and caches decisions itself;
+        # Inductor's timing cache would hand back timings from another regime (max-autotune's
+        # warm ones) and skip the warm timing ext's rule needs
+        patches["autotune_local_cache"] = False
     if config.freezing:
         patches["freezing"] = True
         if config.autotune != "off" and config.templates:
