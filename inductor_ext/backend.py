@@ -18,7 +18,7 @@ from inductor_ext import codegen as codegens
 from inductor_ext import dumps, presets, targets
 from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
-from inductor_ext.lowering import cold_timing, frozen_params, install, linear_packing, vec_isa_record
+from inductor_ext.lowering import cold_timing, frozen_params, install, jinja_templates, linear_packing, vec_isa_record
 from inductor_ext.lowering.ext_choices import ExtChoices, cache_for, decisions
 from inductor_ext.runtime.interpret import enable_triton_interpreter
 
@@ -112,6 +112,7 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
     # too: the backward graph is compiled at the first backward(), after ext_backend returned.
     codegen = device_codegen(config)
     with contextlib.ExitStack() as stack, V.set_choices_handler(ExtChoices(config)):
+        stack.enter_context(jinja_templates.compiled_once())  # kernel templates render from compiled sources
         if codegen is not None:
             stack.enter_context(codegen.install(config))
         if config.autotune != "off" and config.device_type == "cpu":  # C++ kernels; ext's cache is in use

@@ -23,7 +23,7 @@ from torch._dynamo.utils import counters
 from inductor_ext import dumps, presets, tune
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache
-from inductor_ext.lowering import cold_timing, cpp_gemm, ext_choices, frozen_params
+from inductor_ext.lowering import cold_timing, cpp_gemm, ext_choices, frozen_params, jinja_templates
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import registry
 from inductor_ext.templates.cpp import gemm
@@ -251,7 +251,9 @@ def built(tmp_path_factory, fewer_configs):
     flushed, timed = [], cold_timing.flushed_median_ms  # the build's CPU timings (lowering/cold_timing.py)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cold_timing, "flushed_median_ms", lambda fn, flush, *a: flushed.append(fn) or timed(fn, flush, *a))
+        mp.setattr(jinja_templates, "_compiled", {})  # the sources this build's kernels were rendered from
         cache = tune.build("test_cpp_gemm:model", out / "built.db", inputs_spec="test_cpp_gemm:inputs", progress=False)
+        jinja_sources = len(jinja_templates._compiled)
     forced = AutotuneCache(out / "template.db")
     for entry in cache.entries():  # the first template candidate of the build's decision, as winner
         if entry.key.op == "mm":  # ...but MKL's packed sgemm, the ATen side's own choice, for the mm
@@ -265,7 +267,7 @@ def built(tmp_path_factory, fewer_configs):
         "autotune": "cache-only", "autotune_cache": str(out / "template.db"), "dump_dir": str(out / "dump")})
     with torch.no_grad():
         want = m(*args)
-    return {"cache": cache, "flushed": len(flushed), "out": out_cached, "want": want, "decisions": decisions, "benchmarks": benchmarks,
+    return {"cache": cache, "flushed": len(flushed), "jinja_sources": jinja_sources, "out": out_cached, "want": want, "decisions": decisions, "benchmarks": benchmarks,
             "index": dumps.read_index(out / "dump"), "dir": out, "code": _output_code(out / "dump")}
 
 
@@ -289,6 +291,10 @@ def test_build_stores_a_timed_decision_per_gemm(built):
 def test_build_times_every_candidate_with_flushed_caches(built):
     timed = sum(c["time_us"] is not None for e in built["cache"].entries() for c in e.candidates)
     assert built["flushed"] >= timed > 0, (built["flushed"], timed)
+
+
+def test_build_renders_its_cpp_kernels_from_templates_compiled_once(built):
+    assert built["jinja_sources"] > 0  # lowering/jinja_templates.py was in place for the build's compiles
 
 
 def test_build_also_times_every_candidate_warm(built):
