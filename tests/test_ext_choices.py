@@ -80,6 +80,19 @@ def test_where_choices_were_also_timed_warm_another_config_must_win_both(warm_ms
     assert warm_us == {"aten": None, **{n: warm_ms.get(n) and warm_ms[n] * 1000 for n in ("t0", "t1")}}
 
 
+@pytest.mark.parametrize("warm_ms, winner", [
+    ({"aten": 1.0, "t0": 0.80}, "t0"),    # faster than ATen in both regimes
+    ({"aten": 1.0, "t0": 0.97}, "aten"),  # 20% faster flushed, 3% warm: ATen stays
+    ({"aten": 0.60, "t0": 0.80}, "aten"),  # slower warm (MKL's packed sgemm at decode b8, fp32)
+    ({"t0": 0.80}, "t0"),                 # ATen not timed warm: the flushed rule alone
+])
+def test_where_choices_were_also_timed_warm_a_template_must_beat_aten_in_both(warm_ms, winner):
+    chosen, decision = _decide({"aten": 1.0, "t0": 0.80}, warm=warm_ms, template_margin=0.05)
+    assert chosen == winner
+    if winner == "aten":
+        assert decision.reason == "template within margin 5% of ATen, timed warm"
+
+
 def test_the_default_still_has_to_beat_aten_by_the_margin():
     chosen, decision = _decide({"aten": 1.02, "t0": 1.0, "t1": 0.97}, default="t0", template_margin=0.05)
     assert chosen == "aten"  # t1 fell back to the default, which is within the margin of ATen

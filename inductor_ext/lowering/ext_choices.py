@@ -215,9 +215,16 @@ class ExtChoices(InductorChoices):
             chosen, reason = self._prefer_default(best_choice, timings, decision)
             if not _is_aten(chosen, decision) and aten:
                 # A template must beat ATen by the margin; otherwise ATen is the safer choice.
-                if timings[chosen] * (1 + self.config.template_margin) >= aten_time:
+                # Where the choices were also timed warm (cpu: cold_timing), in both regimes.
+                margin = self.config.template_margin
+                warm_aten = [cold_timing.warm_ms(c) for c in aten]
+                warm_chosen = cold_timing.warm_ms(chosen)
+                if timings[chosen] * (1 + margin) >= aten_time:
+                    chosen, reason = min(aten, key=timings.__getitem__), f"template within margin {margin:.0%} of ATen"
+                elif (warm_chosen is not None and None not in warm_aten
+                      and warm_chosen * (1 + margin) >= min(warm_aten)):
                     chosen = min(aten, key=timings.__getitem__)
-                    reason = f"template within margin {self.config.template_margin:.0%} of ATen"
+                    reason = f"template within margin {margin:.0%} of ATen, timed warm"
         if decision is None:
             return chosen
         for c, t in timings.items():
