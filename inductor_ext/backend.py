@@ -115,7 +115,7 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
         stack.enter_context(jinja_templates.compiled_once())  # kernel templates render from compiled sources
         if codegen is not None:
             stack.enter_context(codegen.install(config))
-        if config.autotune != "off" and config.device_type == "cpu":  # C++ kernels; ext's cache is in use
+        if install.autotunes_cpu_kernels(config):
             stack.enter_context(vec_isa_record.reused(cache_for(config)))
             stack.enter_context(cold_timing.cold_cpu_benchmarks())  # time GEMMs as a decode step runs them
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)

@@ -267,8 +267,9 @@ def built(tmp_path_factory, fewer_configs):
         "autotune": "cache-only", "autotune_cache": str(out / "template.db"), "dump_dir": str(out / "dump")})
     with torch.no_grad():
         want = m(*args)
-    return {"cache": cache, "flushed": len(flushed), "jinja_sources": jinja_sources, "out": out_cached, "want": want, "decisions": decisions, "benchmarks": benchmarks,
-            "index": dumps.read_index(out / "dump"), "dir": out, "code": _output_code(out / "dump")}
+    return {"cache": cache, "flushed": len(flushed), "jinja_sources": jinja_sources, "out": out_cached, "want": want,
+            "decisions": decisions, "benchmarks": benchmarks, "index": dumps.read_index(out / "dump"), "dir": out,
+            "code": _output_code(out / "dump")}
 
 
 def _output_code(dump_dir):

@@ -215,16 +215,10 @@ class ExtChoices(InductorChoices):
             chosen, reason = self._prefer_default(best_choice, timings, decision)
             if not _is_aten(chosen, decision) and aten:
                 # A template must beat ATen by the margin; otherwise ATen is the safer choice.
-                # Where the choices were also timed warm (cpu: cold_timing), in both regimes.
-                margin = self.config.template_margin
-                warm_aten = [cold_timing.warm_ms(c) for c in aten]
-                warm_chosen = cold_timing.warm_ms(chosen)
-                if timings[chosen] * (1 + margin) >= aten_time:
-                    chosen, reason = min(aten, key=timings.__getitem__), f"template within margin {margin:.0%} of ATen"
-                elif (warm_chosen is not None and None not in warm_aten
-                      and warm_chosen * (1 + margin) >= min(warm_aten)):
+                short = self._short_of_margin(chosen, aten, timings)
+                if short is not None:
                     chosen = min(aten, key=timings.__getitem__)
-                    reason = f"template within margin {margin:.0%} of ATen, timed warm"
+                    reason = f"template within margin {self.config.template_margin:.0%} of ATen{short}"
         if decision is None:
             return chosen
         for c, t in timings.items():
@@ -258,13 +252,22 @@ class ExtChoices(InductorChoices):
         if not defaults or best in defaults:
             return best, "benchmark"
         default = defaults[0]
-        margin = self.config.template_margin
-        if timings[best] * (1 + margin) >= timings[default]:
-            return default, f"{family} config within margin {margin:.0%} of its default"
-        warm_best, warm_default = cold_timing.warm_ms(best), cold_timing.warm_ms(default)
-        if warm_best is not None and warm_default is not None and warm_best * (1 + margin) >= warm_default:
-            return default, f"{family} config within margin {margin:.0%} of its default, timed warm"
+        short = self._short_of_margin(best, [default], timings)
+        if short is not None:
+            return default, f"{family} config within margin {self.config.template_margin:.0%} of its default{short}"
         return best, "benchmark"
+
+    def _short_of_margin(self, challenger: Any, incumbents: list[Any], timings: dict[Any, float]) -> str | None:
+        """None when ``challenger`` beats the fastest of ``incumbents`` by the margin in every
+        regime it was timed in; else where it fell short: ``""`` in Inductor's timings, or
+        ``", timed warm"`` where all of them were also timed warm (cpu: ``cold_timing``)."""
+        grown = 1 + self.config.template_margin
+        if timings[challenger] * grown >= min(timings[c] for c in incumbents):
+            return ""
+        warm = [cold_timing.warm_ms(c) for c in (challenger, *incumbents)]
+        if None not in warm and warm[0] * grown >= min(warm[1:]):
+            return ", timed warm"
+        return None
 
     def _remember(self, decision: Decision, winner: dict[str, Any], aten_time_ms: float) -> None:
         is_aten = winner["kind"] == "aten"

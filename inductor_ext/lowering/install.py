@@ -47,6 +47,12 @@ def uses_triton_interpreter(config: ExtConfig, device_codegen: bool = False) -> 
     return config.interpret and not device_codegen and config.device_type != "cpu"
 
 
+def autotunes_cpu_kernels(config: ExtConfig) -> bool:
+    """Whether this config autotunes C++ kernels for CPU tensors: ext's cache is in use, and CPU
+    choices are timed flushed and warm (``cold_timing``) rather than by Inductor's timing cache."""
+    return config.autotune != "off" and config.device_type == "cpu"
+
+
 def interpret_patches() -> dict[str, Any]:
     """Inductor config for running Triton kernels on CPU tensors (in Triton's interpreter)."""
     return {"cpu_backend": "triton"}
@@ -62,7 +68,7 @@ def inductor_patches(config: ExtConfig, device_codegen: bool = False) -> dict[st
         # Triton GEMM templates stay out so ext's policy decides the candidates, and winners
         # go through ExtChoices.override_best_choice (ATen margin), not fusion benchmarks.
         patches.update(max_autotune_gemm_backends="ATEN", benchmark_template_fusion=False)
-    if config.autotune != "off" and config.device_type == "cpu":
+    if autotunes_cpu_kernels(config):
         # ext times CPU choices flushed and warm (cold_timing.py) and caches decisions itself;
         # Inductor's timing cache would hand back timings from another regime (max-autotune's
         # warm ones) and skip the warm timing ext's rule needs
