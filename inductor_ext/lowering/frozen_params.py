@@ -94,11 +94,17 @@ class FrozenGraph:
         self.watched = _picker(self.watched_indices)
         tensors = self.watched(inputs)
         self.versions, self.data_ptrs = tuple(map(_VERSION, tensors)), tuple(map(_DATA_PTR, tensors))
+        # by input position, as torch._C._tensors_data_ptrs_at_indices_equal reads them
+        self.ptr_at: list[int | None] = [None] * len(inputs)
+        for i, ptr in zip(self.watched_indices, self.data_ptrs):
+            self.ptr_at[i] = ptr
 
     def changed(self, args: Sequence[Any]) -> int | None:
         """The first watched input whose version or storage differs from the compile's, or None."""
         tensors = self.watched(args)
-        if tuple(map(_VERSION, tensors)) == self.versions and tuple(map(_DATA_PTR, tensors)) == self.data_ptrs:
+        # storages compared in C++ (cudagraph trees' check): half the time of a Python map
+        if tuple(map(_VERSION, tensors)) == self.versions and torch._C._tensors_data_ptrs_at_indices_equal(
+                list(args), self.ptr_at, self.watched_indices):
             return None
         now = zip(map(_VERSION, tensors), map(_DATA_PTR, tensors))
         return next(i for i, was, is_ in zip(self.watched_indices, zip(self.versions, self.data_ptrs), now)
