@@ -14,9 +14,9 @@ Arms (each a deep copy of the model, compiled with static shapes once per shape)
                          PyTorch's CPU max-autotune tutorial runs it (its C++ GEMM templates serve
                          frozen weights only)
   ext                    torch.compile(model, backend="ext"): the cpu preset, its decisions built
-                         first into an autotune cache (--ext-cache, a fresh file by default; its
-                         hits skip the benchmarks). The timed graphs are the ones that build
-                         compiled: they run the cached decisions, as a cache-only compile would.
+                         first into an autotune cache (--ext-cache, a fresh file by default),
+                         then compiled like the other arms with autotune="cache-only" from it,
+                         as a user runs a cache built offline.
 Timed calls are interleaved (each round runs every arm once, in rotating order) so load from
 other processes hits every arm alike; each arm reports the median with p10/p25/p75/p90.
 
@@ -237,39 +237,38 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, 
     return {arm: percentiles(s) for arm, s in samples.items()}
 
 
-def build_ext(shape: Shape, all_cases: list[Case], path: str) -> tuple[dict[str, Any], dict[str, Callable[..., Any]]]:
+def build_ext(shape: Shape, all_cases: list[Case], path: str) -> dict[str, Any]:
     """ext's decisions for every case, into the cache at ``path`` (the cpu preset's effort; a
-    cache hit skips the benchmarks), and the compiled models by dtype."""
+    cache hit skips the benchmarks)."""
     from inductor_ext.lowering import ext_choices
 
     first, t0 = len(ext_choices.decisions), time.perf_counter()
-    compiled = {}
     for dtype in dict.fromkeys(c.dtype for c in all_cases):
-        compiled[dtype] = compile_arm("ext", make_model(shape, getattr(torch, dtype)), path)
+        compiled = compile_arm("ext", make_model(shape, getattr(torch, dtype)), path)
         for case in (c for c in all_cases if c.dtype == dtype):
-            first_call("ext", compiled[dtype], case.inputs(shape))
+            first_call("ext", compiled, case.inputs(shape))
     made = ext_choices.decisions[first:]
     return {"seconds": time.perf_counter() - t0, "decisions": len(made),
             "templates_won": sum(d.winner.startswith("cpp_") for d in made),
             "winners": sorted({f"{d.op} {d.problem['shapes']} {d.problem['dtype']}: {d.winner} ({d.reason})"
-                               for d in made})}, compiled
+                               for d in made})}
 
 
 def clear_kv_caches(fn: Callable[..., Any]) -> None:
-    """Zero the KV caches of an arm's model, so every arm's outputs come from the same state (ext's
-    model also ran the build's calls: a decode after its prefill attends to other keys)."""
+    """Zero the KV caches of an arm's model before a shape's first call, so every arm's outputs
+    come from the same state whatever ran before (a decode attends to every cached position)."""
     with torch.no_grad():
         for name, buffer in getattr(fn, "_orig_mod", fn).named_buffers():
             if name.endswith(("k_cache", "v_cache")):
                 buffer.zero_()
 
 
-def measure_speed(shape: Shape, all_cases: list[Case], reps: int, ext: dict[str, Callable[..., Any]]) -> dict[str, Any]:
+def measure_speed(shape: Shape, all_cases: list[Case], reps: int, ext_cache: str) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for dtype in dict.fromkeys(c.dtype for c in all_cases):
         base = make_model(shape, getattr(torch, dtype))
-        fns = {arm: compile_arm(arm, copy.deepcopy(base), "") for arm in ARMS if arm != "ext"}
-        fns["ext"] = ext[dtype]
+        fns = {arm: compile_arm(arm, copy.deepcopy(base), ext_cache, autotune="cache-only" if arm == "ext" else None)
+               for arm in ARMS}
         for case in (c for c in all_cases if c.dtype == dtype):
             args = case.inputs(shape)
             for fn in fns.values():
@@ -395,8 +394,8 @@ def main() -> None:
     # Cold Inductor caches for every arm: Inductor's own autotune cache would otherwise hand every
     # autotuning arm (ext's build, max-autotune) the timings of an earlier run, however noisy it was.
     with fresh_inductor_caches():
-        build, ext_fns = build_ext(shape, all_cases, ext_cache)
-        speed = measure_speed(shape, all_cases, args.reps, ext_fns)
+        build = build_ext(shape, all_cases, ext_cache)
+        speed = measure_speed(shape, all_cases, args.reps, ext_cache)
     compile_time = measure_compile(next(c for c in all_cases if c.phase == "decode"), args, ext_cache)
     figures = {"model": asdict(shape), "machine": info, "threads": args.threads, "reps": args.reps,
                "ext_cache": ext_cache, "ext_build": build, "speed": speed, "compile": compile_time,
