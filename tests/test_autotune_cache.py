@@ -478,3 +478,20 @@ def test_machine_facts_round_trip_and_a_file_from_before_facts_gains_the_table(d
     assert older.get_fact("probe:x") is None and not older.in_memory
     older.put_fact("probe:x", "3")
     assert older.get_fact("probe:x") == "3"
+
+
+def test_state_moves_with_every_change_and_only_then(tmp_path: Path) -> None:
+    with AutotuneCache(tmp_path / "c.db") as cache:
+        seen = [cache.state()]
+        assert cache.state() == seen[0]  # reads do not move it
+        cache.put(make_entry(created=1000.0))
+        seen.append(cache.state())
+        cache.put(make_entry(make_key(m=64), created=1001.0))  # another key
+        seen.append(cache.state())
+        cache.put(make_entry(make_key(m=64), winner="triton_mm_1", created=1002.0))  # replaces the last one
+        seen.append(cache.state())
+        cache.get(make_key())
+        assert cache.state() == seen[-1]
+    with AutotuneCache(tmp_path / "c.db") as reopened:  # another process sees the same file
+        assert reopened.state() == seen[-1]
+    assert len(set(seen)) == len(seen), seen

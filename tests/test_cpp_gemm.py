@@ -327,6 +327,26 @@ def test_cache_only_compile_benchmarks_nothing_and_runs_the_template(built):
     torch.testing.assert_close(built["out"], built["want"], rtol=1e-5, atol=1e-5)
 
 
+def test_a_graph_compiled_before_the_build_is_not_reused_after_it(built, tmp_path):
+    """A cache-only compile against an empty cache falls back to ATen; once the entries are
+    there, the next compile must use them, not Inductor's FX-cached graph of the first."""
+    m, args = model(), inputs()
+    options = {"autotune": "cache-only", "autotune_cache": str(tmp_path / "late.db")}
+    reasons = []
+    # one Inductor cache for both compiles, its FX graph cache on as a user's is by default
+    with tune.fresh_inductor_caches(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
+        for fill in (False, True):
+            if fill:  # e.g. `inductor-ext tune build` run in between
+                with AutotuneCache(tmp_path / "late.db") as late:
+                    for entry in AutotuneCache(built["dir"] / "template.db").entries():
+                        late.put(entry)
+            torch._dynamo.reset()
+            first = len(ext_choices.decisions)
+            torch.compile(copy.deepcopy(m), backend="ext", options=options)(*args)
+            reasons.append(sorted(d.reason for d in ext_choices.decisions[first:]))
+    assert reasons == [["fallback: cache-only and no cache entry"] * 3, ["cache"] * 3]
+
+
 def test_dump_shows_the_cached_configs(built):
     served = [k for k in built["index"]["kernels"] if k["template"] == "cpp.gemm"]
     assert len(served) == 2, [k["kernel"] for k in built["index"]["kernels"]]  # addmm, bmm (mm: MKL)

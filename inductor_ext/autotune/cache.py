@@ -630,6 +630,16 @@ class AutotuneCache:
     def __len__(self) -> int:
         return len(self.entries())
 
+    def state(self) -> str:
+        """Text that changes whenever an entry is added, replaced or removed: part of the key of
+        every compiled graph whose decisions were read from this cache (Inductor's FX graph cache
+        would otherwise hand back a graph built before the entries it should now use)."""
+        # a replacing put deletes and inserts: a new `created` moves the total even if the
+        # count and the largest rowid stay; a file locked past the retries matches nothing
+        row = self._run("state", lambda c: c.execute(
+            "SELECT count(*), total(created), max(rowid) FROM entries").fetchone(), None)
+        return f"unknown:{time.time_ns()}" if row is None else ":".join(map(str, row))
+
     def merge_from(self, other_path: str | os.PathLike[str]) -> MergeReport:
         """Merge another cache file into this one: per key the newer ``created`` wins."""
         other_path = Path(other_path)

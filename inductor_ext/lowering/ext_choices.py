@@ -81,7 +81,10 @@ class ExtChoices(InductorChoices):
         self.config = config
 
     def uuid(self) -> str:
-        return hashlib.sha256("|".join([self.config.to_json(), templates_hash(self.config)]).encode()).hexdigest()
+        parts = [self.config.to_json(), templates_hash(self.config)]
+        if self.config.autotune != "off":  # the graph holds the decisions the cache had
+            parts.append(cache_for(self.config).state())
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
     def serves(self, op_name: str) -> bool:
         """Whether this compile offers any template family for ``op_name``."""
