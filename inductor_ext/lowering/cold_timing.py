@@ -14,7 +14,7 @@ Neither regime alone predicts the decoder: a micro-kernel that beat Inductor's p
 (the vocabulary GEMM's 16x16, stop 19) and others that beat it by 40% flushed (8x32 for the
 fp32 decode projections, where Inductor's 8x48 won warm) each ran 5-10% slower inside it. So each
 timed choice is also timed warm, as Inductor would (``warm_ms``), and ext's choices keep
-Inductor's pick unless another micro-kernel beats it by the margin in both regimes.
+Inductor's pick unless another micro-kernel beats it in both regimes (ext_choices.py's rules).
 """
 
 from __future__ import annotations
