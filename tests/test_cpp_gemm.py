@@ -22,7 +22,8 @@ from torch._dynamo.utils import counters
 
 from inductor_ext import dumps, presets, tune
 from inductor_ext.autotune import policy
-from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext.autotune.cache import AutotuneCache, Entry
+from inductor_ext.kernels import mkldnn_packed_ops
 from inductor_ext.lowering import cold_timing, cpp_gemm, ext_choices, frozen_params, jinja_templates
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import registry
@@ -370,14 +371,15 @@ def _line(text):
 
 
 class DecodeNet(torch.nn.Module):
-    """bf16 at decode size: M=1 through a linear with bias, a bmm of activations."""
+    """bf16 at decode size: M=1 through a linear with bias and one without, a bmm of activations."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(64, 96)
+        self.proj = torch.nn.Linear(64, 96)  # addmm
+        self.head = torch.nn.Linear(64, 40, bias=False)  # mm
 
-    def forward(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.proj(x), torch.bmm(q, k)
+    def forward(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.proj(x), torch.bmm(q, k), self.head(x)
 
 
 @pytest.fixture(scope="module")
@@ -413,18 +415,22 @@ def test_bf16_template_matches_an_fp32_reference(forced_bf16):
 
 def test_forced_template_serves_every_gemm_and_was_timed_against_aten(forced_bf16):
     decisions = forced_bf16["decisions"]
-    assert sorted(d.op for d in decisions) == ["addmm", "bmm"]
+    assert sorted(d.op for d in decisions) == ["addmm", "bmm", "mm"]
     for d in decisions:
         assert d.reason == "force_template=cpp.gemm" and d.winner.startswith("cpp_"), d
         kinds = {c["kind"] for c in d.candidates if c["time_us"] is not None}
         assert kinds == {"aten", "template"}, d.candidates
+    mm = next(d for d in decisions if d.op == "mm")
+    aten = {c["name"] for c in mm.candidates if c["kind"] == "aten" and c["time_us"] is not None}
+    # oneDNN's packed linear for the frozen bf16 weight, where oneDNN has bf16 GEMMs
+    assert aten == {"mm", "ext_mkldnn_packed_mm"} if mkldnn_packed_ops.available() else {"mm"}, mm.candidates
 
 
 def test_dumped_config_is_the_one_benchmarked(forced_bf16):
     kernels = forced_bf16["index"]["kernels"]
     frozen = min(k["graph"] for k in kernels)  # the first compile (a later one is the thawed graph)
     served = [k for k in kernels if k["template"] == "cpp.gemm" and k["graph"] == frozen]
-    assert len(served) == 2
+    assert len(served) == 3
     for k in served:
         d = k["decision"]
         winner = next(c for c in d["candidates"] if c["name"] == d["winner"])
@@ -441,6 +447,27 @@ def test_changed_weight_is_never_used_stale(forced_bf16):
                                                                             forced_bf16["index"]["kernels"])]
     linear = next(k for k in thawed if (k["decision"] or {}).get("problem", {}).get("op") == "addmm")
     assert "not a compile-time constant" in linear["decision"]["reason"]
+
+
+@pytest.mark.skipif(not mkldnn_packed_ops.available(), reason="oneDNN has no bf16 GEMM on this CPU (needs AVX-512 or AMX bf16)")
+def test_cache_only_compile_serves_onednns_packed_linear(forced_bf16, tmp_path):
+    """A cache naming oneDNN's packed linear as the bf16 mm's winner: the compiled graph calls it
+    (an extern kernel on the frozen weight) and matches an fp32 reference."""
+    mm = next(d for d in forced_bf16["decisions"] if d.op == "mm")
+    with AutotuneCache(tmp_path / "onednn.db") as cache:
+        cache.put(Entry(key=mm.key, winner="aten", config={"name": "ext_mkldnn_packed_mm"}, winner_time_us=1.0,
+                        aten_time_us=1.0, candidates=[], reason="benchmark"))
+    torch.manual_seed(0)
+    m = DecodeNet().eval().to(torch.bfloat16)
+    args = (torch.randn(1, 64).bfloat16(), torch.randn(4, 3, 32).bfloat16(), torch.randn(4, 32, 5).bfloat16())
+    _, got, decisions, benchmarks = _compile(copy.deepcopy(m), args, {
+        "autotune": "cache-only", "autotune_cache": str(tmp_path / "onednn.db"), "dump_dir": str(tmp_path / "dump")})
+    assert [(d.winner, d.reason) for d in decisions if d.op == "mm"] == [("ext_mkldnn_packed_mm", "cache")]
+    assert benchmarks == 0
+    assert "extern_kernels.ext_mkldnn_packed_mm(" in _output_code(tmp_path / "dump")
+    with torch.no_grad():
+        want = copy.deepcopy(m).float()(*(a.float() for a in args))
+    _assert_bf16_close(got, want)
 
 
 def test_lowering_module_imports_on_its_own():

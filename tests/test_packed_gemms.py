@@ -1,0 +1,106 @@
+"""The ATen-side packed GEMMs, each with the weight packed once and kept only while it is the
+same weight (kernels/packed_weights.py): ``inductor_ext::mkl_packed_mm`` (MKL's packed sgemm,
+fp32) and ``inductor_ext::mkldnn_packed_mm`` (oneDNN's linear, bf16). The lowering side (offered
+as ATen choices for frozen weights, served from the cache) is tested in test_cpp_gemm.py."""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops
+
+
+@dataclass(frozen=True)
+class Packed:
+    ops: ModuleType
+    op: Any
+    dtype: torch.dtype
+    tol: float  # relative and absolute, against an fp32 reference
+    why_not: str  # the skip reason where ops.available() is False
+
+
+PACKED = {
+    # fp32 accumulation in another order: far tighter than a bf16 or tf32 mistake would be
+    "mkl": Packed(mkl_packed_ops, torch.ops.inductor_ext.mkl_packed_mm, torch.float32, 1e-5,
+                  "this torch build has no MKL (non-x86 build)"),
+    # bf16 out, fp32 accumulation: within bf16 rounding (an fp16 or fp32 result would not be bf16)
+    "mkldnn": Packed(mkldnn_packed_ops, torch.ops.inductor_ext.mkldnn_packed_mm, torch.bfloat16, 2**-7,
+                     "oneDNN has no bf16 GEMM on this CPU (needs AVX-512 or AMX bf16)"),
+}
+
+
+@pytest.fixture(params=list(PACKED))
+def packed(request) -> Packed:
+    p = PACKED[request.param]
+    if not p.ops.available():
+        pytest.skip(p.why_not)
+    return p
+
+
+def _weight(n, k, dtype, seed=0):
+    return torch.randn(n, k, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _assert_matches(p: Packed, got, x, w_t):
+    assert got.dtype == p.dtype
+    torch.testing.assert_close(got.float(), x.float() @ w_t.float(), rtol=p.tol, atol=p.tol)
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 288, 768), (1, 70, 45), (5, 37, 129), (8, 64, 1000)])
+def test_matches_mm(packed, m, k, n):
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(1)).to(packed.dtype)
+    w = _weight(n, k, packed.dtype)
+    got = packed.op(x, w.t())
+    assert got.shape == (m, n)
+    _assert_matches(packed, got, x, w.t())
+
+
+def test_non_contiguous_activation(packed):
+    x = torch.randn(4, 96).to(packed.dtype)[:, ::3]  # (4, 32), row stride 96
+    w = _weight(16, 32, packed.dtype)
+    _assert_matches(packed, packed.op(x, w.t()), x, w.t())
+
+
+def test_weight_packed_once_per_batch_and_dropped_with_the_weight(packed):
+    cache = packed.ops._packed
+    gc.collect()
+    before = len(cache)
+    w, x = _weight(24, 40, packed.dtype), torch.randn(3, 40).to(packed.dtype)
+    storage = w.untyped_storage()
+    packed.op(x, w.t())
+    packed.op(x, w.t())  # a new view of the same weight: the packed copy is reused
+    assert len(cache[storage]) == 1
+    packed.op(x[:1], w.t())  # packed for a batch size
+    assert len(cache[storage]) == 2
+    assert len(cache) == before + 1
+    del w, storage
+    gc.collect()
+    assert len(cache) == before  # no packed copy outlives its weight
+
+
+def test_an_in_place_write_repacks(packed):
+    w, x = _weight(24, 40, packed.dtype), torch.randn(2, 40).to(packed.dtype)
+    packed.op(x, w.t())
+    w.mul_(-2)  # an optimizer step, a load_state_dict: the version counter moves
+    _assert_matches(packed, packed.op(x, w.t()), x, w.t())
+    assert len(packed.ops._packed[w.untyped_storage()]) == 1  # the stale copy went
+
+
+def test_inference_tensor_weight_is_never_cached(packed):
+    with torch.inference_mode():
+        w = _weight(8, 16, packed.dtype)
+    x = torch.randn(2, 16).to(packed.dtype)
+    _assert_matches(packed, packed.op(x, w.t()), x, w.t())
+    assert w.untyped_storage() not in packed.ops._packed
+
+
+@pytest.mark.parametrize("name, other", [("mkl", torch.bfloat16), ("mkldnn", torch.float32)])
+def test_other_dtypes_are_plain_mm(name, other):
+    x, w = torch.randn(2, 16, dtype=other), _weight(8, 16, other)
+    assert torch.equal(PACKED[name].op(x, w.t()), x @ w.t())
