@@ -139,6 +139,7 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
     cache = AutotuneCache(out)
     if len(cache) == 0:
         raise NothingTuned(_why_nothing(ext_choices.decisions[first:], base, out))
+    cache.checkpoint()  # the file alone is the whole cache, ready to copy
     return cache
 
 

@@ -495,3 +495,16 @@ def test_state_moves_with_every_change_and_only_then(tmp_path: Path) -> None:
     with AutotuneCache(tmp_path / "c.db") as reopened:  # another process sees the same file
         assert reopened.state() == seen[-1]
     assert len(set(seen)) == len(seen), seen
+
+
+def test_checkpoint_leaves_every_entry_in_the_file_itself(tmp_path: Path) -> None:
+    import shutil
+
+    cache = AutotuneCache(tmp_path / "built.db")
+    for m in (16, 32, 64):
+        cache.put(make_entry(make_key(m=m)))
+    cache.checkpoint()  # the connection stays open, as in a process that never closes it
+    shutil.copy(tmp_path / "built.db", tmp_path / "shipped.db")  # the -wal file stays behind
+    with AutotuneCache(tmp_path / "shipped.db") as shipped:
+        assert len(shipped) == 3
+    cache.close()

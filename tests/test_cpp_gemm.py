@@ -290,6 +290,14 @@ def test_build_stores_a_timed_decision_per_gemm(built):
         assert e.reason == "benchmark" and e.key.arch == "cpu" and e.key.preset == "cpu"
 
 
+def test_build_leaves_a_file_that_is_the_whole_cache(built, tmp_path):
+    import shutil
+
+    shutil.copy(built["dir"] / "built.db", tmp_path / "shipped.db")  # without its -wal, as users copy it
+    with AutotuneCache(tmp_path / "shipped.db") as shipped:
+        assert len(shipped) == len(built["cache"]) == 3
+
+
 def test_build_times_every_candidate_with_flushed_caches(built):
     timed = sum(c["time_us"] is not None for e in built["cache"].entries() for c in e.candidates)
     assert built["flushed"] >= timed > 0, (built["flushed"], timed)

@@ -630,6 +630,12 @@ class AutotuneCache:
     def __len__(self) -> int:
         return len(self.entries())
 
+    def checkpoint(self) -> None:
+        """Move every committed entry into the database file itself, so a copy of that one file
+        (a cache built offline, shipped) holds them all: WAL keeps recent writes in ``-wal``
+        beside it until the last connection closes, which a process exiting may never do."""
+        self._run("checkpoint", lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone(), None)
+
     def state(self) -> str:
         """Text that changes whenever an entry is added, replaced or removed: part of the key of
         every compiled graph whose decisions were read from this cache (Inductor's FX graph cache
