@@ -2,8 +2,9 @@
 weight packed on first use and kept while it is unchanged.
 
 For a frozen bf16 linear, Inductor's weight-prepack pass (``cpp.weight_prepack``) rewrites it to
-``mkldnn._linear_pointwise`` on a weight reordered into oneDNN's blocked layout; max-autotune
-measured that 17-26% faster than its AMX micro-kernel on the decoder's prefill projections. ext
+``mkldnn._linear_pointwise`` on a weight reordered into oneDNN's blocked layout; inside
+max-autotune's decoder graph that ran 17-26% faster than its AMX micro-kernel on the prefill
+projections (ext's flushed timings on this machine have not picked it so far). ext
 keeps that pass off (its templates must see the mm) and offers this op as one more ATen-side
 choice for a frozen bf16 weight, so autotuning picks among ATen's mm, oneDNN packed and ext's
 templates.
@@ -15,12 +16,15 @@ oneDNN cannot serve (another dtype or device, a CPU without bf16 support in oneD
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 from inductor_ext.kernels.packed_weights import PackedWeights
 
 
+@functools.cache  # asked on every call of the op (~1.5 us through the dispatcher); fixed per process
 def available() -> bool:
     """Whether oneDNN serves bf16 GEMMs here (an x86 build of PyTorch on a CPU with AVX-512 or
     AMX bf16 support)."""

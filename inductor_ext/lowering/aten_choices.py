@@ -10,8 +10,7 @@ library GEMM and ext's templates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch._inductor.select_algorithm import ExternKernelChoice
@@ -28,18 +27,18 @@ class PackedGemm:
     choice: ExternKernelChoice
     dtype: str
     library: str
-    ops: ModuleType  # its kernels module: available()
+    available: Callable[[], bool]  # whether the library serves the dtype here
 
 
-def _packed_gemm(op_name: str, dtype: str, library: str, ops: ModuleType) -> PackedGemm:
+def _packed_gemm(op_name: str, dtype: str, library: str, available: Callable[[], bool]) -> PackedGemm:
     op = getattr(torch.ops.inductor_ext, op_name).default
     return PackedGemm(ExternKernelChoice(op, name=f"ext_{op_name}", has_out_variant=False, op_overload=op),
-                      dtype, library, ops)
+                      dtype, library, available)
 
 
 PACKED_GEMMS = (
-    _packed_gemm("mkl_packed_mm", "float32", "MKL", mkl_packed_ops),
-    _packed_gemm("mkldnn_packed_mm", "bfloat16", "oneDNN", mkldnn_packed_ops),
+    _packed_gemm("mkl_packed_mm", "float32", "MKL", mkl_packed_ops.available),
+    _packed_gemm("mkldnn_packed_mm", "bfloat16", "oneDNN", mkldnn_packed_ops.available),
 )
 
 
@@ -55,7 +54,7 @@ def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inpu
     x, w_t = inputs.spec.inputs
     if (x.dtype, w_t.dtype) != (gemm.dtype, gemm.dtype):
         return f"dtypes {x.dtype}, {w_t.dtype} ({gemm.library} packs {gemm.dtype})"
-    if not gemm.ops.available():
+    if not gemm.available():
         return f"{gemm.library} cannot serve {gemm.dtype} here"
     if not w_t.constant:
         return "the weight is not a constant (freezing packs inference weights only)"
