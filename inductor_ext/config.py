@@ -114,7 +114,9 @@ OPTIONS: dict[str, OptionSpec] = {
                             "(Triton's interpreter, the Metal-on-CPU executor, Intel's OpenCL CPU device)", _bool),
     "freezing": OptionSpec("inference graphs (compiled under torch.no_grad()) take parameters and buffers as "
                            "constants (Inductor's freezing), so GEMM templates pack weights once; a weight "
-                           "changed in place afterwards makes ext recompile that graph without freezing", _bool),
+                           "changed afterwards (in place or replaced, also under your own Inductor freezing) "
+                           "makes ext recompile that graph without freezing; a write through .data goes unseen "
+                           "(PyTorch's version counter does not count it)", _bool),
     "force_template": OptionSpec("debugging: pick this template family (or any of a list of them) whenever it "
                                  "compiles, whatever the timings", _optional_names),
     "inductor": OptionSpec("extra torch._inductor.config patches (win over the preset's)", _inductor_patches),

@@ -199,6 +199,63 @@ def test_replaced_weight_counts_as_changed():
     assert compiles == [True, False]
 
 
+class _Attributed(torch.nn.Module):
+    """What Dynamo hands a backend when Inductor's freezing was on while it traced: the weight
+    and a buffer the graph mutates itself are attributes of the graph, not inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+        self.register_buffer("counter", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.counter.add_(1)
+        return x @ self.w + self.counter
+
+
+def test_attributes_installed_by_dynamo_are_watched_too(capfd):
+    gm = torch.fx.symbolic_trace(_Attributed())
+    x, compiles = torch.randn(2, 3), []
+
+    def compile(g, inputs, freeze):
+        compiles.append((freeze, len(inputs)))
+        return g
+
+    run = frozen_params.compile_frozen(gm, [x], compile)
+    for _ in range(3):  # the graph's own mutations of the buffer are not a change of weights
+        run(x)
+    assert compiles == [(True, 1)]
+    with torch.no_grad():
+        gm.w.mul_(2)  # e.g. an optimizer step
+    torch.testing.assert_close(run(x), x @ gm.w + gm.counter)
+    assert compiles == [(True, 1), (False, 1)]
+    assert "frozen attribute 0 of a graph compiled with freezing changed" in capfd.readouterr().err
+
+
+def test_replaced_attribute_storage_counts_as_changed():
+    gm = torch.fx.symbolic_trace(_Attributed())
+    compiles = []
+    run = frozen_params.compile_frozen(gm, [torch.randn(2, 3)], lambda g, i, freeze: compiles.append(freeze) or g)
+    gm.w.data = gm.w.detach().clone()  # same values and version, another storage
+    run(torch.randn(2, 3))
+    assert compiles == [True, False]
+
+
+def test_users_own_freezing_never_serves_a_stale_weight(capfd):
+    """Inductor's freezing on in the user's config (as PyTorch's CPU tutorials set it): Dynamo
+    installs the weights as attributes, and a weight changed in place still reaches the output."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(freezing=True), tune.fresh_inductor_caches(), torch.no_grad():
+        compiled = torch.compile(m, backend="ext", options={"autotune": "off"})
+        torch.testing.assert_close(compiled(x), m(x))
+        m[0].weight.add_(1.0)
+        torch.testing.assert_close(compiled(x), m(x))
+    assert "frozen attribute" in capfd.readouterr().err
+
+
 # ------------------------------------------------------------- compiled through ext's choices
 
 

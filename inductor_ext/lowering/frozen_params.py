@@ -15,6 +15,11 @@ version; a replaced tensor has another storage). On a change it logs once and re
 graph without freezing, which serves every later call. Inputs the graph itself mutates (a KV
 cache updated inside the model) are not frozen by Inductor: they are found on the first call,
 whose mutations change their versions, and no longer watched.
+
+When the user's own Inductor config had freezing on while Dynamo traced, Dynamo installed the
+parameters and buffers as graph attributes itself; Inductor freezes those just as silently, so
+they are watched where they are, in the same way. A write through ``.data`` bumps no version
+counter and keeps the storage: no check short of reading the weights sees it.
 """
 
 from __future__ import annotations
@@ -63,6 +68,17 @@ def with_attributes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     return frozen
 
 
+def attribute_tensors(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
+    """The tensors ``gm``'s get_attr nodes read, each once: what freezing folds into constants."""
+    found: dict[int, torch.Tensor] = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = operator.attrgetter(node.target)(gm)
+            if isinstance(value, torch.Tensor):
+                found.setdefault(id(value), value)
+    return list(found.values())
+
+
 def _picker(indices: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
     """``args -> tuple(args[i] for i in indices)``, in C (itemgetter alone returns a bare item
     for one index)."""
@@ -77,34 +93,49 @@ _VERSION, _DATA_PTR = operator.attrgetter("_version"), operator.methodcaller("da
 
 
 class FrozenGraph:
-    """Calls the frozen graph with the inputs it still takes, or, once a frozen input has
-    changed, the graph recompiled without freezing with all of them."""
+    """Calls the frozen graph with the inputs it still takes, or, once a frozen tensor has
+    changed, the graph recompiled without freezing with all of them.
+
+    The frozen tensors are either inputs Dynamo lifted (``lifted``: their positions, dropped
+    from each call's arguments) or ``attributes`` Dynamo installed on the graph itself (when
+    Inductor's freezing was on while it traced: every argument is passed on)."""
 
     def __init__(self, compiled: Compiled, example_inputs: Sequence[Any], lifted: Sequence[int],
-                 thaw: Callable[[], Compiled]) -> None:
+                 thaw: Callable[[], Compiled], attributes: Sequence[torch.Tensor] | None = None) -> None:
         self.compiled = compiled
-        self.kept = _picker([i for i in range(len(example_inputs)) if i not in set(lifted)])
-        self._watch(lifted, example_inputs)
+        self.attributes = None if attributes is None else list(attributes)
+        if self.attributes is None:
+            self.kept = _picker([i for i in range(len(example_inputs)) if i not in set(lifted)])
+            self._watch(lifted, example_inputs)
+        else:
+            self.kept = tuple  # the arguments as they come (a call's args are a tuple already)
+            self._watch(range(len(self.attributes)), self.attributes)
         self.thaw = thaw
         self.thawed: Compiled | None = None
         self.first_call = True
 
-    def _watch(self, indices: Sequence[int], inputs: Sequence[Any]) -> None:
+    def _pool(self, args: Sequence[Any]) -> Sequence[Any]:
+        """Where the frozen tensors are this call: its arguments, or the graph's attributes."""
+        return args if self.attributes is None else self.attributes
+
+    def _watch(self, indices: Sequence[int], pool: Sequence[Any]) -> None:
         self.watched_indices = list(indices)
         self.watched = _picker(self.watched_indices)
-        tensors = self.watched(inputs)
+        tensors = self.watched(pool)
         self.versions, self.data_ptrs = tuple(map(_VERSION, tensors)), tuple(map(_DATA_PTR, tensors))
-        # by input position, as torch._C._tensors_data_ptrs_at_indices_equal reads them
-        self.ptr_at: list[int | None] = [None] * len(inputs)
+        # by position in the pool, as torch._C._tensors_data_ptrs_at_indices_equal reads them
+        self.ptr_at: list[int | None] = [None] * len(pool)
         for i, ptr in zip(self.watched_indices, self.data_ptrs):
             self.ptr_at[i] = ptr
 
     def changed(self, args: Sequence[Any]) -> int | None:
-        """The first watched input whose version or storage differs from the compile's, or None."""
-        tensors = self.watched(args)
+        """The first watched tensor (its position in the arguments or the attributes) whose
+        version or storage differs from the compile's, or None."""
+        pool = self._pool(args)
+        tensors = self.watched(pool)
         # storages compared in C++ (cudagraph trees' check): half the time of a Python map
         if tuple(map(_VERSION, tensors)) == self.versions and torch._C._tensors_data_ptrs_at_indices_equal(
-                list(args), self.ptr_at, self.watched_indices):
+                pool if self.attributes is not None else list(pool), self.ptr_at, self.watched_indices):
             return None
         now = zip(map(_VERSION, tensors), map(_DATA_PTR, tensors))
         return next(i for i, was, is_ in zip(self.watched_indices, zip(self.versions, self.data_ptrs), now)
@@ -118,16 +149,18 @@ class FrozenGraph:
             return self._thaw(args, index)
         out = self.compiled(*self.kept(args))
         if self.first_call:
-            # Inputs this graph mutates are real inputs, not constants: stop watching them.
+            # Tensors this graph mutates are real inputs, not constants: stop watching them.
             self.first_call = False
-            tensors = self.watched(args)
-            self._watch([i for i, t, v in zip(self.watched_indices, tensors, self.versions) if t._version == v], args)
+            pool = self._pool(args)
+            tensors = self.watched(pool)
+            self._watch([i for i, t, v in zip(self.watched_indices, tensors, self.versions) if t._version == v], pool)
         return out
 
     def _thaw(self, args: tuple[Any, ...], index: int) -> Any:
-        log.warning("ext: input %d of a graph compiled with freezing changed after compiling (an optimizer step "
+        log.warning("ext: %s %d of a graph compiled with freezing changed after compiling (an optimizer step "
                     "or load_state_dict?); recompiling it without freezing. Pass options={'freezing': False} "
-                    "to skip the frozen compile when weights keep changing.", index)
+                    "to skip the frozen compile when weights keep changing.",
+                    "input" if self.attributes is None else "frozen attribute", index)
         self.thawed = self.thaw()
         return self.thawed(*args)
 
@@ -154,11 +187,18 @@ def compile_frozen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], comp
     graph with collectives is compiled without freezing."""
     if has_collectives(gm):
         return compile(gm, example_inputs, False)
-    lifted = static_inputs(example_inputs)
-    if not lifted or any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
-        # Nothing lifted (Dynamo already installed them: freezing was on while tracing), or
-        # nested inputs, which compile_fx calls differently: Inductor's freezing as it comes.
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        # nested inputs, which compile_fx calls differently: Inductor's freezing as it comes
         return compile(gm, example_inputs, True)
+    lifted = static_inputs(example_inputs)
+    if not lifted:
+        # Dynamo installed parameters and buffers as attributes (the user's Inductor config had
+        # freezing on while it traced): Inductor freezes those; watch them where they are.
+        compiled = compile(gm, example_inputs, True)
+        attributes = attribute_tensors(gm)
+        if not attributes:
+            return compiled
+        return FrozenGraph(compiled, example_inputs, (), lambda: compile(gm, example_inputs, False), attributes)
     frozen_gm = with_attributes(gm, example_inputs, lifted)
     kept = [x for i, x in enumerate(example_inputs) if i not in set(lifted)]
     compiled = compile(frozen_gm, kept, True)
