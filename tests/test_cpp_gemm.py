@@ -241,17 +241,30 @@ def test_replaced_attribute_storage_counts_as_changed():
     assert compiles == [True, False]
 
 
+class _Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+        self.register_buffer("scale", torch.ones(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x) * self.scale
+
+
 def test_users_own_freezing_never_serves_a_stale_weight(capfd):
     """Inductor's freezing on in the user's config (as PyTorch's CPU tutorials set it): Dynamo
-    installs the weights as attributes, and a weight changed in place still reaches the output."""
+    installs weights and buffers as attributes, and one changed in place still reaches the output,
+    then and after (the recompiled graph reads them as they are)."""
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    m = _Scaled().eval()
     x = torch.randn(4, 16)
     torch._dynamo.reset()
     with torch._inductor.config.patch(freezing=True), tune.fresh_inductor_caches(), torch.no_grad():
         compiled = torch.compile(m, backend="ext", options={"autotune": "off"})
         torch.testing.assert_close(compiled(x), m(x))
-        m[0].weight.add_(1.0)
+        m.mlp[0].weight.add_(1.0)
+        torch.testing.assert_close(compiled(x), m(x))
+        m.scale.mul_(3.0)
         torch.testing.assert_close(compiled(x), m(x))
     assert "frozen attribute" in capfd.readouterr().err
 
