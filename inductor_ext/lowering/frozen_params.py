@@ -114,9 +114,10 @@ class FrozenGraph:
         self.thawed: Compiled | None = None
         self.first_call = True
 
-    def _pool(self, args: Sequence[Any]) -> Sequence[Any]:
-        """Where the frozen tensors are this call: its arguments, or the graph's attributes."""
-        return args if self.attributes is None else self.attributes
+    def _pool(self, args: Sequence[Any]) -> list[Any]:
+        """Where the frozen tensors are this call, as the list the C++ storage check reads: its
+        arguments, or the graph's attributes."""
+        return list(args) if self.attributes is None else self.attributes
 
     def _watch(self, indices: Sequence[int], pool: Sequence[Any]) -> None:
         self.watched_indices = list(indices)
@@ -135,7 +136,7 @@ class FrozenGraph:
         tensors = self.watched(pool)
         # storages compared in C++ (cudagraph trees' check): half the time of a Python map
         if tuple(map(_VERSION, tensors)) == self.versions and torch._C._tensors_data_ptrs_at_indices_equal(
-                pool if self.attributes is not None else list(pool), self.ptr_at, self.watched_indices):
+                pool, self.ptr_at, self.watched_indices):
             return None
         now = zip(map(_VERSION, tensors), map(_DATA_PTR, tensors))
         return next(i for i, was, is_ in zip(self.watched_indices, zip(self.versions, self.data_ptrs), now)
