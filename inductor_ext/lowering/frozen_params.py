@@ -32,6 +32,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch._dynamo.utils import get_static_address_type
 
+from inductor_ext.runtime import tensor_watch
+
 log = logging.getLogger("inductor_ext")
 
 # A compiled graph as compile_fx returns it for flat inputs: called with them as arguments.
@@ -124,6 +126,8 @@ class FrozenGraph:
         self.watched = _picker(self.watched_indices)
         tensors = self.watched(pool)
         self.versions, self.data_ptrs = tuple(map(_VERSION, tensors)), tuple(map(_DATA_PTR, tensors))
+        # the same check as one C++ loop, when it can be built here; `changed` stays the judge
+        self.fast = tensor_watch.watch(pool, self.watched_indices)
         # by position in the pool, as torch._C._tensors_data_ptrs_at_indices_equal reads them
         self.ptr_at: list[int | None] = [None] * len(pool)
         for i, ptr in zip(self.watched_indices, self.data_ptrs):
@@ -145,9 +149,14 @@ class FrozenGraph:
     def __call__(self, *args: Any) -> Any:
         if self.thawed is not None:
             return self.thawed(*args)
-        index = self.changed(args)
-        if index is not None:
-            return self._thaw(args, index)
+        fast = self.fast
+        if fast is None or not fast.unchanged(args if self.attributes is None else self.attributes):
+            index = self.changed(args)
+            if index is not None:
+                return self._thaw(args, index)
+            if fast is not None:
+                # unchanged, but held by other tensor objects than when watched: watch those
+                self.fast = tensor_watch.watch(self._pool(args), self.watched_indices)
         out = self.compiled(*self.kept(args))
         if self.first_call:
             # Tensors this graph mutates are real inputs, not constants: stop watching them.

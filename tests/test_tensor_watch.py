@@ -1,0 +1,121 @@
+"""The C++ weight check of frozen graphs (runtime/tensor_watch): what it sees, what it leaves to
+the Python check, and that frozen graphs use it."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from inductor_ext.lowering import frozen_params
+from inductor_ext.runtime import tensor_watch, toolchain
+
+
+@pytest.fixture
+def pool():
+    return (torch.randn(3, 4), torch.nn.Parameter(torch.randn(4)), 7)
+
+
+def test_unchanged_tensors_pass(pool):
+    watch = tensor_watch.watch(pool, [0, 1])
+    assert watch is not None, "the C++ check was not built (is g++ installed?)"
+    assert watch.unchanged(pool)
+    assert watch.unchanged(list(pool))  # the same objects in a list
+
+
+def test_an_in_place_write_is_seen(pool):
+    watch = tensor_watch.watch(pool, [0, 1])
+    with torch.no_grad():
+        pool[1].mul_(2)
+    assert not watch.unchanged(pool)
+
+
+def test_a_replaced_storage_is_seen(pool):
+    watch = tensor_watch.watch(pool, [0, 1])
+    pool[0].data = pool[0].clone()  # same values and version, another storage
+    assert not watch.unchanged(pool)
+
+
+def test_only_watched_positions_count(pool):
+    watch = tensor_watch.watch(pool, [1])
+    pool[0].add_(1)
+    assert watch.unchanged(pool)
+
+
+def test_another_object_or_a_shorter_pool_means_look_closer(pool):
+    watch = tensor_watch.watch(pool, [0, 1])
+    assert not watch.unchanged((pool[0].view(3, 4), pool[1], 7))  # same data, another object
+    assert not watch.unchanged(pool[:1])
+    assert not watch.unchanged(())
+
+
+def test_tensors_it_cannot_read_are_left_to_python():
+    with torch.inference_mode():
+        inference = torch.ones(2)  # no version counter
+    assert tensor_watch.watch((inference,), [0]) is None
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert tensor_watch.watch((torch.ones(2).as_subclass(Sub),), [0]) is None
+
+
+def test_built_once_and_cached():
+    path = tensor_watch.build()
+    stamp = path.stat().st_mtime_ns
+    assert tensor_watch.build() == path and path.stat().st_mtime_ns == stamp
+
+
+def test_without_a_compiler_frozen_graphs_check_in_python(monkeypatch, caplog, capfd):
+    monkeypatch.setattr(toolchain, "gxx", lambda: None)
+    tensor_watch.load.cache_clear()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="inductor_ext"):
+            assert tensor_watch.watch((torch.ones(2),), [0]) is None
+        said = capfd.readouterr().err  # ext's logger writes to stderr
+        assert "C++ weight check is not available" in said and "install g++" in said
+        x, w = torch.randn(2, 3), torch.randn(3, 4)
+        torch._dynamo.mark_static_address(w, guard=False)
+        compiles = []
+        run = frozen_params.compile_frozen(torch.fx.symbolic_trace(lambda x, w: x @ w), [x, w],
+                                           lambda g, i, freeze: compiles.append(freeze) or g)
+        assert run.fast is None
+        run(x, w)
+        w.add_(1)
+        torch.testing.assert_close(run(x, w), x @ w)
+        assert compiles == [True, False]
+    finally:
+        tensor_watch.load.cache_clear()
+
+
+def _frozen_matmul():
+    x, w = torch.randn(2, 3), torch.randn(3, 4)
+    torch._dynamo.mark_static_address(w, guard=False)
+    compiles = []
+    run = frozen_params.compile_frozen(torch.fx.symbolic_trace(lambda x, w: x @ w), [x, w],
+                                       lambda g, i, freeze: compiles.append(freeze) or g)
+    return run, x, w, compiles
+
+
+def test_frozen_graphs_check_in_cpp_and_python_only_looks_closer(monkeypatch):
+    run, x, w, compiles = _frozen_matmul()
+    assert run.fast is not None
+    looked = []
+    changed = frozen_params.FrozenGraph.changed
+    monkeypatch.setattr(frozen_params.FrozenGraph, "changed", lambda self, args: looked.append(1) or changed(self, args))
+    for _ in range(3):
+        run(x, w)
+    assert looked == []  # served by the C++ check alone
+    w.add_(1)
+    torch.testing.assert_close(run(x, w), x @ w)
+    assert looked == [1] and compiles == [True, False]
+
+
+def test_an_equal_view_of_the_weight_is_watched_from_then_on(monkeypatch):
+    run, x, w, compiles = _frozen_matmul()
+    run(x, w)
+    before = run.fast
+    view = w.view(3, 4)  # the same data and version counter in another object: not a change
+    torch.testing.assert_close(run(x, view), x @ w)
+    assert compiles == [True] and run.fast is not before and run.fast.unchanged((x, view))
