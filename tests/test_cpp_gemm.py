@@ -402,8 +402,21 @@ def test_cache_only_compile_benchmarks_nothing_and_runs_the_template(built):
     for d in built["decisions"]:
         want = "ext_mkl_packed_mm" if d.op == "mm" else "cpp_"
         assert d.reason == "cache" and d.winner.startswith(want), d
-    assert "extern_kernels.ext_mkl_packed_mm(" in built["code"]  # the op, registered as an extern kernel
+    # MKL's packed sgemm as Inductor's own pass makes it: the weight packed at compile time, a constant
+    assert "torch.ops.mkl._mkl_linear.default(" in built["code"] and "ext_mkl_packed_mm(" not in built["code"]
     torch.testing.assert_close(built["out"], built["want"], rtol=1e-5, atol=1e-5)
+
+
+def test_weight_packed_at_compile_time_is_never_used_stale(built):
+    """The packed copy is a constant of the frozen graph: a weight changed in place after
+    compiling must reach the output all the same."""
+    m, args = model(), inputs()
+    compiled, _, decisions, _ = _compile(m, args, {"autotune": "cache-only",
+                                                   "autotune_cache": str(built["dir"] / "template.db")})
+    assert [d.winner for d in decisions if d.op == "mm"] == ["ext_mkl_packed_mm"]
+    with torch.no_grad():
+        m.down.weight.mul_(-2.0)
+        torch.testing.assert_close(compiled(*args), m(*args), rtol=1e-5, atol=1e-5)
 
 
 def test_a_graph_compiled_before_the_build_is_not_reused_after_it(built, tmp_path):

@@ -5,6 +5,11 @@ graph reach ExtChoices; the ATen paths that pass gave, MKL's packed sgemm for fp
 oneDNN's packed linear for bf16 ones, are offered here instead, as ATen choices (no template
 margin) beside ATen's mm: the cpu preset's winner is then the fastest of ATen's mm, the packed
 library GEMM and ext's templates.
+
+Each is timed as ext's op, which packs the weight on first use and keeps it. Where MKL's wins,
+the graph gets what Inductor's pass would have made: the weight packed now, at compile time, as
+a graph constant, and ``mkl::_mkl_linear`` called on it (measured: ext's op cost ~15 us a call
+more than that, and a transpose of the weight view each call).
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch._inductor import ir, mkldnn_ir
 from torch._inductor.select_algorithm import ExternKernelChoice
+from torch._inductor.virtualized import V
 
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops
@@ -30,16 +37,41 @@ class PackedGemm:
     available: Callable[[], bool]  # whether the library serves the dtype here
 
 
-def _packed_gemm(op_name: str, dtype: str, library: str, available: Callable[[], bool]) -> PackedGemm:
+def _packed_gemm(op_name: str, dtype: str, library: str, available: Callable[[], bool],
+                 creator: Callable[..., ir.ExternKernel] | None = None,
+                 timed: Callable[..., torch.Tensor] | None = None) -> PackedGemm:
+    """``timed``: what autotuning calls instead of the op, where the graph calls no op of ours
+    (``creator`` makes the node)."""
     op = getattr(torch.ops.inductor_ext, op_name).default
-    return PackedGemm(ExternKernelChoice(op, name=f"ext_{op_name}", has_out_variant=False, op_overload=op),
-                      dtype, library, available)
+    return PackedGemm(ExternKernelChoice(timed or op, name=f"ext_{op_name}", has_out_variant=False, op_overload=op,
+                                         kernel_creator=creator), dtype, library, available)
+
+
+def constant_value(node: Any) -> torch.Tensor:
+    """The tensor a (view of a) graph constant holds, as the node views it."""
+    data = node.data if isinstance(node, ir.TensorBox) else node
+    layout = data.get_layout()
+    base = data.unwrap_view() if isinstance(data, ir.BaseView) else data
+    value = V.graph.constants[base.get_name()]
+    return value.as_strided([int(s) for s in layout.size], [int(s) for s in layout.stride], int(layout.offset))
+
+
+def mkl_linear_on_packed_constant(x: Any, w_t: Any) -> ir.ExternKernel:
+    """``x @ w_t`` as ``mkl::_mkl_linear`` on ``w_t`` packed now for x's rows (both static:
+    ``packed_inputs`` offers the choice only then), the packed copy a constant of the graph."""
+    weight = constant_value(w_t).t()  # (N, K), as MKL's packing and its fallback linear read it
+    batch = int(x.get_size()[0])
+    packed = V.graph.add_tensor_constant(torch.ops.mkl._mkl_reorder_linear_weight(weight.contiguous(), batch))
+    return mkldnn_ir.MKLPackedLinear.create(x, packed, V.graph.add_tensor_constant(weight), None, batch)
 
 
 PACKED_GEMMS = (
-    _packed_gemm("mkl_packed_mm", "float32", "MKL", mkl_packed_ops.available),
+    _packed_gemm("mkl_packed_mm", "float32", "MKL", mkl_packed_ops.available, mkl_linear_on_packed_constant,
+                 mkl_packed_ops.packed_mm),
     _packed_gemm("mkldnn_packed_mm", "bfloat16", "oneDNN", mkldnn_packed_ops.available),
 )
+
+PACKED_NAMES = frozenset(g.choice.name for g in PACKED_GEMMS)
 
 
 def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inputs: Any) -> op_specs.OpInputs | str:
