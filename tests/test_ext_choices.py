@@ -159,3 +159,39 @@ def test_pdl_option_sets_the_template_problem(preset, pdl, m, expected):
     assert chosen.problem.use_pdl is expected
     assert dataclasses.replace(chosen.problem, use_pdl=False) == ready.problem
     assert gemm.constexprs(chosen.problem, gemm.configs(chosen.problem, "sm_90a")[0], "sm_90a")["USE_PDL"] is expected
+
+
+def _decide_aten(timings, warm=None):
+    """ATen's mm ("aten") against MKL's packed sgemm offered for a frozen weight, cpu preset."""
+    choices = {n: FakeAten(n) for n in timings}
+    cold_timing._warm.clear()
+    cold_timing._warm.update({id(choices[n]): ms for n, ms in (warm or {}).items()})
+    decision = ext_choices.Decision(node="mm", op="mm", problem={})
+    decision.candidates = [{"name": n, "kind": "aten", "family": "aten", "time_us": None} for n in timings]
+    decision.choice_ids = {id(c): i for i, c in enumerate(choices.values())}
+    ext_choices.decisions.append(decision)
+    by_choice = {choices[n]: t for n, t in timings.items()}
+    try:
+        chosen = ext_choices.ExtChoices(presets.resolve({"preset": "cpu"})).override_best_choice(
+            min(by_choice, key=by_choice.get), by_choice)
+    finally:
+        cold_timing._warm.clear()
+    return chosen.name, decision
+
+
+PACKED = "ext_mkl_packed_mm"
+
+
+@pytest.mark.parametrize("timings, warm, winner", [
+    ({"aten": 0.93, PACKED: 1.0}, {"aten": 1.0, PACKED: 0.97}, PACKED),  # faster flushed only (prefill fp32)
+    ({"aten": 0.97, PACKED: 1.0}, {"aten": 0.90, PACKED: 1.0}, PACKED),  # within the margin flushed
+    ({"aten": 0.90, PACKED: 1.0}, {"aten": 0.90, PACKED: 1.0}, "aten"),  # beyond it in both regimes
+    ({"aten": 0.90, PACKED: 1.0}, None, "aten"),                          # not timed warm: flushed alone
+    ({"aten": 1.0, PACKED: 0.98}, None, PACKED),                          # the packed GEMM was fastest
+    ({"aten": 0.5, PACKED: float("inf")}, None, "aten"),                  # it failed
+])
+def test_mm_must_beat_the_packed_gemm_freezing_would_call_by_the_margin(timings, warm, winner):
+    chosen, decision = _decide_aten(timings, warm)
+    assert chosen == winner and decision.winner == winner
+    if winner == PACKED and timings["aten"] < timings[PACKED]:
+        assert decision.reason.startswith("aten within margin 5%") and decision.reason.endswith(PACKED)

@@ -231,6 +231,8 @@ class ExtChoices(InductorChoices):
             # ATen by it is as good as that config, as far as timings alone can tell (measured:
             # the decoder's vocabulary GEMM fell back to ATen that way, 19% slower in the graph).
             chosen, reason = self._prefer_default(best_choice, timings, decision)
+        if not forced and _is_aten(chosen, decision):
+            chosen, reason = self._prefer_packed(chosen, aten, timings, reason)
         if decision is None:
             return chosen
         for c, t in timings.items():
@@ -269,6 +271,20 @@ class ExtChoices(InductorChoices):
         if short is not None:
             return default, f"{family} config {short} its default"
         return best, "benchmark"
+
+    def _prefer_packed(self, chosen: Any, aten: list[Any], timings: dict[Any, float], reason: str) -> tuple[Any, str]:
+        """The packed library GEMM offered for a frozen weight (``aten_choices``), unless ``chosen``,
+        another ATen choice, beats it by the margin in both regimes: under freezing Inductor calls
+        the packed GEMM unasked (default and max-autotune alike), so it is ATen's default there.
+        Measured on the decoder's prefill fp32 projections: ATen's mm won flushed by 7-8% where
+        the packed sgemm was as fast or faster warm; ext/max-autotune ran 1.02-1.05 with mm on two
+        or three of them, 0.99-1.02 with the packed sgemm on all four."""
+        packed = [c for c in aten if c.name in aten_choices.PACKED_NAMES and math.isfinite(timings[c])]
+        if not packed or chosen in packed:
+            return chosen, reason
+        default = min(packed, key=timings.__getitem__)
+        short = self._short_of_margin(chosen, [default], timings)
+        return (chosen, reason) if short is None else (default, f"{chosen.name} {short} {default.name}")
 
     def _short_of_margin(self, challenger: Any, incumbents: list[Any], timings: dict[Any, float], *,
                          warm_may_lose: bool = False, config_margin: float = 0.0) -> str | None:
