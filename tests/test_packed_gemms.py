@@ -106,11 +106,14 @@ def test_other_dtypes_are_plain_mm(name, other):
     assert torch.equal(PACKED[name].op(x, w.t()), x @ w.t())
 
 
-def test_autotuning_times_mkls_packed_gemm_without_the_ops_dispatch():
-    """Where MKL's packed GEMM wins, the graph calls ``mkl::_mkl_linear`` on a weight packed at
-    compile time (no op of ours): the timed callable is the op's body, not the op."""
+@pytest.mark.parametrize("library, kernels, creator", [
+    ("MKL", mkl_packed_ops, "mkl_linear_on_packed_constant"),
+    ("oneDNN", mkldnn_packed_ops, "onednn_linear_on_packed_constant")])
+def test_autotuning_times_the_packed_gemm_without_the_ops_dispatch(library, kernels, creator):
+    """Where a packed GEMM wins, the graph calls the library on a weight packed at compile time
+    (no op of ours): the timed callable is the op's body, not the op."""
     from inductor_ext.lowering import aten_choices
 
-    mkl = next(g for g in aten_choices.PACKED_GEMMS if g.library == "MKL")
-    assert mkl.choice.to_callable() is mkl_packed_ops.packed_mm
-    assert mkl.choice.kernel_creator is aten_choices.mkl_linear_on_packed_constant
+    gemm = next(g for g in aten_choices.PACKED_GEMMS if g.library == library)
+    assert gemm.choice.to_callable() is kernels.packed_mm
+    assert gemm.choice.kernel_creator is getattr(aten_choices, creator)

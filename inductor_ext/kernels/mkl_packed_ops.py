@@ -3,8 +3,9 @@ packed on first use and kept while it is unchanged.
 
 Inductor reaches MKL's packed GEMM only through its weight-prepack pass (``cpp.weight_prepack``
 under freezing), which rewrites fp32 linears to ``mkl._mkl_linear`` before any lowering could
-offer ext's templates. ext keeps that pass off and offers this op as one more ATen-side choice
-for a frozen fp32 weight, so autotuning picks among ATen's mm, MKL packed and ext's templates.
+offer ext's templates. ext keeps that pass off and offers MKL's packed GEMM as one more ATen-side
+choice for a frozen fp32 weight, timed as this op's body; where it wins, the graph calls MKL on a
+weight packed at compile time (``lowering/aten_choices``).
 
 The weight's packed copy is kept while it is the same weight (``packed_weights``); a weight
 that cannot be cached honestly (an inference tensor) is computed with ATen's mm. The result is

@@ -5,9 +5,9 @@ For a frozen bf16 linear, Inductor's weight-prepack pass (``cpp.weight_prepack``
 ``mkldnn._linear_pointwise`` on a weight reordered into oneDNN's blocked layout; inside
 max-autotune's decoder graph that ran 17-26% faster than its AMX micro-kernel on the prefill
 projections (ext's flushed timings on this machine have not picked it so far). ext
-keeps that pass off (its templates must see the mm) and offers this op as one more ATen-side
-choice for a frozen bf16 weight, so autotuning picks among ATen's mm, oneDNN packed and ext's
-templates.
+keeps that pass off (its templates must see the mm) and offers oneDNN's packed linear as one
+more ATen-side choice for a frozen bf16 weight, timed as this op's body; where it wins, the graph
+calls oneDNN on a weight reordered at compile time (``lowering/aten_choices``).
 
 The weight's packed copy is kept while it is the same weight (``packed_weights``); a weight
 that cannot be cached honestly (an inference tensor) is computed with ATen's mm, as is any call
@@ -35,14 +35,20 @@ def available() -> bool:
 _packed = PackedWeights(lambda w_t, batch: torch.ops.mkldnn._reorder_linear_weight(w_t.t().contiguous(), batch))
 
 
-@torch.library.custom_op("inductor_ext::mkldnn_packed_mm", mutates_args=())
-def mkldnn_packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
+def packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
+    """The op's body, callable without the dispatcher: what ext's autotuning times (the graph
+    calls ``mkldnn::_linear_pointwise`` on a weight reordered at compile time instead)."""
     if x.dtype != torch.bfloat16 or w_t.dtype != torch.bfloat16 or x.device.type != "cpu" or not available():
         return torch.mm(x, w_t)
     packed = _packed.get(w_t, x.shape[0])
     if packed is None:
         return torch.mm(x, w_t)
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
+
+
+@torch.library.custom_op("inductor_ext::mkldnn_packed_mm", mutates_args=())
+def mkldnn_packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
+    return packed_mm(x, w_t)
 
 
 @mkldnn_packed_mm.register_fake

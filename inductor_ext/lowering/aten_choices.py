@@ -6,10 +6,12 @@ oneDNN's packed linear for bf16 ones, are offered here instead, as ATen choices 
 margin) beside ATen's mm: the cpu preset's winner is then the fastest of ATen's mm, the packed
 library GEMM and ext's templates.
 
-Each is timed as ext's op, which packs the weight on first use and keeps it. Where MKL's wins,
-the graph gets what Inductor's pass would have made: the weight packed now, at compile time, as
-a graph constant, and ``mkl::_mkl_linear`` called on it (measured: ext's op cost ~15 us a call
-more than that, and a transpose of the weight view each call).
+Each is timed as the body of ext's op (``kernels/*_packed_ops``), which packs the weight on
+first use and keeps it. Where one wins, the graph gets what Inductor's pass would have made: the
+weight packed now, at compile time, as a graph constant, and ``mkl::_mkl_linear`` or
+``mkldnn::_linear_pointwise`` called on it (measured: ext's op cost 15-30 us a call more, and a
+transpose of the weight view each call). ``PACKED_NAMES`` lets the ATen rule treat them as
+Inductor's default under freezing (``ExtChoices._prefer_packed``).
 """
 
 from __future__ import annotations
@@ -65,10 +67,19 @@ def mkl_linear_on_packed_constant(x: Any, w_t: Any) -> ir.ExternKernel:
     return mkldnn_ir.MKLPackedLinear.create(x, packed, V.graph.add_tensor_constant(weight), None, batch)
 
 
+def onednn_linear_on_packed_constant(x: Any, w_t: Any) -> ir.ExternKernel:
+    """``x @ w_t`` as ``mkldnn::_linear_pointwise`` on ``w_t`` reordered now into oneDNN's blocked
+    layout for x's rows, the reordered copy a constant of the graph (as Inductor's pass makes it)."""
+    weight = constant_value(w_t).t()  # (N, K)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), int(x.get_size()[0]))
+    return mkldnn_ir.LinearUnary.create(x, V.graph.add_tensor_constant(packed), None, "none", [], "")
+
+
 PACKED_GEMMS = (
     _packed_gemm("mkl_packed_mm", "float32", "MKL", mkl_packed_ops.available, mkl_linear_on_packed_constant,
                  mkl_packed_ops.packed_mm),
-    _packed_gemm("mkldnn_packed_mm", "bfloat16", "oneDNN", mkldnn_packed_ops.available),
+    _packed_gemm("mkldnn_packed_mm", "bfloat16", "oneDNN", mkldnn_packed_ops.available, onednn_linear_on_packed_constant,
+                 mkldnn_packed_ops.packed_mm),
 )
 
 PACKED_NAMES = frozenset(g.choice.name for g in PACKED_GEMMS)
