@@ -119,3 +119,20 @@ def test_an_equal_view_of_the_weight_is_watched_from_then_on(monkeypatch):
     view = w.view(3, 4)  # the same data and version counter in another object: not a change
     torch.testing.assert_close(run(x, view), x @ w)
     assert compiles == [True] and run.fast is not before and run.fast.unchanged((x, view))
+
+
+def test_build_once_builds_beside_and_renames_or_says_why(tmp_path):
+    target = tmp_path / "lib" / "thing.so"
+    runs = []
+
+    def write(out):
+        runs.append(out)
+        return ["sh", "-c", f"printf built > {out}"]
+
+    assert toolchain.build_once(target, write, "the thing") == target and target.read_text() == "built"
+    assert toolchain.build_once(target, write, "the thing") == target and len(runs) == 1  # cached
+    broken = tmp_path / "lib" / "broken.so"
+    with pytest.raises(ValueError, match="building the broken thing with sh failed:\nno such header"):
+        toolchain.build_once(broken, lambda out: ["sh", "-c", "echo no such header >&2; exit 1"], "the broken thing",
+                             ValueError)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["thing.so"]  # nothing half-written left

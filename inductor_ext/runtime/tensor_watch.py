@@ -20,10 +20,8 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import logging
-import os
 import subprocess
 import sysconfig
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
@@ -61,22 +59,7 @@ def library_path(gxx: str) -> Path:
 def build() -> Path:
     """The module, built now if it is not cached yet; ToolchainMissing without a C++ compiler."""
     gxx = toolchain.require(toolchain.gxx(), "a C++ compiler (g++)", "install g++ (apt-get install g++)")
-    path = library_path(gxx)
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # built beside the target and renamed: a concurrent builder never loads half a file
-    fd, tmp = tempfile.mkstemp(prefix=".watch.", suffix=".so", dir=path.parent)
-    os.close(fd)
-    try:
-        done = subprocess.run(compile_command(gxx, tmp), capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(f"building the C++ weight check with {gxx} failed:\n{done.stderr[-4000:]}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return toolchain.build_once(library_path(gxx), lambda out: compile_command(gxx, out), "the C++ weight check")
 
 
 @functools.cache

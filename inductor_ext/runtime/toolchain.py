@@ -13,7 +13,9 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 
 class ToolchainMissing(RuntimeError):
@@ -159,3 +161,25 @@ def gxx() -> str | None:
     """The system C++ compiler (MSL-as-C++ executor, SYCL host shim): $CXX, g++, c++."""
     return _first_executable([os.environ.get("CXX") and shutil.which(os.environ["CXX"]),
                               shutil.which("g++"), shutil.which("c++")])
+
+
+def build_once(path: Path, command: Callable[[str], list[str]], what: str,
+               error: type[Exception] = RuntimeError) -> Path:
+    """``path``, built by running ``command(output)`` unless it is there already. The output is
+    written beside ``path`` and renamed into place, so a concurrent builder never loads half a
+    file; a failing command raises ``error`` with ``what`` and the tail of its stderr."""
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        cmd = command(tmp)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise error(f"building {what} with {cmd[0]} failed:\n{done.stderr[-4000:]}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path

@@ -11,9 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 from inductor_ext.runtime import toolchain
@@ -70,23 +68,9 @@ def shim_path(wheels: wheels_mod.SyclWheels) -> Path:
 
 def build(wheels: wheels_mod.SyclWheels) -> Path:
     """The shim library for these wheels, built now if it is not cached yet."""
-    path = shim_path(wheels)
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
     gxx = toolchain.require(toolchain.gxx(), "a C++ compiler (g++)", "install g++ (apt-get install g++)")
-    # Build beside the target and rename: concurrent builders never load half a file.
-    fd, tmp = tempfile.mkstemp(prefix=".shim.", suffix=".so", dir=path.parent)
-    os.close(fd)
-    try:
-        done = subprocess.run(compile_command(gxx, wheels, tmp), capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            raise ShimBuildError(f"building the SYCL host shim with {gxx} failed:\n{done.stderr[-4000:]}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return toolchain.build_once(shim_path(wheels), lambda out: compile_command(gxx, wheels, out),
+                                "the SYCL host shim", ShimBuildError)
 
 
 @functools.cache
