@@ -51,11 +51,11 @@ def _packed_gemm(op_name: str, dtype: str, library: str, available: Callable[[],
 
 def constant_value(node: Any) -> torch.Tensor:
     """The tensor a (view of a) graph constant holds, as the node views it."""
-    data = node.data if isinstance(node, ir.TensorBox) else node
-    layout = data.get_layout()
-    base = data.unwrap_view() if isinstance(data, ir.BaseView) else data
-    value = V.graph.constants[base.get_name()]
-    return value.as_strided([int(s) for s in layout.size], [int(s) for s in layout.stride], int(layout.offset))
+    name = op_specs.constant_name(node)
+    assert name is not None, "packed_inputs offers the packed GEMMs for constant weights only"
+    layout = node.get_layout()
+    return V.graph.constants[name].as_strided([int(s) for s in layout.size], [int(s) for s in layout.stride],
+                                              int(layout.offset))
 
 
 def mkl_linear_on_packed_constant(x: Any, w_t: Any) -> ir.ExternKernel:

@@ -149,14 +149,14 @@ class FrozenGraph:
     def __call__(self, *args: Any) -> Any:
         if self.thawed is not None:
             return self.thawed(*args)
-        fast = self.fast
-        if fast is None or not fast.unchanged(args if self.attributes is None else self.attributes):
+        fast, pool = self.fast, args if self.attributes is None else self.attributes  # C++ reads a tuple too
+        if fast is None or not fast.unchanged(pool):
             index = self.changed(args)
             if index is not None:
                 return self._thaw(args, index)
             if fast is not None:
                 # unchanged, but held by other tensor objects than when watched: watch those
-                self.fast = tensor_watch.watch(self._pool(args), self.watched_indices)
+                self.fast = tensor_watch.watch(pool, self.watched_indices)
         out = self.compiled(*self.kept(args))
         if self.first_call:
             # Tensors this graph mutates are real inputs, not constants: stop watching them.

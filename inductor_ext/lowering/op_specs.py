@@ -42,13 +42,20 @@ def _static(values: Any) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def is_constant(node: Any) -> bool:
-    """Whether ``node`` is (a view of) a graph constant: a parameter under Inductor's freezing."""
+def constant_name(node: Any) -> str | None:
+    """The graph constant ``node`` is (a view of), by name: a parameter under Inductor's freezing."""
     data = node.data if isinstance(node, ir.TensorBox) else node
     if isinstance(data, ir.BaseView):
         data = data.unwrap_view()
-    return isinstance(data, ir.StorageBox) and isinstance(data.data, ir.ConstantBuffer) \
-        and data.data.get_name() in V.graph.constants
+    if isinstance(data, ir.StorageBox) and isinstance(data.data, ir.ConstantBuffer) \
+            and data.data.get_name() in V.graph.constants:
+        return data.data.get_name()
+    return None
+
+
+def is_constant(node: Any) -> bool:
+    """Whether ``node`` is (a view of) a graph constant."""
+    return constant_name(node) is not None
 
 
 def tensor_spec(node: Any) -> TensorSpec | str:

@@ -20,7 +20,6 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import logging
-import subprocess
 import sysconfig
 from pathlib import Path
 from types import ModuleType
@@ -49,9 +48,8 @@ def compile_command(gxx: str, output: str) -> list[str]:
 
 def library_path(gxx: str) -> Path:
     """Where the module built by ``gxx`` for this torch and Python lives (built or not)."""
-    identity = subprocess.run([gxx, "--version"], capture_output=True, text=True, timeout=60).stdout
     parts = [SOURCE.read_text(), torch.__version__, str(_torch_dirs()[1]), sysconfig.get_config_var("EXT_SUFFIX") or "",
-             sysconfig.get_paths()["include"], identity.splitlines()[0] if identity else gxx]
+             sysconfig.get_paths()["include"], toolchain.compiler_identity(gxx)]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     return toolchain.tool_cache_dir() / "tensor_watch" / key / f"{MODULE}.so"
 

@@ -7,6 +7,7 @@ can still hand them to a compile subprocess. :class:`ToolchainMissing` says what
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib.metadata
 import importlib.util
@@ -161,6 +162,13 @@ def gxx() -> str | None:
     """The system C++ compiler (MSL-as-C++ executor, SYCL host shim): $CXX, g++, c++."""
     return _first_executable([os.environ.get("CXX") and shutil.which(os.environ["CXX"]),
                               shutil.which("g++"), shutil.which("c++")])
+
+
+@functools.cache
+def compiler_identity(path: str) -> str:
+    """The first line of ``path --version`` (a build cache key part), or the path itself."""
+    done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    return done.stdout.splitlines()[0] if done.stdout else path
 
 
 def build_once(path: Path, command: Callable[[str], list[str]], what: str,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import subprocess
 from pathlib import Path
 
 from inductor_ext.runtime import toolchain
@@ -47,11 +46,6 @@ class ShimBuildError(RuntimeError):
     """g++ could not build the SYCL host shim; the message holds its output."""
 
 
-def _compiler_identity(gxx: str) -> str:
-    done = subprocess.run([gxx, "--version"], capture_output=True, text=True, timeout=60)
-    return done.stdout.splitlines()[0] if done.stdout else gxx
-
-
 def compile_command(gxx: str, wheels: wheels_mod.SyclWheels, output: str) -> list[str]:
     return [gxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING",
             str(SOURCE), f"-I{wheels.include_dir}", f"-L{wheels.lib_dir}", "-lsycl",
@@ -62,7 +56,7 @@ def shim_path(wheels: wheels_mod.SyclWheels) -> Path:
     """Where the shim for these wheels lives (built or not)."""
     gxx = toolchain.require(toolchain.gxx(), "a C++ compiler (g++)", "install g++ (apt-get install g++)")
     key = hashlib.sha256("\0".join([SOURCE.read_text(), wheels.version, str(wheels.lib_dir),
-                                    _compiler_identity(gxx)]).encode()).hexdigest()[:16]
+                                    toolchain.compiler_identity(gxx)]).encode()).hexdigest()[:16]
     return toolchain.tool_cache_dir() / "sycl_shim" / key / "libinductor_ext_sycl_shim.so"
 
 
