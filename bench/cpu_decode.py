@@ -18,7 +18,10 @@ Arms (each a deep copy of the model, compiled with static shapes once per shape)
                          then compiled like the other arms with autotune="cache-only" from it,
                          as a user runs a cache built offline.
 Timed calls are interleaved (each round runs every arm once, in rotating order) so load from
-other processes hits every arm alike; each arm reports the median with p10/p25/p75/p90.
+other processes hits every arm alike; each arm reports the median with p10/p25/p75/p90, and a
+compiled arm also the median time inside Inductor's compiled graph (``graph_ms``) and around it
+(``around_ms``: Dynamo's guards, AOTAutograd's wrapper, ext's weight check), so a gap between
+arms that run the same kernels shows where it is.
 
 Compile time: a fresh process per arm with empty Inductor caches compiles one shape (the first
 dtype's first decode batch): ext with autotune="cache-only" from the built cache against Inductor
@@ -38,6 +41,7 @@ The JSON (--json) ends with ``targets``: each with its measured ratio and ``met`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -49,7 +53,7 @@ import time
 import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -222,19 +226,54 @@ def percentiles(samples: list[float]) -> dict[str, float]:
             "p75_ms": q[14] * 1e3, "p90_ms": q[17] * 1e3, "n": len(samples)}
 
 
+@contextlib.contextmanager
+def graph_timer() -> Iterator[list[float]]:
+    """While inside, each call of an Inductor compiled graph adds its seconds to the yielded
+    one-element list: what an arm's kernels took, apart from Dynamo's guards, AOTAutograd's
+    wrapper and a backend's own per-call work around them (a call with graph breaks sums them)."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    spent, call = [0.0], CompiledFxGraph.__call__
+
+    def timed(self: Any, inputs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return call(self, inputs)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    CompiledFxGraph.__call__ = timed  # type: ignore[method-assign]
+    try:
+        yield spent
+    finally:
+        CompiledFxGraph.__call__ = call  # type: ignore[method-assign]
+
+
 def time_interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, dict[str, float]]:
+    """Per arm: percentiles of the whole call, and for compiled arms the medians of the time in
+    Inductor's graph and around it (``graph_ms``, ``around_ms``): where two arms run the same
+    kernels, the difference is in the call path."""
     samples: dict[str, list[float]] = {arm: [] for arm in fns}
+    in_graph: dict[str, list[float]] = {arm: [] for arm in fns}
     order = list(fns)
-    with torch.no_grad():
+    with torch.no_grad(), graph_timer() as spent:
         for _ in range(2):  # warm-up rounds
             for fn in fns.values():
                 fn()
         for r in range(reps):
             for arm in order[r % len(order):] + order[:r % len(order)]:  # rotate who goes first
+                spent[0] = 0.0
                 t0 = time.perf_counter()
                 fns[arm]()
                 samples[arm].append(time.perf_counter() - t0)
-    return {arm: percentiles(s) for arm, s in samples.items()}
+                in_graph[arm].append(spent[0])
+    result = {}
+    for arm, s in samples.items():
+        result[arm] = percentiles(s)
+        if any(in_graph[arm]):
+            result[arm]["graph_ms"] = statistics.median(in_graph[arm]) * 1e3
+            result[arm]["around_ms"] = statistics.median(t - g for t, g in zip(s, in_graph[arm])) * 1e3
+    return result
 
 
 def build_ext(shape: Shape, all_cases: list[Case], path: str) -> dict[str, Any]:
@@ -409,6 +448,8 @@ def main() -> None:
     for name, r in speed.items():
         print(f"{name:28s} " + "  ".join(f"{a} {t['median_ms']:8.3f} ms [{t['p10_ms']:.3f}-{t['p90_ms']:.3f}]"
                                          for a, t in r["arms"].items()))
+        print(f"{'':28s} around the graph: " + "  ".join(f"{a} {t['around_ms']:.3f} ms"
+                                                         for a, t in r["arms"].items() if "around_ms" in t))
     print(f"compile ({compile_time['case']}): " + ", ".join(f"{a} {s:.1f} s" for a, s in compile_time["seconds"].items()))
     for name, t in figures["targets"].items():
         print(f"target {name}: {t['ratio']} ({t['want']}) -> {'met' if t['met'] else 'NOT met'}")
