@@ -21,8 +21,8 @@ Arms (each a deep copy of the model, compiled with static shapes once per shape)
                          max-autotune arm is: the one setting that arm adds, kept when only the
                          backend changes. Dynamo then installs the weights as graph attributes
                          instead of passing 40 lifted parameters each call (ext watches them
-                         there as well); measured on decode b1 fp32, that path costs ~35-45 us a
-                         call, ~1.5% of a step, which a backend cannot opt out of.
+                         there as well); the lifted path costs 35-110 us a call around the graph
+                         (1.5-3% of a decode b1 fp32 step here), which a backend cannot opt out of.
 Timed calls are interleaved (each round runs every arm once, in rotating order) so load from
 other processes hits every arm alike; each arm reports the median with p10/p25/p75/p90, and a
 compiled arm also the median time inside Inductor's compiled graph (``graph_ms``) and around it
