@@ -120,7 +120,11 @@ def test_scaled_mm_matches_reference(device, m, n, k, scaling, out_dtype, bias, 
     cfgs = scaled_mm.configs(problem, "mps")
     assert {c.path for c in cfgs} == {"gemv" if m <= 4 and layout == "nk" else "tiled"}
     want = scaled_mm_reference(a, w, alpha=sa * sb, bias=bias_t, out_dtype=out_dtype)
-    torch.testing.assert_close(torch._scaled_mm(a, b, sa, sb, bias=bias_t, out_dtype=out_dtype), want, **TOL[out_dtype])
+    # ATen's CPU fp8 GEMM sums and scales in another order than the reference: on an AVX2 CPU one
+    # fp32 output of 279 differed by 3e-6 (relative 6e-4, from cancellation), so it gets a wider
+    # atol; ours are held to TOL
+    aten_tol = {**TOL[out_dtype], "atol": 1e-5}
+    torch.testing.assert_close(torch._scaled_mm(a, b, sa, sb, bias=bias_t, out_dtype=out_dtype), want, **aten_tol)
     for config in cfgs:
         got = scaled_mm.call(problem, config, "mps", *on(device, a, b, sa, sb, bias_t)).cpu()
         assert got.dtype == out_dtype

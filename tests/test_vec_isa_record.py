@@ -85,7 +85,8 @@ def test_key_names_what_the_probe_depends_on(monkeypatch):
     if key is None:
         pytest.skip("ext reuses the probe on x86 Linux only; this machine is not one")
     assert key == record.probe_key()  # stable
-    monkeypatch.setattr(cpu_vec_isa, "x86_isa_checker", lambda: ["avx2"])
+    flags = cpu_vec_isa.x86_isa_checker()
+    monkeypatch.setattr(cpu_vec_isa, "x86_isa_checker", lambda: [*flags, "another-cpus-isa"])
     assert record.probe_key() != key  # another CPU
     monkeypatch.undo()
     monkeypatch.setattr(record.torch, "__version__", "0.0.0")
