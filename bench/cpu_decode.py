@@ -73,6 +73,7 @@ ARMS = ("eager", "inductor", "inductor_max_autotune", "ext", "ext_inductor_freez
 FREEZING_FLAG_ARMS = ("inductor_max_autotune", "ext_inductor_freezing")
 # Each baseline is compared with the ext arm that has the same user config.
 EXT_LIKE = {"inductor": "ext", "inductor_max_autotune": "ext_inductor_freezing"}
+EXT_ARMS = tuple(EXT_LIKE.values())
 
 
 # --------------------------------------------------------------------------------------- model
@@ -220,7 +221,7 @@ def compile_arm(arm: str, model: nn.Module, ext_cache: str, autotune: str | None
         return torch.compile(model, dynamic=False)
     if arm == "inductor_max_autotune":
         return torch.compile(model, mode="max-autotune", dynamic=False)
-    if arm not in ("ext", "ext_inductor_freezing"):
+    if arm not in EXT_ARMS:
         raise ValueError(f"unknown arm {arm!r}; arms: {', '.join(ARMS)}")
     options = {"autotune_cache": ext_cache, **({"autotune": autotune} if autotune else {})}
     return torch.compile(model, backend="ext", options=options, dynamic=False)
@@ -318,17 +319,17 @@ def clear_kv_caches(fn: Callable[..., Any]) -> None:
 
 
 def measure_speed(shape: Shape, all_cases: list[Case], reps: int, ext_cache: str) -> dict[str, Any]:
+    from inductor_ext.lowering import ext_choices
+
     results: dict[str, Any] = {}
     for dtype in dict.fromkeys(c.dtype for c in all_cases):
         base = make_model(shape, getattr(torch, dtype))
-        fns = {arm: compile_arm(arm, copy.deepcopy(base), ext_cache, autotune="cache-only" if arm.startswith("ext") else None)
+        fns = {arm: compile_arm(arm, copy.deepcopy(base), ext_cache, autotune="cache-only" if arm in EXT_ARMS else None)
                for arm in ARMS}
         for case in (c for c in all_cases if c.dtype == dtype):
             args = case.inputs(shape)
             for fn in fns.values():
                 clear_kv_caches(fn)
-            from inductor_ext.lowering import ext_choices
-
             first = len(ext_choices.decisions)
             outs = {arm: first_call(arm, fn, args)[0].float() for arm, fn in fns.items()}
             # the ext arms compile cache-only from the build: a miss would serve ATen, unnoticed
