@@ -238,6 +238,10 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
         k["user_source"] = locations or sorted({loc for n in k["fx_nodes"] for loc in where.get(n, [])})
         k["modules"] = _modules_of(k["fx_nodes"], modules)
         k["decision"] = _decision_for(k, decisions)
+        if k["decision"] is None and (inlined := _inlined_winner(k, decisions)) is not None:
+            # a template family whose winning kernel Inductor inlined and fused (lowering/subgraph.py)
+            k["decision"], winner = inlined
+            k["template"], k["config"] = winner["family"], dict(winner["config_dict"] or {})
         entries.append(k)
     # ATen calls (extern kernels) have no generated source: list them with their decision.
     generated = {e["kernel"] for e in entries}
@@ -270,6 +274,16 @@ def _decision_for(kernel: dict[str, Any], decisions: list[Any]) -> Any:
     for d in decisions:
         if d.node in kernel["fx_nodes"] and kernel["template"]:
             return d
+    return None
+
+
+def _inlined_winner(kernel: dict[str, Any], decisions: list[Any]) -> tuple[Any, dict[str, Any]] | None:
+    """The decision and winning candidate of a template whose operations this Inductor kernel
+    holds: the decision's node is among the kernel's and a template won it."""
+    for d in decisions:
+        winner = next((c for c in d.candidates if c["name"] == d.winner), None)
+        if d.node in kernel["fx_nodes"] and winner is not None and winner["kind"] == "template":
+            return d, winner
     return None
 
 

@@ -14,7 +14,8 @@ one adapter per choice kind (``templates/family.py``), none per family.
 - ``inductor_template``: one of Inductor's own templates, configured by the family's config
   through its Inductor glue (``INDUCTOR_TEMPLATES``: the family's ``INDUCTOR_TEMPLATE`` name ->
   a lowering module with ``unusable(prepared)`` and ``append(family, choices, prepared, config)``),
-  e.g. Inductor's C++ GEMM template with a chosen micro-kernel (``lowering/cpp_gemm.py``).
+  e.g. Inductor's C++ GEMM template with a chosen micro-kernel (``lowering/cpp_gemm.py``), or a
+  plain torch function Inductor compiles and inlines (``lowering/subgraph.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 from torch._inductor.kernel.mm_common import mm_grid
 from torch._inductor.select_algorithm import ExternKernelChoice, TritonTemplate
 
-from inductor_ext.lowering import cpp_gemm, pdl_consumers
+from inductor_ext.lowering import cpp_gemm, pdl_consumers, subgraph
 from inductor_ext.lowering.op_specs import op_inputs
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import registry
@@ -104,7 +105,7 @@ def _append_triton(family: ModuleType, choices: list[Any], prepared: Prepared, c
 # ------------------------------------------------------------------------- inductor_template
 
 # A family's INDUCTOR_TEMPLATE -> the lowering module that hands that Inductor template through.
-INDUCTOR_TEMPLATES: dict[str, ModuleType] = {"cpp_gemm": cpp_gemm}
+INDUCTOR_TEMPLATES: dict[str, ModuleType] = {"cpp_gemm": cpp_gemm, "subgraph": subgraph}
 
 
 def inductor_glue(family: ModuleType) -> ModuleType:

@@ -26,9 +26,11 @@ from inductor_ext import targets
 from inductor_ext.autotune import pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
+from inductor_ext.kernels import decode_attention as decode_attention_kernel
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, packed_weights
-from inductor_ext.lowering import (adapters, aten_choices, cold_timing, cpp_gemm, cutedsl_nvfp4, grouped_mm, nvfp4_gemm,
-                                   op_specs, pdl_consumers, rms_norm, scaled_mm_v2, softmax, topk)
+from inductor_ext.lowering import (adapters, aten_choices, cold_timing, cpp_gemm, cutedsl_nvfp4, decode_attention,
+                                   grouped_mm, nvfp4_gemm, op_specs, pdl_consumers, rms_norm, scaled_mm_v2, softmax,
+                                   subgraph, topk)
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
@@ -42,9 +44,10 @@ log = logging.getLogger("inductor_ext.autotune")
 CPU_CONFIG_MARGIN = 0.15
 
 # Lowering modules whose text shapes the generated code of every family, or how its choices are
-# timed (part of the cache key).
+# timed (part of the cache key); with the kernels Inductor compiles from plain torch (subgraph).
 _LOWERING_MODULES = (adapters, aten_choices, mkl_packed_ops, mkldnn_packed_ops, packed_weights, op_specs, pdl_consumers,
-                     nvfp4_gemm, cutedsl_nvfp4, grouped_mm, scaled_mm_v2, softmax, rms_norm, topk, cpp_gemm, cold_timing)
+                     nvfp4_gemm, cutedsl_nvfp4, grouped_mm, scaled_mm_v2, softmax, rms_norm, topk, cpp_gemm, cold_timing,
+                     decode_attention, subgraph, decode_attention_kernel)
 
 
 def available_templates() -> dict[str, ModuleType]:

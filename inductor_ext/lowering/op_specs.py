@@ -161,15 +161,22 @@ def _topk(kernel_inputs: Any) -> OpInputs | str:
     return _whole("topk", kernel_inputs, kernel_inputs.output_layout(), scalars)
 
 
+def _decode_attention(kernel_inputs: Any) -> OpInputs | str:
+    """ext's ``decode_attention`` lowering (lowering/decode_attention.py): q, k, v; scalar scale."""
+    return _whole("decode_attention", kernel_inputs, kernel_inputs.output_layout(),
+                  {"scale": kernel_inputs.get_scalar("scale")})
+
+
 # Inductor's op name (as passed to get_template_configs, or by our own lowerings) -> glue.
 # OpSpec.inputs per op: mm and bmm (A, B); addmm (bias, A, B); nvfp4_gemm (a, b, scale_a,
 # scale_b, alpha, bias|None); scaled_mm (a, b, scale_a, scale_b, bias|None, scale_result|None);
 # grouped_mm (mat_a, mat_b, offs|None, bias|None); softmax (x,); rms_norm (input, weight|None;
-# scalars normalized_shape, eps); topk (x,; scalars k, dim, largest, sorted).
+# scalars normalized_shape, eps); topk (x,; scalars k, dim, largest, sorted); decode_attention
+# (q, k, v; scalar scale).
 OPS: dict[str, Callable[[Any], OpInputs | str]] = {
     "mm": functools.partial(_product, "mm"), "bmm": functools.partial(_product, "bmm"), "addmm": _addmm,
     "nvfp4_gemm": _nvfp4_gemm, "scaled_mm": _scaled_mm, "grouped_mm": _grouped_mm, "softmax": _softmax,
-    "rms_norm": _rms_norm, "topk": _topk}
+    "rms_norm": _rms_norm, "topk": _topk, "decode_attention": _decode_attention}
 
 
 def op_inputs(op: str, kernel_inputs: Any) -> OpInputs | str:

@@ -1,0 +1,95 @@
+"""Turns a decode step's scaled dot-product attention into one op template families can serve.
+
+Inductor lowers SDPA on the CPU to ATen's flash kernel and offers nothing else. Before that, in
+the graph Dynamo captured (pre-grad), this pass replaces each ``F.scaled_dot_product_attention``
+call with one query token per sequence by ``inductor_ext::decode_attention(q, k, v, scale)``
+(``kernels/decode_attention_ops.py``), whose lowering (``lowering/decode_attention.py``)
+autotunes ATen's SDPA against the families serving ``decode_attention``
+(``cpp.decode_attention`` on the cpu preset).
+
+It rewrites a call only when the op means the same and can pay off:
+- one query token, no attention mask, no dropout, not causal (PyTorch's causal mask is aligned
+  top-left: one causal query sees only the first key, which is not a decode step), and for
+  grouped-query attention (fewer key/value heads) ``enable_gqa=True``, as SDPA requires;
+- no gradient flows through it (the op has no backward);
+- autotuning is on and an enabled family claims this target and accepts the instance (static
+  shapes, supported dtypes); otherwise the call stays ATen's SDPA, as without ext.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.fx import Graph, Node
+
+from inductor_ext.kernels.decode_attention_ops import OP
+from inductor_ext.logs import passes_log as log
+from inductor_ext.lowering.passes.base import ExtGraphPass
+from inductor_ext.lowering.passes.op_offer import refusal, tensor_spec
+from inductor_ext.templates.family import OpSpec
+
+_TARGETS = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
+_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+
+
+def _arguments(node: Node) -> dict[str, Any]:
+    """``scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+    is_causal=False, scale=None, enable_gqa=False)``'s arguments by name."""
+    return {**_DEFAULTS, **dict(zip(_PARAMS, node.args)), **node.kwargs}
+
+
+def _example(value: Any) -> Any:
+    return value.meta.get("example_value") if isinstance(value, Node) else None
+
+
+class DecodeAttentionOp(ExtGraphPass):
+    name = "decode_attention_op"
+    stage = "pre_grad"
+
+    def run(self, graph: Graph) -> int:
+        rewrites = 0
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target not in _TARGETS:
+                continue
+            args = _arguments(node)
+            reason = self._reason(node, args)
+            if reason:
+                log.debug("decode_attention_op: %s stays ATen's SDPA: %s", node.name, reason)
+                continue
+            q = _example(args["query"])
+            scale = 1.0 / math.sqrt(q.shape[-1]) if args["scale"] is None else float(args["scale"])
+            with graph.inserting_before(node):
+                new = graph.call_function(OP, (args["query"], args["key"], args["value"], scale))
+            new.meta.update(node.meta)  # example_value, stack trace, module stack: dumps keep the user's line
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+            rewrites += 1
+        return rewrites
+
+    def _reason(self, node: Node, args: dict[str, Any]) -> str | None:
+        """Why ``node`` stays ATen's SDPA, or None when a family may serve it."""
+        out = node.meta.get("example_value")
+        q, k, v = (_example(args[a]) for a in ("query", "key", "value"))
+        if not all(isinstance(t, torch.Tensor) for t in (out, q, k, v)):
+            return "no example values"
+        if args["attn_mask"] is not None or args["dropout_p"] != 0.0 or args["is_causal"] is not False:
+            return "a mask, dropout or a causal mask"
+        if not isinstance(args["enable_gqa"], bool) or not (args["scale"] is None or isinstance(args["scale"], float)):
+            return "scale or enable_gqa is not a constant"
+        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.shape[-2] != 1:
+            return f"not one query token per sequence (query {tuple(q.shape)})"
+        if q.shape[1] != k.shape[1] and not args["enable_gqa"]:
+            return "fewer key/value heads than query heads without enable_gqa"
+        if out.requires_grad:
+            return "a gradient flows through it (the op has no backward)"
+        specs = [tensor_spec(t) for t in (q, k, v)]
+        if None in specs:
+            return "dynamic shapes"
+        scale = 1.0 / math.sqrt(q.shape[-1]) if args["scale"] is None else args["scale"]
+        spec = OpSpec("decode_attention", tuple(specs), tensor_spec(out, contiguous=True), {"scale": scale},
+                      q.device.type)
+        return refusal(self.config, spec)

@@ -1,0 +1,99 @@
+"""Decode attention for the CPU as Inductor-compiled reductions, offered beside ATen's SDPA kernel.
+
+Serves ``decode_attention`` (``kernels/decode_attention_ops.py``, made by the ``decode_attention_op``
+pass): one query token per sequence, no mask, no dropout. The kernel is
+``kernels/decode_attention.py`` (plain torch: two fp32 reductions over the cached keys and
+values) traced and handed to Inductor as one of its subgraph choices (``SubgraphTemplate``):
+Inductor compiles it to C++ for the benchmark and, if it wins, inlines it into the graph, where
+its loops may fuse with their neighbours. ATen's flash kernel is the choice it must beat by the
+preset's margin.
+
+Measured in ``bench/cpu_decode.py``'s decoder (this AVX2 machine, 2 threads), Inductor
+max-autotune with SDPA against the same graph with attention written this way
+(``/work/notes/s25/attn_exp.py``): decode b1 fp32 2.62 -> 2.46 ms, b8 fp32 6.49 -> 6.34,
+b1 bf16 2.69 -> 1.75, b8 bf16 13.07 -> 6.14 a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inductor_ext.templates.family import OpSpec
+
+FAMILY = "cpp.decode_attention"
+TARGETS = ("cpu",)
+OPS = ("decode_attention",)
+CHOICE_KIND = "inductor_template"
+INDUCTOR_TEMPLATE = "subgraph"  # Inductor's SubgraphTemplate, through lowering/subgraph.py
+RUNS_ON_CPU = True  # Inductor's C++ codegen: no interpreter involved
+
+DTYPES = ("float32", "bfloat16", "float16")
+FORMS = ("fp32_reductions",)  # kernels/decode_attention.FORMS (torch is imported lazily here)
+
+
+@dataclass(frozen=True)
+class DecodeAttentionProblem:
+    batch: int
+    heads: int  # query heads
+    kv_heads: int
+    length: int  # cached keys attended to
+    head_dim: int
+    value_dim: int
+    dtype: str
+    scale: float
+
+
+@dataclass(frozen=True)
+class DecodeAttentionConfig:
+    """How the kernel is written (one of ``FORMS``)."""
+
+    form: str = "fp32_reductions"
+
+    def name(self) -> str:
+        return self.form
+
+
+Problem, Config = DecodeAttentionProblem, DecodeAttentionConfig
+
+
+def problem_for(spec: OpSpec) -> DecodeAttentionProblem | str:
+    if spec.op not in OPS:
+        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+    if spec.device_type != "cpu":
+        return f"{FAMILY} serves CPU tensors, not {spec.device_type}"
+    q, k, v = spec.inputs[:3]
+    if q is None or k is None or v is None or not len(q.shape) == len(k.shape) == len(v.shape) == 4:
+        return "q, k and v must be 4-D (batch, heads, tokens, head dim)"
+    if not q.dtype == k.dtype == v.dtype:
+        return f"mixed dtypes q {q.dtype}, k {k.dtype}, v {v.dtype}"
+    if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        return f"shapes q {q.shape}, k {k.shape}, v {v.shape} do not fit together"
+    problem = DecodeAttentionProblem(q.shape[0], q.shape[1], k.shape[1], k.shape[2], q.shape[3], v.shape[3],
+                                     q.dtype, float(spec.scalars["scale"]))
+    if q.shape[2] != 1:
+        return f"{q.shape[2]} query tokens: decode attention takes one per sequence"
+    return supports(problem) or problem
+
+
+def supports(problem: DecodeAttentionProblem) -> str | None:
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} not in {DTYPES}"
+    if problem.heads % problem.kv_heads:
+        return f"query heads ({problem.heads}) are not a multiple of key/value heads ({problem.kv_heads})"
+    if min(problem.batch, problem.length, problem.head_dim, problem.value_dim) <= 0:
+        return f"empty problem {problem}"
+    return None
+
+
+def configs(problem: DecodeAttentionProblem, target: str) -> list[DecodeAttentionConfig]:
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {TARGETS}")
+    return [DecodeAttentionConfig(form) for form in FORMS]
+
+
+def decomposition(problem: DecodeAttentionProblem, config: DecodeAttentionConfig) -> tuple[object, dict[str, object]]:
+    """The plain torch function Inductor compiles for ``config``, and its non-tensor arguments
+    (it takes q, k, v first)."""
+    from inductor_ext.kernels import decode_attention
+
+    return decode_attention.decode_attention, {"scale": problem.scale, "form": config.form}
