@@ -52,7 +52,7 @@ def test_family_follows_the_protocol_and_claims_the_cpu_only():
 
 def test_cpu_preset_lists_only_families_that_run_on_the_cpu():
     config = presets.resolve({"preset": "cpu"})
-    assert config.templates == ("cpp.gemm",) and config.freezing and config.autotune != "off"
+    assert config.templates == ("cpp.gemm", "cpp.decode_attention") and config.freezing and config.autotune != "off"
     assert all(getattr(registry.get(f), "RUNS_ON_CPU", False) for f in config.templates)
 
 

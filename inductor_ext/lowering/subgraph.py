@@ -49,6 +49,6 @@ def winner_node(node: Any, choice: Any, inputs: list[Any], name: str) -> Any:
     """What the graph holds for the winning ``choice``: a subgraph's operations inlined (they
     fuse with their neighbours), any other choice's ``node`` as it is."""
     gm = getattr(choice, "gm", None)
-    if gm is None or getattr(choice, "layout", None) is None:
+    if gm is None:
         return node
     return inline_subgraph_to_ir_nodes(gm, inputs, name)

@@ -1,0 +1,346 @@
+"""The cpu preset's decode attention (``templates/cpp/decode_attention.py``, ``kernels/decode_attention.py``,
+``lowering/decode_attention.py``, ``lowering/subgraph.py``, ``lowering/passes/decode_attention_op.py``).
+
+- the family as data: problems, refusals, configs;
+- the kernel (plain torch) against the attention reference on odd shapes, fp32 and bf16;
+- the pass: which SDPA calls become the op, on graphs Dynamo captured (no Inductor);
+- compiled through ext: numerics against the reference with the family forced, timed against
+  ATen, inlined into Inductor's fused kernels, dumps naming the family and config; a build that
+  stores real decisions and a ``cache-only`` compile that reuses them with zero benchmarks.
+
+Each graph is compiled once per module (fixtures), with Inductor's caches fresh.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+
+from inductor_ext import dumps, presets, tune
+from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext.kernels import decode_attention as kernel
+from inductor_ext.kernels.attention import attention_reference
+from inductor_ext.kernels.decode_attention_ops import OP
+from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering.passes.decode_attention_op import DecodeAttentionOp
+from inductor_ext.templates import registry
+from inductor_ext.templates.cpp import decode_attention as family
+from inductor_ext.templates.family import OpSpec, TensorSpec
+
+# fp32 in, fp32 accumulation: the reference's own rounding; bf16 in and out: bf16's rounding
+FP32_TOL = {"rtol": 1e-5, "atol": 1e-5}
+BF16_TOL = {"rtol": 2**-8, "atol": 2**-9}
+
+
+def _tensor(shape, dtype="float32", stride=None):
+    return TensorSpec(shape, stride or tuple(torch.empty(shape).stride()), dtype)
+
+
+def _spec(q, k, v, dtype="float32", scale=0.125, device="cpu"):
+    out = (q[0], q[1], q[2], v[3])
+    return OpSpec("decode_attention", (_tensor(q, dtype), _tensor(k, dtype), _tensor(v, dtype)), _tensor(out, dtype),
+                  {"scale": scale}, device)
+
+
+# ------------------------------------------------------------------------- the family as data
+
+
+def test_family_follows_the_protocol_and_claims_the_cpu_only():
+    assert registry.get("cpp.decode_attention") is family
+    assert family.CHOICE_KIND == "inductor_template" and family.TARGETS == ("cpu",) and family.RUNS_ON_CPU
+    assert family.FORMS == kernel.FORMS  # the family names the kernel's forms without importing torch
+
+
+def test_cpu_preset_offers_it_with_its_pass():
+    config = presets.resolve({"preset": "cpu"})
+    assert "cpp.decode_attention" in config.templates and "decode_attention_op" in config.passes
+
+
+def test_problem_for_a_grouped_query_decode_step():
+    problem = family.problem_for(_spec((3, 4, 1, 48), (3, 2, 37, 48), (3, 2, 37, 32), "bfloat16"))
+    assert problem == family.DecodeAttentionProblem(3, 4, 2, 37, 48, 32, "bfloat16", 0.125)
+    assert family.configs(problem, "cpu") == [family.DecodeAttentionConfig("fp32_reductions")]
+
+
+@pytest.mark.parametrize("spec, why", [
+    (_spec((1, 2, 5, 16), (1, 2, 9, 16), (1, 2, 9, 16)), "5 query tokens"),
+    (_spec((1, 3, 1, 16), (1, 2, 9, 16), (1, 2, 9, 16)), "not a multiple of key/value heads"),
+    (_spec((1, 2, 1, 16), (1, 2, 9, 16), (1, 2, 9, 16), "float64"), "dtype float64 not in"),
+    (_spec((1, 2, 1, 16), (1, 2, 9, 16), (1, 2, 8, 16)), "do not fit together"),
+    (_spec((1, 2, 1, 16), (1, 2, 9, 16), (1, 2, 9, 16), device="cuda"), "serves CPU tensors, not cuda"),
+    (dataclasses.replace(_spec((1, 2, 1, 16), (1, 2, 9, 16), (1, 2, 9, 16)), op="softmax"), "not softmax"),
+])
+def test_problem_for_refuses_with_a_reason(spec, why):
+    reason = family.problem_for(spec)
+    assert isinstance(reason, str) and why in reason, reason
+
+
+def test_configs_refuse_other_targets():
+    problem = family.problem_for(_spec((1, 2, 1, 16), (1, 2, 9, 16), (1, 2, 9, 16)))
+    with pytest.raises(ValueError, match="target 'mps' is not one of"):
+        family.configs(problem, "mps")
+
+
+# ----------------------------------------------------------------------------- the kernel itself
+
+
+def _qkv(b, hq, hkv, length, d, dv, dtype=torch.float32, seed=0):
+    """q, and k/v as the first ``length`` positions of a larger KV cache (not contiguous)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, 1, hq, d, generator=g).transpose(1, 2)  # (B, Hq, 1, D) from (B, 1, Hq, D)
+    k = torch.randn(b, hkv, length + 7, d, generator=g)[:, :, :length]
+    v = torch.randn(b, hkv, length + 7, dv, generator=g)[:, :, :length]
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+SHAPES = [(1, 2, 2, 1, 48, 48), (1, 6, 6, 37, 48, 48), (3, 4, 2, 130, 64, 32), (2, 6, 1, 17, 16, 16)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_kernel_matches_the_reference_fp32(shape):
+    q, k, v = _qkv(*shape)
+    scale = shape[4] ** -0.5
+    got = kernel.decode_attention(q, k, v, scale)
+    assert got.dtype == torch.float32 and got.is_contiguous() and got.shape == (*q.shape[:3], v.shape[3])
+    torch.testing.assert_close(got, attention_reference(q, k, v), **FP32_TOL)
+
+
+@pytest.mark.parametrize("shape", SHAPES[1:3], ids=lambda s: "x".join(map(str, s)))
+def test_kernel_matches_an_fp32_reference_in_bf16(shape):
+    q, k, v = _qkv(*shape, dtype=torch.bfloat16)
+    got = kernel.decode_attention(q, k, v, shape[4] ** -0.5)
+    assert got.dtype == torch.bfloat16
+    want = attention_reference(q.float(), k.float(), v.float())
+    torch.testing.assert_close(got.float(), want, **BF16_TOL)
+
+
+def test_op_is_atens_sdpa_with_contiguous_output():
+    q, k, v = _qkv(3, 4, 2, 130, 64, 32)
+    got = OP(q, k, v, 0.3)
+    want = F.scaled_dot_product_attention(q, k, v, scale=0.3, enable_gqa=True)
+    assert got.stride() == torch.empty(got.shape).stride()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_kernel_refuses_what_it_cannot_compute():
+    q, k, v = _qkv(1, 3, 2, 5, 16, 16)
+    with pytest.raises(ValueError, match="multiple of key/value heads"):
+        kernel.decode_attention(q, k, v, 0.25)
+    q, k, v = _qkv(1, 2, 2, 5, 16, 16)
+    with pytest.raises(ValueError, match="one query token"):
+        kernel.decode_attention(q.expand(1, 2, 2, 16), k, v, 0.25)
+    with pytest.raises(ValueError, match="form 'bf16' is not one of"):
+        kernel.decode_attention(q, k, v, 0.25, form="bf16")
+
+
+# ---------------------------------------------------------------------------------- the pass
+
+
+def _captured(fn, *args):
+    """The graph Dynamo captures for ``fn`` (pre-grad, with example values), not compiled."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=keep, fullgraph=True)(*args)
+    return graphs[0]
+
+
+def _rewrites(fn, *args, options=None):
+    gm = _captured(fn, *args)
+    pass_ = DecodeAttentionOp(presets.resolve({"preset": "cpu", **(options or {})}))
+    count = pass_.run(gm.graph)
+    ops = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert (OP in ops) == (count > 0)
+    return count
+
+
+def test_pass_rewrites_a_decode_step():
+    q, k, v = _qkv(1, 6, 6, 37, 48, 48)
+    with torch.no_grad():
+        assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, q, k, v) == 1
+        assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.5, is_causal=False), q, k, v) == 1
+
+
+def test_pass_rewrites_grouped_query_attention_with_enable_gqa():
+    q, k, v = _qkv(3, 4, 2, 13, 64, 32)
+    with torch.no_grad():
+        assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), q, k, v) == 1
+
+
+@pytest.mark.parametrize("case", ["causal", "mask", "dropout", "prefill", "grad", "autotune off", "float64"])
+def test_pass_keeps_atens_sdpa_where_the_op_would_differ_or_cannot_pay_off(case):
+    q, k, v = _qkv(1, 2, 2, 9, 16, 16)
+    kwargs, options, grad = {}, None, False
+    if case == "causal":
+        kwargs = {"is_causal": True}  # aligned top-left: one causal query sees only the first key
+    elif case == "mask":
+        kwargs = {"attn_mask": torch.zeros(1, 1, 1, 9)}
+    elif case == "dropout":
+        kwargs = {"dropout_p": 0.1}
+    elif case == "prefill":
+        q = torch.randn(1, 2, 4, 16)
+    elif case == "grad":
+        q.requires_grad_(True)
+        grad = True
+    elif case == "autotune off":
+        options = {"autotune": "off"}
+    elif case == "float64":
+        q, k, v = q.double(), k.double(), v.double()
+    with torch.set_grad_enabled(grad):
+        assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs), q, k, v,
+                         options=options) == 0
+
+
+# ------------------------------------------------------------------------- compiled through ext
+
+
+class Decode(torch.nn.Module):
+    """Three decode attentions over KV caches: multi-head, grouped-query with a narrower value
+    head, and a single cached token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.register_buffer("k1", torch.randn(1, 6, 64, 48, generator=g))
+        self.register_buffer("v1", torch.randn(1, 6, 64, 48, generator=g))
+        self.register_buffer("k2", torch.randn(3, 2, 160, 64, generator=g))
+        self.register_buffer("v2", torch.randn(3, 2, 160, 32, generator=g))
+
+    def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q1 = x1.view(1, 1, 6, 48).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q1, self.k1[:, :, :37], self.v1[:, :, :37])
+        q2 = x2.view(3, 1, 4, 64).transpose(1, 2)
+        b = F.scaled_dot_product_attention(q2, self.k2[:, :, :130], self.v2[:, :, :130], enable_gqa=True)
+        c = F.scaled_dot_product_attention(q1, self.k1[:, :, :1], self.v1[:, :, :1], scale=0.3)
+        return a.transpose(1, 2).reshape(1, -1) + 1, b * 2, c
+
+
+def _inputs(dtype=torch.float32):
+    g = torch.Generator().manual_seed(4)
+    return torch.randn(1, 288, generator=g).to(dtype), torch.randn(3, 256, generator=g).to(dtype)
+
+
+def _reference(m, args):
+    """The model with each attention computed by the fp32 reference."""
+    m = copy.deepcopy(m).float()
+    x1, x2 = (a.float() for a in args)
+    q1 = x1.view(1, 1, 6, 48).transpose(1, 2)
+    a = attention_reference(q1, m.k1[:, :, :37], m.v1[:, :, :37])
+    q2 = x2.view(3, 1, 4, 64).transpose(1, 2)
+    b = attention_reference(q2, m.k2[:, :, :130], m.v2[:, :, :130])
+    c = attention_reference(q1, m.k1[:, :, :1], m.v1[:, :, :1], scale=0.3)
+    return a.transpose(1, 2).reshape(1, -1) + 1, b * 2, c
+
+
+def _compile(m, args, options):
+    torch._dynamo.reset()
+    counters.clear()
+    first = len(ext_choices.decisions)
+    with tune.fresh_inductor_caches(), torch.no_grad():
+        out = torch.compile(m, backend="ext", options=options)(*args)
+    return out, ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+
+
+def _code(dump_dir):
+    return "\n".join(p.read_text() for p in dump_dir.rglob("output_code.py"))
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def forced(request, tmp_path_factory):
+    dtype = getattr(torch, request.param)
+    out = tmp_path_factory.mktemp(f"decode_attention_{request.param}")
+    m, args = Decode().to(dtype), _inputs(dtype)
+    got, decisions, _ = _compile(m, args, {"force_template": "cpp.decode_attention", "dump_dir": str(out)})
+    return {"dtype": dtype, "got": got, "want": _reference(m, args), "decisions": decisions,
+            "index": dumps.read_index(out), "code": _code(out)}
+
+
+def test_forced_kernel_matches_the_reference(forced):
+    tol = FP32_TOL if forced["dtype"] == torch.float32 else BF16_TOL
+    for got, want in zip(forced["got"], forced["want"]):
+        assert got.dtype == forced["dtype"]
+        torch.testing.assert_close(got.float(), want, **tol)
+
+
+def test_forced_kernel_was_timed_against_aten_and_serves_every_attention(forced):
+    decisions = [d for d in forced["decisions"] if d.op == "decode_attention"]
+    assert len(decisions) == 3
+    for d in decisions:
+        assert d.reason == "force_template=cpp.decode_attention", d
+        timed = {c["kind"]: c for c in d.candidates if c["time_us"] is not None}
+        assert set(timed) == {"aten", "template"} and timed["template"]["name"] == d.winner, d.candidates
+        assert timed["template"]["config_dict"] == {"form": "fp32_reductions"}
+
+
+def test_winning_kernel_is_inlined_into_inductors_code(forced):
+    # no call of the op or of ATen's attention: its reductions are Inductor's C++ loops
+    assert "extern_kernels.decode_attention_aten(" not in forced["code"]
+    assert "scaled_dot_product" not in forced["code"] and "cpp_fused" in forced["code"]
+    # inlined: its loops are the graph's, not a subgraph function of the wrapper that calls them apart
+    assert "def cpp_decode_attention" not in forced["code"]
+
+
+def test_dump_names_the_family_and_config_of_the_fused_kernels(forced):
+    served = [k for k in forced["index"]["kernels"] if k["template"] == "cpp.decode_attention"]
+    assert len(served) >= 1, [(k["kernel"], k["template"]) for k in forced["index"]["kernels"]]
+    assert {k["decision"]["winner"] for k in served} <= {d.winner for d in forced["decisions"]}
+    for k in served:
+        assert k["language"] == "cpp" and k["config"] == {"form": "fp32_reductions"}
+        assert k["file"] and any(loc.endswith(f"test_cpp_decode_attention.py:{_line('a = F.scaled')}")
+                                 or loc.endswith(f"test_cpp_decode_attention.py:{_line('b = F.scaled')}")
+                                 or loc.endswith(f"test_cpp_decode_attention.py:{_line('c = F.scaled')}")
+                                 for loc in k["user_source"]), k["user_source"]
+
+
+def _line(text):
+    return next(i for i, line in enumerate(open(__file__).read().splitlines(), 1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """An autotuning compile into a fresh cache, then a cache-only compile from a copy in which
+    the grouped-query attention's winner is ATen and the others' the template."""
+    out = tmp_path_factory.mktemp("decode_attention_cache")
+    m, args = Decode(), _inputs()
+    _, tuned, benchmarks = _compile(m, args, {"autotune_cache": str(out / "tuned.db")})
+    mixed = AutotuneCache(out / "mixed.db")
+    for entry in AutotuneCache(out / "tuned.db").entries():
+        if entry.key.op != "decode_attention":
+            continue
+        grouped = entry.key.shapes[0][0] == 3
+        mixed.put(dataclasses.replace(entry, winner="aten" if grouped else "cpp.decode_attention",
+                                      config={"name": "decode_attention_aten"} if grouped else {"form": "fp32_reductions"}))
+    got, cached, cached_benchmarks = _compile(copy.deepcopy(m), args, {
+        "autotune": "cache-only", "autotune_cache": str(out / "mixed.db"), "dump_dir": str(out / "dump")})
+    return {"tuned": tuned, "benchmarks": benchmarks, "cache": AutotuneCache(out / "tuned.db"), "got": got,
+            "want": _reference(m, args), "cached": cached, "cached_benchmarks": cached_benchmarks,
+            "code": _code(out / "dump")}
+
+
+def test_build_stores_a_timed_decision_per_attention(built):
+    entries = [e for e in built["cache"].entries() if e.key.op == "decode_attention"]
+    assert len(entries) == 3 and built["benchmarks"] >= 3
+    for e in entries:
+        timed = {c["name"] for c in e.candidates if c["time_us"] is not None}
+        assert "decode_attention_aten" in timed and any(n.startswith("cpp_decode_attention") for n in timed), e
+        assert e.winner in ("aten", "cpp.decode_attention") and e.aten_time_us is not None
+        assert e.key.arch == "cpu" and e.key.preset == "cpu"
+
+
+def test_cache_only_compile_benchmarks_nothing_and_serves_each_cached_winner(built):
+    assert built["cached_benchmarks"] == 0
+    attention = [d for d in built["cached"] if d.op == "decode_attention"]
+    assert sorted((d.problem["shapes"][0][0], d.reason, d.winner.split("_")[0]) for d in attention) == [
+        (1, "cache", "cpp"), (1, "cache", "cpp"), (3, "cache", "decode")]
+    assert built["code"].count("extern_kernels.decode_attention_aten(") == 1  # ATen's, for the grouped-query one
+    for got, want in zip(built["got"], built["want"]):
+        torch.testing.assert_close(got, want, **FP32_TOL)
