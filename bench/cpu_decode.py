@@ -13,7 +13,8 @@ Arms (each a deep copy of the model, compiled with static shapes once per shape)
   inductor_max_autotune  torch.compile(model, mode="max-autotune") with Inductor's freezing, as
                          PyTorch's CPU max-autotune tutorial runs it (its C++ GEMM templates serve
                          frozen weights only)
-  ext                    torch.compile(model, backend="ext"): the cpu preset, its decisions built
+  ext                    torch.compile(model, backend="ext"): the cpu preset (C++ GEMM templates,
+                         decode attention as Inductor-compiled reductions), its decisions built
                          first into an autotune cache (--ext-cache, a fresh file by default),
                          then compiled like the other arms with autotune="cache-only" from it,
                          as a user runs a cache built offline; nothing else set.
@@ -468,7 +469,8 @@ def main() -> None:
         print(json.dumps(figures, indent=2))
         return
     print(f"threads {args.threads}, load {info['load_average']} -> {figures['load_average_after']}; "
-          f"ext build {build['seconds']:.0f} s ({build['templates_won']}/{build['decisions']} GEMMs won by C++ templates)")
+          f"ext build {build['seconds']:.0f} s ({build['templates_won']}/{build['decisions']} decisions won by "
+          f"ext's C++ families: GEMM templates, decode attention)")
     for name, r in speed.items():
         print(f"{name:28s} " + "  ".join(f"{a} {t['median_ms']:8.3f} ms [{t['p10_ms']:.3f}-{t['p90_ms']:.3f}]"
                                          for a, t in r["arms"].items()))

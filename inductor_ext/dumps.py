@@ -278,13 +278,19 @@ def _decision_for(kernel: dict[str, Any], decisions: list[Any]) -> Any:
 
 
 def _inlined_winner(kernel: dict[str, Any], decisions: list[Any]) -> tuple[Any, dict[str, Any]] | None:
-    """The decision and winning candidate of a template whose operations this Inductor kernel
-    holds: the decision's node is among the kernel's and a template won it."""
+    """The decision and winning candidate of a family whose kernel Inductor inlines (a subgraph:
+    ``lowering/subgraph.py``) and whose operations this Inductor kernel holds."""
     for d in decisions:
         winner = next((c for c in d.candidates if c["name"] == d.winner), None)
-        if d.node in kernel["fx_nodes"] and winner is not None and winner["kind"] == "template":
+        if d.node in kernel["fx_nodes"] and winner is not None and winner["kind"] == "template" \
+                and _is_inlined(winner["family"]):
             return d, winner
     return None
+
+
+def _is_inlined(family: str) -> bool:
+    module = registry.families().get(family)
+    return module is not None and getattr(module, "INDUCTOR_TEMPLATE", None) == "subgraph"
 
 
 def _extend_index(root: Path, entries: list[dict[str, Any]]) -> None:
