@@ -168,6 +168,7 @@ def test_pass_rewrites_a_decode_step():
     with torch.no_grad():
         assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, q, k, v) == 1
         assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.5, is_causal=False), q, k, v) == 1
+        assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=1), q, k, v) == 1
 
 
 def test_pass_rewrites_grouped_query_attention_with_enable_gqa():

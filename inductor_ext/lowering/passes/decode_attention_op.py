@@ -78,7 +78,9 @@ class DecodeAttentionOp(ExtGraphPass):
             return "no example values"
         if args["attn_mask"] is not None or args["dropout_p"] != 0.0 or args["is_causal"] is not False:
             return "a mask, dropout or a causal mask"
-        if not isinstance(args["enable_gqa"], bool) or not (args["scale"] is None or isinstance(args["scale"], float)):
+        scale = args["scale"]
+        if not isinstance(args["enable_gqa"], bool) or isinstance(scale, bool) or \
+                not (scale is None or isinstance(scale, (int, float))):
             return "scale or enable_gqa is not a constant"
         if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.shape[-2] != 1:
             return f"not one query token per sequence (query {tuple(q.shape)})"
@@ -89,7 +91,7 @@ class DecodeAttentionOp(ExtGraphPass):
         specs = [tensor_spec(t) for t in (q, k, v)]
         if None in specs:
             return "dynamic shapes"
-        scale = 1.0 / math.sqrt(q.shape[-1]) if args["scale"] is None else args["scale"]
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         spec = OpSpec("decode_attention", tuple(specs), tensor_spec(out, contiguous=True), {"scale": scale},
                       q.device.type)
         return refusal(self.config, spec)
