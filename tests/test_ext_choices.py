@@ -109,6 +109,23 @@ def test_the_familys_fastest_config_faces_aten_and_then_its_default_may_serve():
     assert decision.reason == "triton.gemm config within margin 5% of its default"
 
 
+@pytest.mark.parametrize("default_ms, warm_ms, winner", [
+    (1.08, None, "aten"),                                    # the default is slower than ATen
+    (0.97, {"aten": 1.0, "t0": 1.10, "t1": 1.0}, "aten"),    # faster flushed, 10% slower warm
+    (0.97, {"aten": 1.0, "t0": 1.04, "t1": 0.95}, "t0"),     # 4% slower warm: within the margin
+])
+def test_a_default_that_serves_for_the_familys_fastest_must_not_lose_to_aten(default_ms, warm_ms, winner):
+    """t1 beats ATen by the margin, but not its default by the margin (warm), so the default would
+    serve: only where it does not lose to ATen itself."""
+    warm = warm_ms or {"aten": 1.0, "t0": 1.0, "t1": 0.95}  # t1 within 15% warm of the default
+    chosen, decision = _decide({"aten": 1.0, "t0": default_ms, "t1": 0.90}, default="t0", warm=warm,
+                               template_margin=0.05)
+    assert chosen == winner
+    if winner == "aten":
+        assert decision.reason.startswith("triton.gemm config within margin 15%, timed warm, of its default, which is")
+        assert decision.reason.endswith("ATen")
+
+
 def test_when_the_familys_fastest_is_within_the_margin_of_aten_aten_serves():
     chosen, decision = _decide({"aten": 1.0, "t0": 0.99, "t1": 0.97}, default="t0", template_margin=0.05)
     assert chosen == "aten"

@@ -234,6 +234,10 @@ class ExtChoices(InductorChoices):
             # ATen by it is as good as that config, as far as timings alone can tell (measured:
             # the decoder's vocabulary GEMM fell back to ATen that way, 19% slower in the graph).
             chosen, reason = self._prefer_default(best_choice, timings, decision)
+            if chosen is not best_choice and aten and (slower := self._slower_than(chosen, aten, timings)):
+                # the default serves in place of a config that beat ATen, so it must not lose to ATen
+                # (measured: a prefill fp32 GEMM's default, 8% slower than ATen flushed, ran its graph 6% slower)
+                chosen, reason = min(aten, key=timings.__getitem__), f"{reason}, which is {slower} ATen"
         if not forced and _is_aten(chosen, decision):
             chosen, reason = self._prefer_packed(chosen, aten, timings, reason)
         if decision is None:
@@ -274,6 +278,17 @@ class ExtChoices(InductorChoices):
         if short is not None:
             return default, f"{family} config {short} its default"
         return best, "benchmark"
+
+    def _slower_than(self, choice: Any, aten: list[Any], timings: dict[Any, float]) -> str | None:
+        """Why ``choice`` loses to the fastest of ``aten``: slower in Inductor's timings, or where all
+        were also timed warm (cpu), slower there by more than the margin; else None."""
+        fastest = min(aten, key=timings.__getitem__)
+        if timings[choice] > timings[fastest]:
+            return "slower than"
+        warm = cold_timing.warm_ms(choice), cold_timing.warm_ms(fastest)
+        if None not in warm and warm[0] > warm[1] * (1 + self.config.template_margin):
+            return f"over {self.config.template_margin:.0%} slower timed warm than"
+        return None
 
     def _prefer_packed(self, chosen: Any, aten: list[Any], timings: dict[Any, float], reason: str) -> tuple[Any, str]:
         """The packed library GEMM offered for a frozen weight (``aten_choices``), unless ``chosen``,
