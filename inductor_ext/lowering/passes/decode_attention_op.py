@@ -23,12 +23,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from inductor_ext.kernels.decode_attention_ops import OP
-from inductor_ext.logs import passes_log as log
-from inductor_ext.lowering.passes.base import ExtGraphPass
-from inductor_ext.lowering.passes.op_offer import refusal, tensor_spec
+from inductor_ext.lowering.passes.op_offer import OneOpPass, refusal, tensor_spec
 from inductor_ext.templates.family import OpSpec
 
 _TARGETS = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
@@ -46,31 +44,20 @@ def _example(value: Any) -> Any:
     return value.meta.get("example_value") if isinstance(value, Node) else None
 
 
-class DecodeAttentionOp(ExtGraphPass):
+class DecodeAttentionOp(OneOpPass):
     name = "decode_attention_op"
     stage = "pre_grad"
+    targets, op, kept = _TARGETS, OP, "ATen's SDPA"
 
-    def run(self, graph: Graph) -> int:
-        rewrites = 0
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target not in _TARGETS:
-                continue
-            args = _arguments(node)
-            reason = self._reason(node, args)
-            if reason:
-                log.debug("decode_attention_op: %s stays ATen's SDPA: %s", node.name, reason)
-                continue
-            q = _example(args["query"])
-            scale = 1.0 / math.sqrt(q.shape[-1]) if args["scale"] is None else float(args["scale"])
-            with graph.inserting_before(node):
-                new = graph.call_function(OP, (args["query"], args["key"], args["value"], scale))
-            new.meta.update(node.meta)  # example_value, stack trace, module stack: dumps keep the user's line
-            node.replace_all_uses_with(new)
-            graph.erase_node(node)
-            rewrites += 1
-        return rewrites
+    def arguments(self, node: Node) -> dict[str, Any]:
+        return _arguments(node)
 
-    def _reason(self, node: Node, args: dict[str, Any]) -> str | None:
+    def op_args(self, args: dict[str, Any]) -> tuple[Any, ...]:
+        q = _example(args["query"])
+        scale = 1.0 / math.sqrt(q.shape[-1]) if args["scale"] is None else float(args["scale"])
+        return args["query"], args["key"], args["value"], scale
+
+    def reason(self, node: Node, args: dict[str, Any]) -> str | None:
         """Why ``node`` stays ATen's SDPA, or None when a family may serve it."""
         out = node.meta.get("example_value")
         q, k, v = (_example(args[a]) for a in ("query", "key", "value"))

@@ -1,16 +1,23 @@
-"""What the passes that keep an op whole for template families (``rms_norm_op``, ``topk_op``) ask
-before rewriting a call: the call's example values as plain data, and whether any enabled family
-would serve the op instance they describe."""
+"""What the passes that keep an op whole for template families (``rms_norm_op``, ``topk_op``,
+``decode_attention_op``) ask before rewriting a call: the call's example values as plain data, and
+whether any enabled family would serve the op instance they describe; and ``OneOpPass``, the
+rewrite of one call into one op that those with a single output share."""
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import inspect
+import sys
+from typing import Any, ClassVar
 
 import torch
+from torch.fx import Graph, Node
 
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering.ext_choices import offered_families
+from inductor_ext.logs import passes_log as log
 from inductor_ext.lowering.op_specs import dtype_name
+from inductor_ext.lowering.passes.base import ExtGraphPass
 from inductor_ext.templates.family import OpSpec, TensorSpec
 
 
@@ -34,3 +41,46 @@ def refusal(config: ExtConfig, spec: OpSpec) -> str | None:
             return None
         why.append(f"{family.FAMILY}: {problem}")
     return "; ".join(why) or f"no family enabled for {spec.op} serves this target and device"
+
+
+class OneOpPass(ExtGraphPass):
+    """Replaces each call of ``targets`` that a family may serve by one call of ``op``, which
+    takes the call's place (one output). Subclasses say how a call's arguments read
+    (``arguments``), why a call stays as it is (``reason``: None when it may be rewritten), and
+    what ``op`` is called with (``op_args``); ``kept`` says what a call stays, for the log."""
+
+    targets: ClassVar[tuple[Any, ...]]
+    op: ClassVar[Any]
+    kept: ClassVar[str]
+
+    def arguments(self, node: Node) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def reason(self, node: Node, args: dict[str, Any]) -> str | None:
+        raise NotImplementedError
+
+    def op_args(self, args: dict[str, Any]) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def run(self, graph: Graph) -> int:
+        rewrites = 0
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target not in self.targets:
+                continue
+            args = self.arguments(node)
+            reason = self.reason(node, args)
+            if reason:
+                log.debug("%s: %s stays %s: %s", self.name, node.name, self.kept, reason)
+                continue
+            with graph.inserting_before(node):
+                new = graph.call_function(self.op, self.op_args(args))
+            new.meta.update(node.meta)  # example_value, stack trace, module stack: dumps keep the user's line
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+            rewrites += 1
+        return rewrites
+
+    def uuid(self) -> str:
+        """The pass's own uuid and this module's source: the rewrite happens here."""
+        own = inspect.getsource(sys.modules[__name__])
+        return hashlib.sha256((super().uuid() + own).encode()).hexdigest()

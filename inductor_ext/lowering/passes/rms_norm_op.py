@@ -19,12 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from inductor_ext.kernels.norm_ops import OP, default_eps
-from inductor_ext.logs import passes_log as log
-from inductor_ext.lowering.passes.base import ExtGraphPass
-from inductor_ext.lowering.passes.op_offer import refusal, tensor_spec
+from inductor_ext.lowering.passes.op_offer import OneOpPass, refusal, tensor_spec
 from inductor_ext.templates.family import OpSpec
 
 _TARGETS = (torch.rms_norm, torch.nn.functional.rms_norm)
@@ -42,30 +40,19 @@ def _eps(args: dict[str, Any], x: Any) -> float:
     return default_eps(x.meta["example_value"].dtype) if eps is None else float(eps)
 
 
-class RmsNormOp(ExtGraphPass):
+class RmsNormOp(OneOpPass):
     name = "rms_norm_op"
     stage = "pre_grad"
+    targets, op, kept = _TARGETS, OP, "decomposed"
 
-    def run(self, graph: Graph) -> int:
-        rewrites = 0
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target not in _TARGETS:
-                continue
-            args = _arguments(node)
-            reason = self._reason(node, args)
-            if reason:
-                log.debug("rms_norm_op: %s stays decomposed: %s", node.name, reason)
-                continue
-            x = args["input"]
-            with graph.inserting_before(node):
-                new = graph.call_function(OP, (x, args.get("weight"), list(args["normalized_shape"]), _eps(args, x)))
-            new.meta.update(node.meta)  # example_value, stack trace, module stack: dumps keep the user's line
-            node.replace_all_uses_with(new)
-            graph.erase_node(node)
-            rewrites += 1
-        return rewrites
+    def arguments(self, node: Node) -> dict[str, Any]:
+        return _arguments(node)
 
-    def _reason(self, node: Node, args: dict[str, Any]) -> str | None:
+    def op_args(self, args: dict[str, Any]) -> tuple[Any, ...]:
+        x = args["input"]
+        return x, args.get("weight"), list(args["normalized_shape"]), _eps(args, x)
+
+    def reason(self, node: Node, args: dict[str, Any]) -> str | None:
         """Why ``node`` keeps Inductor's decomposition, or None when a family may serve it."""
         out = node.meta.get("example_value")
         x, weight = args.get("input"), args.get("weight")
