@@ -12,14 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
+from torch._prims_common import make_contiguous_strides_for
 
 
 @torch.library.custom_op("inductor_ext::decode_attention", mutates_args=())
@@ -28,7 +21,7 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     if out.is_contiguous():
         # ATen's CPU kernel writes (B, 1, H, Dv) and returns its transpose: with one query the
         # same memory as a contiguous (B, H, 1, Dv), whose strides the graph expects
-        return out.as_strided(out.shape, _contiguous_strides(tuple(out.shape)))
+        return out.as_strided(out.shape, make_contiguous_strides_for(out.shape))
     return out.contiguous()
 
 

@@ -44,6 +44,11 @@ def _example(value: Any) -> Any:
     return value.meta.get("example_value") if isinstance(value, Node) else None
 
 
+def _scale(args: dict[str, Any], q: torch.Tensor) -> float:
+    """The call's scale, SDPA's default (1/sqrt(head dim)) resolved: the op always takes a number."""
+    return 1.0 / math.sqrt(q.shape[-1]) if args["scale"] is None else float(args["scale"])
+
+
 class DecodeAttentionOp(OneOpPass):
     name = "decode_attention_op"
     stage = "pre_grad"
@@ -53,9 +58,7 @@ class DecodeAttentionOp(OneOpPass):
         return _arguments(node)
 
     def op_args(self, args: dict[str, Any]) -> tuple[Any, ...]:
-        q = _example(args["query"])
-        scale = 1.0 / math.sqrt(q.shape[-1]) if args["scale"] is None else float(args["scale"])
-        return args["query"], args["key"], args["value"], scale
+        return args["query"], args["key"], args["value"], _scale(args, _example(args["query"]))
 
     def reason(self, node: Node, args: dict[str, Any]) -> str | None:
         """Why ``node`` stays ATen's SDPA, or None when a family may serve it."""
@@ -78,7 +81,6 @@ class DecodeAttentionOp(OneOpPass):
         specs = [tensor_spec(t) for t in (q, k, v)]
         if None in specs:
             return "dynamic shapes"
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-        spec = OpSpec("decode_attention", tuple(specs), tensor_spec(out, contiguous=True), {"scale": scale},
+        spec = OpSpec("decode_attention", tuple(specs), tensor_spec(out, contiguous=True), {"scale": _scale(args, q)},
                       q.device.type)
         return refusal(self.config, spec)
