@@ -24,6 +24,7 @@ from torch._inductor.runtime.hints import DeviceProperties
 from torch._inductor.select_algorithm import realize_inputs
 from torch._inductor.virtualized import V
 
+from _logs import records_of
 from inductor_ext import presets
 from inductor_ext.lowering import ext_choices
 from inductor_ext.lowering import rms_norm as rms_norm_lowering
@@ -197,14 +198,8 @@ def test_each_family_is_offered_beside_aten_with_its_configs(rocm, case: str) ->
 ])
 def test_a_refusal_is_logged_with_its_reason(rocm, caplog, case, target, op, make, family, why) -> None:
     kernel_inputs, aten = make()
-    # torch's logging owns the "inductor_ext" loggers (they do not propagate to caplog's root handler)
-    logger = logging.getLogger(ext_choices.log.name)
-    logger.addHandler(caplog.handler)
-    try:
-        with caplog.at_level(logging.INFO, logger=logger.name):
-            _, offered = rocm(target, op, kernel_inputs, aten)
-    finally:
-        logger.removeHandler(caplog.handler)
+    with records_of(caplog, ext_choices.log.name):
+        _, offered = rocm(target, op, kernel_inputs, aten)
     decision = ext_choices.decisions[-1]
     assert family not in {c["family"] for c in decision.candidates}
     lines = [r.getMessage() for r in caplog.records if f"ext: {family} not offered" in r.getMessage()]

@@ -4,6 +4,7 @@ and called from the generated wrapper with its problem and target."""
 
 import pytest
 
+from _logs import records_of
 from _script_runner import run_json_script
 
 
@@ -54,14 +55,8 @@ def test_a_failed_prebuild_is_logged_and_each_call_builds_its_own(caplog):
         raise RuntimeError("error: use of undeclared identifier 'oops'")
 
     family = types.SimpleNamespace(FAMILY="fake.prebuild", prebuild=prebuild)
-    # torch's logging owns the "inductor_ext" logger (no propagation to caplog's root handler)
-    logger = logging.getLogger(adapters.log.name)
-    logger.addHandler(caplog.handler)
-    try:
-        with caplog.at_level(logging.WARNING, logger=adapters.log.name):
-            adapters.prebuild_extern(family, "problem", ["c1", "c2"], "xpu", "cpu")
-    finally:
-        logger.removeHandler(caplog.handler)
+    with records_of(caplog, adapters.log.name, logging.WARNING):
+        adapters.prebuild_extern(family, "problem", ["c1", "c2"], "xpu", "cpu")
     assert seen == [([("problem", "c1"), ("problem", "c2")], "xpu", "cpu")]
     assert "could not prebuild 2 candidates" in caplog.text and "undeclared identifier 'oops'" in caplog.text
     adapters.prebuild_extern(types.SimpleNamespace(FAMILY="fake.none"), "problem", ["c1"], "xpu", "cpu")  # no hook

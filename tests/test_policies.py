@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from _logs import records_of
+
 from inductor_ext.autotune import decode_policy, nvmmh_policy
 from inductor_ext.autotune.decode_policy import DecodePolicy, decode_tiles
 from inductor_ext.autotune.nvmmh_policy import NvMatmulHeuristicsPolicy, nvmmh_query, nvmmh_tiles
@@ -222,20 +224,16 @@ def test_nvmmh_policy_off_without_a_mapping_or_the_library(monkeypatch, caplog):
     monkeypatch.setattr(nvmmh_policy, "_reported", set())
     nvmmh_policy._query_library.cache_clear()
     try:
-        # torch's logging owns the "inductor_ext" logger (it does not propagate to the root,
-        # where caplog listens): listen on the policy's own logger.
-        logging.getLogger(nvmmh_policy.__name__).addHandler(caplog.handler)
-        with caplog.at_level(logging.WARNING, logger=nvmmh_policy.__name__):
+        with records_of(caplog, nvmmh_policy.__name__, logging.WARNING):
             assert not policy.applies(gemm, problem, "sm_90a")
             assert not policy.applies(gemm, GemmProblem(8, 4096, 4096, "bfloat16"), "sm_100a")
             assert policy.propose(gemm, problem, "sm_90a") == []
-        lines = list({id(r): r for r in caplog.records if r.name == nvmmh_policy.__name__}.values())
+        lines = [r for r in caplog.records if r.name == nvmmh_policy.__name__]
         assert len(lines) == 1 and "cannot import nvMatmulHeuristics" in lines[0].getMessage()
         # Without the library the real candidates still come from decode + default.
         got = candidates(gemm, problem, "sm_90a", "full")
         assert got and {c.policy for c in got} <= {"decode", "default"}
     finally:
-        logging.getLogger(nvmmh_policy.__name__).removeHandler(caplog.handler)
         nvmmh_policy._query_library.cache_clear()
 
 
@@ -243,7 +241,9 @@ def test_nvmmh_policy_off_without_a_mapping_or_the_library(monkeypatch, caplog):
 def test_nvmmh_precisions():
     assert nvmmh_policy.precision_for(GemmProblem(1, 8, 8, "bfloat16"), "sm_90a") == "TST"
     assert nvmmh_policy.precision_for(GemmProblem(1, 8, 8, "float16"), "sm_90a") == "HSH"
-    assert nvmmh_policy.precision_for(GemmProblem(1, 8, 8, "float32"), "sm_90a") == "SFS"
+    # fp32 runs as TF32 only where the user's matmul precision allows it (as ATen's does)
+    assert nvmmh_policy.precision_for(GemmProblem(1, 8, 8, "float32"), "sm_90a") == "SSS"
+    assert nvmmh_policy.precision_for(GemmProblem(1, 8, 8, "float32", allow_tf32=True), "sm_90a") == "SFS"
     assert nvmmh_policy.precision_for(GemmProblem(1, 8, 8, "bfloat16", "float32"), "sm_90a") == "TSS"
     for dtype in ("float16", "float32"):
         assert nvmmh_tiles(GemmProblem(32, 4096, 4096, dtype), "sm_100a")

@@ -27,12 +27,13 @@ import numpy as np
 import pytest
 import torch
 
+from _logs import records_of
 from inductor_ext.runtime.triton_interp import (apply_interpreter_fixes, interpreter_fixes,
                                                 remove_interpreter_fixes)
 
 pytestmark = pytest.mark.interp
 
-ALL_FIXES = ["bf16_dot", "nvfp4_dot_scaled", "gdc_noop", "libdevice_math", "bf16_rounding"]
+ALL_FIXES = ["bf16_dot", "nvfp4_dot_scaled", "gdc_noop", "libdevice_math", "bf16_rounding", "tf32_dot"]
 _KERNELS = Path(__file__).with_name("_interp_kernels.py")
 _KERNELS_MODULE = "_interp_kernels_for_fix_tests"
 
@@ -75,6 +76,56 @@ def _assert_close_fp32(out: torch.Tensor, ref: torch.Tensor) -> None:
     # Both sides are exact fp32 products summed in a different order, so allow
     # a few ulps of the largest partial sums.
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5 * max(ref.abs().max().item(), 1.0))
+
+
+# ------------------------------------------------------------------- tf32 tl.dot
+
+
+def _run_precision_matmul(mod: ModuleType, a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
+    (m, k), n = a.shape, b.shape[1]
+    c = torch.full((m, n), float("nan"))
+    mod.precision_matmul_kernel[(_cdiv(m, 16), _cdiv(n, 16))](a, b, c, m, n, k, 16, 16, 32, precision)
+    return c
+
+
+def _tf32_case() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(32)
+    return torch.randn(33, 64, generator=g), torch.randn(64, 20, generator=g)
+
+
+def _truncated(x: torch.Tensor) -> torch.Tensor:
+    # TF32 as the tensor core reads a Triton tf32 operand: the 13 low mantissa bits cleared
+    return (x.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+def test_tf32_dot_exact_without_fix(unfixed: ModuleType) -> None:
+    a, b = _tf32_case()
+    out = _run_precision_matmul(unfixed, a, b, "tf32")
+    _assert_close_fp32(out, a @ b)  # the bug: TF32 looks like full fp32
+    assert (out - _truncated(a) @ _truncated(b)).abs().max() > 1e-4
+
+
+def test_tf32_dot_rounds_inputs_like_the_gpu_with_fix(fixed: ModuleType) -> None:
+    a, b = _tf32_case()
+    out = _run_precision_matmul(fixed, a, b, "tf32")
+    _assert_close_fp32(out, _truncated(a) @ _truncated(b))
+    # TF32-level error against fp32 (10 mantissa bits: ~1e-3 relative per product)
+    err = ((out - a @ b).abs().max() / (a @ b).abs().max()).item()
+    assert 1e-5 < err < 1e-2, err
+    # ieee (and tf32x3) stay full fp32
+    _assert_close_fp32(_run_precision_matmul(fixed, a, b, "ieee"), a @ b)
+    _assert_close_fp32(_run_precision_matmul(fixed, a, b, "tf32x3"), a @ b)
+
+
+def test_f32_to_tf32_bits() -> None:
+    from inductor_ext.runtime.triton_interp import f32_to_tf32
+
+    one_ulp_tf32, below = 1 + 2.0 ** -10, 1 + 2.0 ** -10 - 2.0 ** -23  # TF32 keeps 10 mantissa bits
+    x = np.array([1 + 2.0 ** -11, one_ulp_tf32, below, -below, 2.0 ** -140, np.inf, -np.inf, 0.0], np.float32)
+    expected = np.array([1.0, one_ulp_tf32, 1.0, -1.0, 0.0, np.inf, -np.inf, 0.0], np.float32)
+    np.testing.assert_array_equal(f32_to_tf32(x), expected)  # toward zero, never up: not rounding
+    nan_low_payload = np.array([0x7F800001], np.uint32).view(np.float32)  # only bits TF32 drops
+    assert np.isnan(f32_to_tf32(nan_low_payload)).all()
 
 
 # ------------------------------------------------------------------- bf16 tl.dot
@@ -555,16 +606,9 @@ def test_context_manager(kernels: ModuleType) -> None:
 
 @contextlib.contextmanager
 def _fix_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    """Capture the fixes' warnings in ``caplog``. Its handler sits on the root logger, which they
-    do not reach once torch's logging has registered the "inductor_ext" log (inductor_ext.logs;
-    torch sets propagate=False on it), so the handler goes on the fixes' own logger too."""
-    logger = logging.getLogger("inductor_ext.runtime.triton_interp")
-    logger.addHandler(caplog.handler)
-    try:
-        with caplog.at_level(logging.WARNING, logger=logger.name):
-            yield
-    finally:
-        logger.removeHandler(caplog.handler)
+    """Capture the fixes' warnings in ``caplog`` (on the fixes' own logger: see tests/_logs.py)."""
+    with records_of(caplog, "inductor_ext.runtime.triton_interp", logging.WARNING):
+        yield
 
 
 def test_missing_patch_point_is_skipped_with_warning(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch,
@@ -578,7 +622,7 @@ def test_missing_patch_point_is_skipped_with_warning(kernels: ModuleType, monkey
         with _fix_warnings(caplog):
             assert apply_interpreter_fixes() == ["gdc_noop", "libdevice_math", "bf16_rounding"]
         messages = " ".join(r.getMessage() for r in caplog.records)
-        assert "bf16_dot" in messages and "nvfp4_dot_scaled" in messages
+        assert "bf16_dot" in messages and "nvfp4_dot_scaled" in messages and "tf32_dot" in messages
     finally:
         remove_interpreter_fixes()
 
@@ -591,7 +635,7 @@ def test_bf16_rounding_skipped_when_cast_impl_missing(kernels: ModuleType, monke
     monkeypatch.delattr(interp.InterpreterBuilder, "cast_impl")
     try:
         with _fix_warnings(caplog):
-            assert apply_interpreter_fixes() == ALL_FIXES[:-1]
+            assert apply_interpreter_fixes() == [f for f in ALL_FIXES if f != "bf16_rounding"]
         assert any("bf16_rounding" in r.getMessage() and "cast_impl" in r.getMessage() for r in caplog.records)
     finally:
         remove_interpreter_fixes()
