@@ -47,6 +47,11 @@ def prepare(family: ModuleType, kernel_inputs: Any, op: str) -> Prepared | str:
     problem = family.problem_for(inputs.spec)
     if isinstance(problem, str):
         return problem
+    # problem_for describes the op; supports() is the family's word on serving it (render
+    # refuses what supports refuses, so a refused problem must never become a choice)
+    reason = family.supports(problem)
+    if reason:
+        return reason
     extra = inputs.triton_extra if family.CHOICE_KIND == "triton_template" else {}
     prepared = Prepared(problem, inputs.nodes, inputs.layout, extra)
     if family.CHOICE_KIND == "inductor_template":
@@ -56,11 +61,16 @@ def prepare(family: ModuleType, kernel_inputs: Any, op: str) -> Prepared | str:
     return prepared
 
 
+def config_refusal(family: ModuleType, problem: Any, config: Any, target: str) -> str | None:
+    """Why the family cannot render ``config`` for ``problem`` (its ``config_supports``), or None."""
+    check = getattr(family, "config_supports", None)
+    return check(problem, config, target) if check is not None else None
+
+
 def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
     """Append the choice for ``config``; returns it, or None when the family (or Inductor)
     cannot generate it."""
-    check = getattr(family, "config_supports", None)
-    if check is not None and check(prepared.problem, config, target):
+    if config_refusal(family, prepared.problem, config, target):
         return None
     kind = family.CHOICE_KIND
     if kind == "triton_template":

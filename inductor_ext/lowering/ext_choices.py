@@ -28,9 +28,9 @@ from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, defaul
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import decode_attention as decode_attention_kernel
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, packed_weights
-from inductor_ext.lowering import (adapters, aten_choices, cold_timing, cpp_gemm, cutedsl_nvfp4, decode_attention,
-                                   grouped_mm, nvfp4_gemm, op_specs, pdl_consumers, rms_norm, scaled_mm_v2, softmax,
-                                   subgraph, topk)
+from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, cpp_gemm, cutedsl_nvfp4,
+                                   decode_attention, grouped_mm, nvfp4_gemm, op_specs, pdl_consumers, rms_norm,
+                                   scaled_mm_v2, softmax, subgraph, topk)
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
@@ -144,10 +144,14 @@ class ExtChoices(InductorChoices):
             if default is not None and all(c.config != default for c in proposed):
                 proposed.append(policy.Candidate(default, "default"))  # the baseline is always timed
             for cand in proposed:
+                refusal = adapters.config_refusal(module, ready.problem, cand.config, self.config.target)
+                if refusal:
+                    log.info("ext: %s config %s not offered for %s: %s", family, cand.config, node, refusal)
+                    continue
                 try:
                     choice = self._append(module, choices, ready, cand.config)
                 except Exception as e:  # a broken candidate is dropped, never fatal
-                    choice, why = None, f"{type(e).__name__}: {e}"
+                    choice, why = None, candidate_guard.reason(e)
                 else:
                     why = "Inductor could not generate it"
                 if choice is None:
@@ -156,6 +160,8 @@ class ExtChoices(InductorChoices):
                 offered.append(cand.config)
                 decision.candidates.append(_candidate(choice, "template", family, cand.policy,
                                                       registry.config_to_dict(cand.config), cand.config == default))
+                # a failure while Inductor builds or times it drops it (inf), never the compile
+                candidate_guard.guard(choice, functools.partial(_dropped, decision, len(decision.candidates) - 1))
             if module.CHOICE_KIND == "extern":
                 adapters.prebuild_extern(module, ready.problem, offered, self.config.target, kernel_inputs.device_type)
         decision.choice_ids = {id(c): i for i, c in enumerate(choices)}
@@ -430,7 +436,14 @@ def _cache_candidate(candidate: dict[str, Any]) -> dict[str, Any]:
     time_us = candidate["time_us"]
     failed = time_us is not None and not math.isfinite(time_us)
     return {"name": candidate["name"], "time_us": None if failed else time_us, "policy": candidate["policy"],
-            "error": "failed to compile or run while autotuning" if failed else None}
+            "error": candidate.get("error") or ("failed to compile or run while autotuning" if failed else None)}
+
+
+def _dropped(decision: Decision, index: int, why: str) -> None:
+    """One candidate of ``decision`` failed while built or timed: one log line, and its record says why."""
+    candidate = decision.candidates[index]
+    candidate["error"] = why
+    log.warning("ext: dropped %s config %s for %s: %s", candidate["family"], candidate["config"], decision.node, why)
 
 
 def _announce(decision: Decision) -> None:

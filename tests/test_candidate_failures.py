@@ -1,0 +1,122 @@
+"""The family protocol at the lowering seam: a problem a family's ``supports()`` refuses is never
+offered (ATen serves it, one log line), and a candidate that fails while Inductor builds or times
+it is dropped with its reason logged; neither fails the user's compile."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import types
+from typing import Iterator
+
+import pytest
+import torch
+
+import _broken_family
+from inductor_ext.lowering import candidate_guard, ext_choices
+from inductor_ext.templates import registry
+
+
+@contextlib.contextmanager
+def ext_log_lines() -> Iterator[list[str]]:
+    """Messages of the "inductor_ext" loggers at INFO and above (torch's logging setup stops them
+    propagating to the root logger, where caplog listens)."""
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("inductor_ext")
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.setLevel(old)
+        logger.removeHandler(handler)
+
+
+def test_mps_prefill_linear_falls_back_to_aten_with_the_familys_reason():
+    """metal.linear_gemv's problem_for accepts any F.linear shape; supports() refuses M > 4. The
+    refusal must keep it out of the choices (it used to reach render inside Inductor's benchmark
+    and fail the compile with "M=18 > 4: not a gemv (decode) shape")."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    layer, x = torch.nn.Linear(64, 192), torch.randn(2, 9, 64)
+    first = len(ext_choices.decisions)
+    with ext_log_lines() as lines, torch.no_grad():
+        got = torch.compile(layer, backend="ext", options={"preset": "mps", "interpret": True})(x)
+        want = layer(x)
+    torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-5)
+    (decision,) = [d for d in ext_choices.decisions[first:] if d.op == "addmm"]
+    assert decision.winner == "addmm" and decision.reason == "fallback: M=18 > 4: not a gemv (decode) shape"
+    assert [c["kind"] for c in decision.candidates] == ["aten"]  # nothing of the family was offered
+    refused = [line for line in lines if line.startswith("ext: metal.linear_gemv not offered")]
+    assert len(refused) == 1 and "M=18 > 4" in refused[0] and refused[0].endswith("ATen serves it")
+
+
+@pytest.fixture
+def broken(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    family = _broken_family
+    family.calls.clear()
+    families = {**registry.families(), family.FAMILY: family}
+    monkeypatch.setattr(registry, "families", lambda: families)  # found as if it were a file in templates/
+    return family
+
+
+def test_a_candidate_that_fails_while_benchmarked_is_dropped_and_never_picked(broken, tmp_path):
+    """Forced or not, a candidate whose render raises while Inductor times it costs only itself:
+    each is dropped with its reason logged, ATen serves, and the generated code never calls it."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    layer, x = torch.nn.Linear(24, 16), torch.randn(8, 24)
+    options = {"templates": [broken.FAMILY], "autotune": "quick", "force_template": broken.FAMILY,
+               "autotune_cache": str(tmp_path / "cache.db"), "inductor": {"fx_graph_cache": False}}
+    first = len(ext_choices.decisions)
+    with ext_log_lines() as lines, torch.no_grad():
+        compiled = torch.compile(layer, backend="ext", options=options)
+        got = compiled(x)
+        benchmarked = len(broken.calls)
+        again = compiled(x)
+        want = layer(x)
+    assert benchmarked == 2, "both configs were offered and timed"
+    assert len(broken.calls) == benchmarked, "the compiled code called a dropped candidate"
+    torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-5)
+    torch.testing.assert_close(again, want, rtol=1.3e-6, atol=1e-5)
+    (decision,) = ext_choices.decisions[first:]
+    assert decision.winner == "addmm"
+    failed = [c for c in decision.candidates if c["kind"] == "template"]
+    assert [c["error"] for c in failed] == [f"failed while benchmarked: ValueError: fake.broken cannot render "
+                                            f"{c.name()} (on purpose)" for c in broken.ALL_CONFIGS]
+    dropped = [line for line in lines if line.startswith("ext: dropped fake.broken")]
+    assert len(dropped) == 2 and all("(on purpose)" in line for line in dropped)
+
+
+class _Choice:
+    """What candidate_guard needs of Inductor's ChoiceCaller."""
+
+    def __init__(self, fail_build: bool, fail_run: bool) -> None:
+        self.fail_build, self.fail_run, self.failed = fail_build, fail_run, False
+
+    def precompile(self) -> None:
+        if self.fail_build:
+            raise TypeError("no such intrinsic")
+
+    def benchmark(self, *args: object, out: object = None) -> float:
+        if self.fail_run:
+            raise ValueError("launch failed")
+        return 0.5
+
+    def mark_failed(self) -> None:
+        self.failed = True
+
+
+def test_guard_turns_a_build_failure_into_a_failed_choice_and_a_run_failure_into_inf():
+    why: list[str] = []
+    ok = candidate_guard.guard(_Choice(False, False), why.append)
+    ok.precompile()
+    assert ok.benchmark(1, out=2) == 0.5 and not ok.failed and why == []
+    bad_build = candidate_guard.guard(_Choice(True, False), why.append)
+    bad_build.precompile()
+    assert bad_build.failed and why == ["failed to build: TypeError: no such intrinsic"]
+    bad_run = candidate_guard.guard(_Choice(False, True), why.append)
+    assert bad_run.benchmark(out=None) == float("inf") and why[-1] == "failed while benchmarked: ValueError: launch failed"
