@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from inductor_ext.runtime.private_files import holds_what_was_built, private_dir, record_digest
+
 
 class ToolchainMissing(RuntimeError):
     """A tool a compile needs is not on this machine; the message says what to install."""
@@ -127,15 +129,15 @@ def lld_works(path: str) -> bool:
 
 
 def user_cache_dir(name: str, env_var: str, override: str | os.PathLike[str] | None = None) -> Path:
-    """A cache folder of ours, created: ``override``, else ``$env_var``, else
-    ``$XDG_CACHE_HOME/inductor_ext/<name>`` (``~/.cache`` without XDG_CACHE_HOME)."""
+    """A cache folder of ours, created private to this user (``private_files``): ``override``,
+    else ``$env_var``, else ``$XDG_CACHE_HOME/inductor_ext/<name>`` (``~/.cache`` without
+    XDG_CACHE_HOME)."""
     root = override or os.environ.get(env_var)
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "inductor_ext", name)
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    if root:
+        return private_dir(Path(root), env_var)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    private_dir(Path(base, "inductor_ext"), env_var)
+    return private_dir(Path(base, "inductor_ext", name), env_var)
 
 
 def tool_cache_dir() -> Path:
@@ -173,10 +175,11 @@ def compiler_identity(path: str) -> str:
 
 def build_once(path: Path, command: Callable[[str], list[str]], what: str,
                error: type[Exception] = RuntimeError) -> Path:
-    """``path``, built by running ``command(output)`` unless it is there already. The output is
-    written beside ``path`` and renamed into place, so a concurrent builder never loads half a
-    file; a failing command raises ``error`` with ``what`` and the tail of its stderr."""
-    if path.is_file():
+    """``path``, built by running ``command(output)`` unless what ext built there before is there
+    still (its recorded digest matches: a file planted or changed since is built again). The
+    output is written beside ``path`` and renamed into place, so a concurrent builder never loads
+    half a file; a failing command raises ``error`` with ``what`` and the tail of its stderr."""
+    if holds_what_was_built(path):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
@@ -187,6 +190,7 @@ def build_once(path: Path, command: Callable[[str], list[str]], what: str,
         if done.returncode != 0:
             raise error(f"building {what} with {cmd[0]} failed:\n{done.stderr[-4000:]}")
         os.replace(tmp, path)
+        record_digest(path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -39,6 +39,7 @@ from inductor_ext.runtime import asm_cache, toolchain
 from inductor_ext.runtime.triton_loader import kernel_dir
 from inductor_ext.runtime.harness import run_in_subprocess, worker_env
 from inductor_ext.runtime.kernel_source import KernelSource
+from inductor_ext.runtime.private_files import write_if_different
 
 __all__ = [
     "IsaCompileError", "compile_for_target", "compile_many", "launch_hints", "gpu_target", "cache_dir",
@@ -187,11 +188,7 @@ def _load_jit_function(ks: KernelSource) -> Any:
     hold an interpreted function of the same source).
     """
     stem = f"{ks.name}_{ks.source_hash}"
-    path = kernel_dir() / f"{stem}.py"
-    if not path.exists() or path.read_text() != ks.source:
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(ks.source)
-        os.replace(tmp, path)
+    path = write_if_different(kernel_dir() / f"{stem}.py", ks.source)
     name = f"inductor_ext_isa_kernels.{stem}"
     module = sys.modules.get(name)
     if module is None:

@@ -3,35 +3,32 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from inductor_ext.runtime.kernel_source import KernelSource
+from inductor_ext.runtime.private_files import write_if_different
+from inductor_ext.runtime.toolchain import user_cache_dir
 
 _loaded: dict[str, ModuleType] = {}
 
 
 def kernel_dir() -> Path:
-    root = os.environ.get("INDUCTOR_EXT_KERNEL_DIR") or os.path.join(tempfile.gettempdir(), "inductor_ext_kernels")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where rendered kernel modules are written to be imported: ``$INDUCTOR_EXT_KERNEL_DIR``, else
+    ``<user cache>/inductor_ext/kernels``; private to this user (never one world-writable path
+    in the temp folder, where another user could plant a module under the name ext imports)."""
+    return user_cache_dir("kernels", "INDUCTOR_EXT_KERNEL_DIR")
 
 
 def load_module(ks: KernelSource) -> ModuleType:
-    """Import ``ks.source`` as a module (written once per source hash, atomically)."""
+    """Import ``ks.source`` as a module. The file is named by the source's hash and holds exactly
+    that source before it is imported (whatever was there under that name is replaced)."""
     key = f"{ks.name}_{ks.source_hash}"
     if key in _loaded:
         return _loaded[key]
-    path = kernel_dir() / f"{key}.py"
-    if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(ks.source)
-        os.replace(tmp, path)  # atomic: concurrent loaders never see half a file
+    path = write_if_different(kernel_dir() / f"{key}.py", ks.source)
     spec = importlib.util.spec_from_file_location(f"inductor_ext_kernels.{key}", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
