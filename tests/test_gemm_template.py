@@ -82,8 +82,9 @@ ISA_PROBLEMS = {
     "bfloat16": GemmProblem(512, 512, 512, "bfloat16", bias=True),
     # K tail masked (1000 % 64 != 0), strides of A not 16-divisible
     "float16": GemmProblem(256, 384, 1000, "float16"),
-    # tf32 MMAs on NVIDIA (input_precision), fp32 MFMA/WMMA on AMD
-    "float32": GemmProblem(512, 512, 512, "float32"),
+    # with TF32 allowed (torch's "high" precision): tf32 MMAs on NVIDIA, fp32 MFMA/WMMA on AMD
+    # (PyTorch's default, full fp32, is the FMA path on NVIDIA: tests/test_tier_i_configs.py)
+    "float32": GemmProblem(512, 512, 512, "float32", allow_tf32=True),
 }
 ISA_CASES = [(t, d) for t in isa.TARGETS for d in ISA_PROBLEMS]
 

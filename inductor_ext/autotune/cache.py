@@ -124,6 +124,8 @@ def _versions(value: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> tuple[tup
     return tuple(sorted(out.items()))  # order-independent: sorted by package
 
 
+_FP32_PRECISIONS = ("", "tf32", "ieee")
+
 _SHORT_DTYPES = {
     "bfloat16": "bf16",
     "float16": "fp16",
@@ -164,6 +166,10 @@ class ProblemKey:
     versions: tuple[tuple[str, str], ...] = ()  # (package, version), e.g. torch, triton, DSLs
     template_hash: str = ""  # source hash of the template family (templates.module_source_hash)
     preset: str = "default"
+    # torch's fp32 matmul precision for a GEMM with fp32 inputs ("tf32" or "ieee": what ATen and
+    # the templates then run); "" where it does not apply. Left out of to_dict when "", so the
+    # keys (and digests) of every other problem are what they were before the field existed.
+    fp32_precision: str = ""
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__  # frozen: normalise in place once
@@ -176,6 +182,9 @@ class ProblemKey:
         for name in ("op", "device_name", "arch", "template_hash", "preset"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"ProblemKey.{name} must be a str, got {getattr(self, name)!r}")
+        if self.fp32_precision not in _FP32_PRECISIONS:
+            raise ValueError(f"ProblemKey.fp32_precision must be one of {_FP32_PRECISIONS}, "
+                             f"got {self.fp32_precision!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -188,11 +197,14 @@ class ProblemKey:
             "versions": [list(p) for p in self.versions],
             "template_hash": self.template_hash,
             "preset": self.preset,
+            **({"fp32_precision": self.fp32_precision} if self.fp32_precision else {}),
         }
 
     @classmethod
     def from_dict(cls, d: Any) -> ProblemKey:
         """Strict inverse of ``to_dict``; ValueError on anything else."""
+        if isinstance(d, dict) and "fp32_precision" not in d:  # to_dict leaves out ""
+            d = {**d, "fp32_precision": ""}
         _require_fields(cls, d, "key")
         try:
             # JSON gives str already; refuse anything the constructor would silently str().
@@ -214,7 +226,8 @@ class ProblemKey:
     def describe(self) -> str:
         """Short human text, e.g. ``"mm 128x64x256 bf16"`` (matmuls print M x N x K)."""
         dtypes = ",".join(dict.fromkeys(_SHORT_DTYPES.get(d, d) for d in self.dtypes))
-        return " ".join(p for p in (self.op, self._shape_text(), dtypes) if p)
+        tf32 = "tf32" if self.fp32_precision == "tf32" else ""
+        return " ".join(p for p in (self.op, self._shape_text(), dtypes, tf32) if p)
 
     def _shape_text(self) -> str:
         if "mm" in self.op and len(self.shapes) >= 2:

@@ -22,8 +22,9 @@ The library calls we use (wheel 0.1.0.27, Python wrapper ``NvMatmulHeuristicsInt
 
 Precision strings (nvMatmulHeuristics.h): A/B letter, compute letter, C/D letter, or five
 letters A, B, C, compute, D; ``T`` bf16, ``H`` fp16, ``S`` fp32, ``F`` TF32 tensor-core compute,
-``Q``/``R`` fp8 e4m3/e5m2, ``O`` fp4. bf16 -> ``TST``, fp16 -> ``HSH``, fp32 -> ``SFS`` (our
-templates run fp32 GEMMs as TF32 on NVIDIA, like ``allow_tf32``), bf16 in with fp32 out -> ``TSS``,
+``Q``/``R`` fp8 e4m3/e5m2, ``O`` fp4. bf16 -> ``TST``, fp16 -> ``HSH``, fp32 -> ``SSS``, or ``SFS``
+where the problem allows TF32 (``allow_tf32``: torch's fp32 matmul precision) and the target has
+TF32 tensor cores, as the template then runs it; bf16 in with fp32 out -> ``TSS``,
 NVFP4 x NVFP4 -> bf16 ``OOTST``. Only strings the header lists are sent (the library answers
 unlisted ones without complaint, as something else); anything else (e.g. bf16 x NVFP4) gets no
 nvMatmulHeuristics candidates. Layout: ``problem.layout`` when the problem has one ("NN", "NT",
@@ -128,7 +129,8 @@ def precision_for(problem: Any, target: str, family: ModuleType | None = None) -
     if a is None or b is None or out is None:
         return None
     if a == b and a in "THS":  # three letters: A/B, compute, C/D
-        compute = "F" if a == "S" and targets.has(target, targets.TF32) else "S"
+        tf32 = a == "S" and getattr(problem, "allow_tf32", False) and targets.has(target, targets.TF32)
+        compute = "F" if tf32 else "S"
         precision = f"{a}{compute}{out}"
     else:  # five letters: A, B, C, compute, D
         precision = f"{a}{b}{out}S{out}"

@@ -212,12 +212,13 @@ class ExtChoices(InductorChoices):
     def _key(self, op_name: str, kernel_inputs: Any) -> ProblemKey:
         import triton
 
+        dtypes = tuple(str(n.get_dtype()).removeprefix("torch.") for n in kernel_inputs.nodes())
         return ProblemKey(
             op=op_name, shapes=kernel_inputs.shapes_hinted(), strides=kernel_inputs.strides_hinted(),
-            dtypes=tuple(str(n.get_dtype()).removeprefix("torch.") for n in kernel_inputs.nodes()),
-            device_name=_device_name(kernel_inputs.device()), arch=self.config.target,
+            dtypes=dtypes, device_name=_device_name(kernel_inputs.device()), arch=self.config.target,
             versions={"torch": torch.__version__, "triton": triton.__version__},
-            template_hash=templates_hash(self.config), preset=self.config.preset)
+            template_hash=templates_hash(self.config), preset=self.config.preset,
+            fp32_precision=op_specs.problem_fp32_precision(op_name, dtypes))
 
     def override_best_choice(self, best_choice: Any, timings: dict[Any, float]) -> Any:
         decision = _find_decision(timings)
@@ -419,8 +420,11 @@ def _device_name(device: torch.device) -> str:
 
 def _problem_text(op_name: str, kernel_inputs: Any) -> dict[str, Any]:
     shapes = kernel_inputs.shapes_hinted()
-    return {"op": op_name, "shapes": [list(s) for s in shapes],
-            "dtype": str(kernel_inputs.nodes()[-1].get_dtype()).removeprefix("torch.")}
+    dtype = str(kernel_inputs.nodes()[-1].get_dtype()).removeprefix("torch.")
+    text = {"op": op_name, "shapes": [list(s) for s in shapes], "dtype": dtype}
+    if precision := op_specs.problem_fp32_precision(op_name, (dtype,)):
+        text["fp32_precision"] = precision  # which precision ATen and the fp32 templates ran
+    return text
 
 
 def _candidate(choice: Any, kind: str, family: str, proposer: str | None, config: dict[str, Any] | None,

@@ -33,6 +33,28 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def fp32_matmul_precision() -> str:
+    """The precision ATen's fp32 GEMMs run at under the user's torch settings, read at compile
+    time: "tf32" after ``torch.set_float32_matmul_precision("high")`` (or "medium"),
+    ``torch.backends.cuda.matmul.fp32_precision = "tf32"`` or ``allow_tf32 = True``; "ieee"
+    (full fp32) otherwise, PyTorch's default. The per-backend getter resolves "none" through
+    its parents and, unlike ``get_float32_matmul_precision()``, never raises when the legacy
+    and new APIs were mixed. Inductor reads the same setting for its own Triton dots and keys
+    its FX graph cache on it."""
+    return "tf32" if torch.backends.cuda.matmul.fp32_precision == "tf32" else "ieee"
+
+
+# The ops whose OpSpec carries the scalar "fp32_precision".
+FP32_PRECISION_OPS = ("mm", "bmm", "addmm")
+
+
+def problem_fp32_precision(op: str, dtypes: tuple[str, ...]) -> str:
+    """What an autotune decision for ``op`` on inputs of ``dtypes`` depends on beyond its shapes:
+    the fp32 matmul precision for a GEMM with fp32 inputs (both ATen's time and the templates'
+    kernels change with it), "" for anything else."""
+    return fp32_matmul_precision() if op in FP32_PRECISION_OPS and "float32" in dtypes else ""
+
+
 def _static(values: Any) -> tuple[int, ...] | None:
     out = []
     for v in values:
@@ -89,7 +111,7 @@ def _product(op: str, kernel_inputs: Any) -> OpInputs | str:
     """mm (A, B) or bmm (batched A, B): the plain product."""
     mat1, mat2 = (_box(n) for n in kernel_inputs.nodes())
     m, n, k, layout, mat1, mat2 = mm_args(mat1, mat2)
-    spec = _spec(op, (mat1, mat2), layout, kernel_inputs.device_type, {})
+    spec = _spec(op, (mat1, mat2), layout, kernel_inputs.device_type, {"fp32_precision": fp32_matmul_precision()})
     return spec if isinstance(spec, str) else OpInputs(spec, (mat1, mat2), layout)
 
 
@@ -97,7 +119,8 @@ def _addmm(kernel_inputs: Any) -> OpInputs | str:
     nodes = [_box(n) for n in kernel_inputs.nodes()]
     m, n, k, layout, mat1, mat2, bias = mm_args(nodes[1], nodes[2], nodes[0])
     alpha, beta = kernel_inputs.get_scalar("alpha"), kernel_inputs.get_scalar("beta")
-    spec = _spec("addmm", (bias, mat1, mat2), layout, kernel_inputs.device_type, {"alpha": alpha, "beta": beta})
+    spec = _spec("addmm", (bias, mat1, mat2), layout, kernel_inputs.device_type,
+                 {"alpha": alpha, "beta": beta, "fp32_precision": fp32_matmul_precision()})
     if isinstance(spec, str):
         return spec
     # Inductor's epilogue applies beta * bias + alpha * acc, the bias being a prefix input.
@@ -168,6 +191,7 @@ def _decode_attention(kernel_inputs: Any) -> OpInputs | str:
 
 
 # Inductor's op name (as passed to get_template_configs, or by our own lowerings) -> glue.
+# mm, bmm and addmm carry the scalar fp32_precision ("tf32" or "ieee": fp32_matmul_precision()).
 # OpSpec.inputs per op: mm and bmm (A, B); addmm (bias, A, B); nvfp4_gemm (a, b, scale_a,
 # scale_b, alpha, bias|None); scaled_mm (a, b, scale_a, scale_b, bias|None, scale_result|None);
 # grouped_mm (mat_a, mat_b, offs|None, bias|None); softmax (x,); rms_norm (input, weight|None;

@@ -1,6 +1,6 @@
 """Targeted fixes for bugs in Triton's CPU interpreter (``TRITON_INTERPRET=1``).
 
-Triton 3.9's interpreter (``triton/runtime/interpreter.py``) gets five things
+Triton 3.9's interpreter (``triton/runtime/interpreter.py``) gets six things
 wrong that our kernels rely on:
 
 * ``bf16_dot``: ``tl.dot`` on bfloat16 operands multiplies the raw uint16 bit
@@ -26,6 +26,18 @@ wrong that our kernels rely on:
   rounds to nearest even (what ``cvt.rn.bf16.f32`` on a GPU and torch's
   ``.to(torch.bfloat16)`` do; NaN becomes the canonical NaN 0x7FFF, as on a
   GPU), bf16 -> fp32 is the exact widening.
+* ``tf32_dot``: ``tl.dot(..., input_precision="tf32")`` on fp32 operands is a
+  full-fp32 numpy matmul: the interpreter ignores ``input_precision``, so a
+  kernel that runs on TF32 tensor cores looks exact here.  fp32 operands are
+  reduced to TF32 (8 exponent bits, 10 explicit mantissa bits) first, the way
+  the GPU does it for Triton: Triton 3.9 emits no conversion for a tf32 dot
+  (no ``cvt.*.tf32.f32`` in the PTX of wgmma, tcgen05.mma or mma.sync kernels
+  on sm_90a/sm_100a) and hands the fp32 registers to the tensor core, which
+  reads the top 19 bits: the low 13 mantissa bits are dropped (round toward
+  zero), not rounded.  (cuBLAS and CUTLASS convert explicitly with
+  ``cvt.rna.tf32.f32``, round to nearest with ties away from zero, so ATen's
+  TF32 GEMMs are slightly more accurate than Triton's: Triton issue #4574.)
+  NaNs stay NaN.  "tf32x3" and "ieee" stay full-fp32 matmuls.
 
 Each fix wraps or adds one small interpreter function. A fix whose patch point
 is missing (other Triton versions) is skipped with a logged warning.
@@ -538,6 +550,46 @@ def _fix_bf16_rounding(interp: Any) -> list[tuple[Any, str, Any]]:
     return [(builder_cls, "cast_impl", cast_impl)]
 
 
+# ----------------------------------------------------------------------- tf32
+
+_TF32_DROPPED_BITS = np.uint32(0x1FFF)  # fp32 keeps 23 mantissa bits, TF32 10: 13 dropped
+
+
+def f32_to_tf32(data: np.ndarray) -> np.ndarray:
+    """fp32 values as a tensor core reads them for a Triton tf32 dot: the 13 low mantissa bits
+    cleared (round toward zero), NaNs kept (clearing a NaN's low payload could make it inf)."""
+    values = np.asarray(data, dtype=np.float32)
+    truncated = (values.view(np.uint32) & ~_TF32_DROPPED_BITS).view(np.float32)
+    return np.where(np.isnan(values), values, truncated)
+
+
+def _fix_tf32_dot(interp: Any) -> list[tuple[Any, str, Any]]:
+    # Why: InterpreterBuilder.create_dot ignores input_precision and multiplies fp32 in fp32, so
+    # a TF32 kernel's error (what the GPU computes) is invisible to CPU tests.  Reduce fp32
+    # operands of a TF32 dot to TF32 before the original (and the bf16 fix) run.
+    import triton.language as tl
+
+    builder_cls = _require(interp, "InterpreterBuilder")
+    handle_cls = _require(interp, "TensorHandle")
+    ir = _require(interp, "_ir")
+    tf32 = _require(_require(ir, "INPUT_PRECISION"), "TF32")
+    original = _require(builder_cls, "create_dot")
+    _require_params(original, ["self", "a", "b", "d", "input_precision"])
+
+    def reduce(h: Any) -> Any:
+        if getattr(h, "dtype", None) == tl.float32 and h.data.dtype == np.float32:
+            return handle_cls(f32_to_tf32(h.data), tl.float32)
+        return h
+
+    def create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, *args: Any, **kwargs: Any) -> Any:
+        if input_precision == tf32:
+            a, b = reduce(a), reduce(b)
+        return original(self, a, b, d, input_precision, *args, **kwargs)
+
+    create_dot.__wrapped__ = original  # type: ignore[attr-defined]
+    return [(builder_cls, "create_dot", create_dot)]
+
+
 # ----------------------------------------------------------------------- public
 
 _FIXES: dict[str, Callable[[Any], list[tuple[Any, str, Any]]]] = {
@@ -546,6 +598,7 @@ _FIXES: dict[str, Callable[[Any], list[tuple[Any, str, Any]]]] = {
     "gdc_noop": _fix_gdc_noop,
     "libdevice_math": _fix_libdevice_math,
     "bf16_rounding": _fix_bf16_rounding,
+    "tf32_dot": _fix_tf32_dot,
 }
 
 

@@ -57,6 +57,10 @@ class GemmProblem:
     out_dtype: str | None = None  # None: same as dtype
     bias: bool = False  # addmm: beta * bias + alpha * (A @ B), bias broadcast over rows
     use_pdl: bool = False  # programmatic dependent launch (USE_PDL; see the module docstring)
+    # fp32 operands may be rounded to TF32 (torch's fp32 matmul precision was "tf32", i.e.
+    # set_float32_matmul_precision("high"/"medium"), when lowering built the problem); only
+    # targets with TF32 tensor cores use it (``input_precision``). Off: full fp32, as ATen.
+    allow_tf32: bool = False
 
     @property
     def result_dtype(self) -> str:
@@ -85,7 +89,8 @@ def problem_for(spec: OpSpec) -> GemmProblem | str:
     if spec.op not in OPS:
         return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
     a, b = spec.inputs[-2:]
-    problem = GemmProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, spec.out.dtype)
+    problem = GemmProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, spec.out.dtype,
+                          allow_tf32=spec.scalars.get("fp32_precision") == "tf32")
     return supports(problem) or problem
 
 
@@ -139,8 +144,11 @@ def acc_type(problem: GemmProblem) -> str:
 
 
 def input_precision(problem: GemmProblem, target: str) -> str:
-    # fp32 on GPUs uses TF32 like torch.backends.cuda.matmul.allow_tf32 would; exact elsewhere.
-    return "tf32" if problem.dtype == "float32" and targets.has(target, targets.TF32) else "ieee"
+    """``tl.dot``'s input_precision: "tf32" only where ATen would use TF32 for the same op (the
+    problem allows it: torch's fp32 matmul precision) and the target has TF32 tensor cores;
+    "ieee" (full fp32) otherwise, as PyTorch's default ("highest") gives."""
+    tf32 = problem.dtype == "float32" and problem.allow_tf32 and targets.has(target, targets.TF32)
+    return "tf32" if tf32 else "ieee"
 
 
 def pdl_target(target: str) -> bool:
@@ -222,7 +230,8 @@ _INDUCTOR = """\
 def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
     bias = "_bias" if problem.bias else ""
     pdl = "_pdl" if problem.use_pdl else ""
-    return f"ext_gemm_{problem.dtype}{bias}{pdl}_{config.name()}"
+    tf32 = "_tf32" if problem.allow_tf32 and problem.dtype == "float32" else ""
+    return f"ext_gemm_{problem.dtype}{tf32}{bias}{pdl}_{config.name()}"
 
 
 def constexprs(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> dict[str, object]:
@@ -285,17 +294,20 @@ def inductor_source() -> str:
 
 
 def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.Tensor | None" = None,
-        alpha: float = 1.0, beta: float = 1.0, target: str = "cpu", use_pdl: bool = False) -> "torch.Tensor":
+        alpha: float = 1.0, beta: float = 1.0, target: str = "cpu", use_pdl: bool = False,
+        allow_tf32: bool = False) -> "torch.Tensor":
     """Render, load and launch the kernel on ``a @ b`` (interpreter on CPU, or a real GPU).
 
     ``use_pdl`` launches with programmatic dependent launch (in the interpreter the gdc calls
-    need ``inductor_ext.runtime.triton_interp``'s fixes)."""
+    need ``inductor_ext.runtime.triton_interp``'s fixes); ``allow_tf32`` lets fp32 inputs be
+    rounded to TF32 on targets with TF32 tensor cores (``GemmProblem.allow_tf32``)."""
     import torch
 
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
-    problem = GemmProblem(m, n, k, dtype_name(a.dtype), bias=bias is not None, use_pdl=use_pdl)
+    problem = GemmProblem(m, n, k, dtype_name(a.dtype), bias=bias is not None, use_pdl=use_pdl,
+                          allow_tf32=allow_tf32)
     ks = render(problem, config, target)
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
     bias_arg, stride_bias = bias_args(bias, c)
