@@ -51,6 +51,7 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                 options: dict[str, Any] | None = None, mode: str | None = None, **_: Any) -> Callable[..., Any]:
     """The ``ext`` Dynamo backend (registered through the ``torch_dynamo_backends`` entry point)."""
     config, mode_patches = resolve_config(example_inputs, options, mode)
+    warn_device_mismatch(config, example_inputs)
     codegen = device_codegen(config)
     if install.uses_triton_interpreter(config, codegen is not None):
         enable_triton_interpreter()
@@ -63,6 +64,24 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
         return frozen_params.compile_frozen(gm, example_inputs, lambda g, inputs, freeze: _compile(
             config, codegen, g, inputs, {**patches, "freezing": freeze}))
     return _compile(config, codegen, gm, example_inputs, patches)
+
+
+_mismatches_told: set[tuple[str, str]] = set()
+
+
+def warn_device_mismatch(config: ExtConfig, example_inputs: Sequence[Any]) -> None:
+    """A preset chosen for another device than the inputs' serves nothing of its own (ATen and
+    Inductor do the work): say so once per (preset, device) at WARNING, naming both."""
+    device = next((x.device.type for x in example_inputs if isinstance(x, torch.Tensor)), None)
+    expected = "cpu" if config.interpret else config.device_type
+    if device is None or device == expected or config.preset == "aten" or (config.preset, device) in _mismatches_told:
+        return
+    _mismatches_told.add((config.preset, device))
+    hint = " (or add options={'interpret': True} to run its kernels on CPU tensors)" if device == "cpu" else ""
+    log.warning("ext: preset %r is for %s tensors%s but this graph's inputs are on %s: none of its templates "
+                "can serve them, so ATen and Inductor do; use preset 'auto' or %r%s",
+                config.preset, config.device_type, " (on CPU tensors with interpret)" if config.interpret else "",
+                device, presets.preset_for_device(torch.device(device)), hint)
 
 
 def _compile(config: ExtConfig, codegen: DeviceCodegen | None, gm: torch.fx.GraphModule,

@@ -56,16 +56,27 @@ def resolve(options: dict[str, Any] | None = None, example_inputs: Sequence[Any]
     fields = {k: data[k] for k in _PRESET_KEYS}
     fields.update({k: data[k] for k in _OPTIONAL_PRESET_KEYS if k in data})
     plugin = {k: opts.pop(k) for k in list(opts) if k not in CORE_OPTIONS}  # registered by passes, codegens
+    disabled = opts.pop("disable_passes", ())
     if "inductor" in fields and "inductor" in opts:
         opts["inductor"] = {**fields["inductor"], **opts["inductor"]}
     fields.update(opts)  # explicit options always win
     if "inductor" in fields:
         fields["inductor"] = OPTIONS["inductor"].check("inductor", fields["inductor"])  # a preset's keys too
-    fields["passes"] = tuple(fields["passes"])
+    fields["passes"] = _without(tuple(fields["passes"]), disabled, name)
     fields["templates"] = tuple(fields["templates"])
     _check_known(fields, name, data["target"], passes)
     return ExtConfig(preset=name, device_type=data["device_type"], target=data["target"], plugin_options=plugin,
                      **fields)
+
+
+def _without(passes: tuple[str, ...], disabled: tuple[str, ...], preset: str) -> tuple[str, ...]:
+    """``passes`` less the ``disable_passes`` names, each of which must be one of them (a typo
+    would otherwise leave the pass on without a word)."""
+    for name in disabled:
+        if name not in passes:
+            raise ExtOptionError(f"disable_passes: {name!r} is not among the passes of this compile "
+                                 f"(preset {preset!r}): {', '.join(passes) or 'none'}")
+    return tuple(p for p in passes if p not in disabled)
 
 
 def _check_known(fields: dict[str, Any], preset: str, target: str, passes: dict[str, Any]) -> None:
