@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from inductor_ext.runtime.kernel_source import KernelSource
+from inductor_ext.templates.allowed import flag, integer, number, size
 from inductor_ext.templates.family import OpSpec
 
 FAMILY = "fake.mm"
@@ -20,18 +21,18 @@ calls: list[tuple] = []
 
 @dataclass(frozen=True)
 class Problem:
-    m: int
-    n: int
-    k: int
-    addmm: bool = False
-    alpha: float = 1.0
-    beta: float = 1.0
-    groups: int = 0  # grouped_mm: mat_a [M, K] rows split by offs over G weights [G, K, N]
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    addmm: bool = flag(False)
+    alpha: float = number(1.0)
+    beta: float = number(1.0)
+    groups: int = integer(0, low=0)  # grouped_mm: mat_a [M, K] rows split by offs over G weights [G, K, N]
 
 
 @dataclass(frozen=True)
 class Config:
-    split: int = 1
+    split: int = integer(1, low=1, high=2)
 
     def name(self) -> str:
         return f"s{self.split}"

@@ -18,6 +18,11 @@ cache object with an ``AutotuneCacheWarning`` naming the file and what was wrong
 
 * A row from another schema version, with unparsable JSON, or whose stored key does not
   match its digest or the key asked for (collision, tampering) is ignored: a miss.
+* A cache is data, never code: an entry whose winner is a template family holds that family's
+  config, whose values go into generated kernel source. Each value is checked against what the
+  family declares for the field (``templates/allowed.py``); an entry with one it does not allow
+  is ignored (a miss) and counted (``invalid``), with one line per entry naming the family, the
+  field, the value and what is allowed. ``import_json`` skips such entries the same way.
 * A whole file that is unusable -- not SQLite, truncated or otherwise corrupt (it must pass
   ``PRAGMA quick_check`` on open), from another schema version, another program's
   database, or not openable at all -- is left exactly as it is and the cache carries on
@@ -30,7 +35,8 @@ cache object with an ``AutotuneCacheWarning`` naming the file and what was wrong
 Caller mistakes (an invalid ``Entry``, an invalid JSON file given to ``import_json``) raise
 ``ValueError`` / ``TypeError``: those are bugs, not cache damage.
 
-This module must work on torch 2.11 too, so it uses only the standard library.
+This module must work on torch 2.11 too, so it uses only the standard library (and the
+template families' plain-data field declarations).
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from inductor_ext.templates import registry
+from inductor_ext.templates.allowed import InvalidField
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -248,6 +257,15 @@ def _is_time(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
+def _check_family_config(winner: str, config: dict[str, Any]) -> None:
+    """InvalidField unless a winner naming a template family holds a config that family allows
+    field by field: its values go into generated kernel source. Other winners ("aten", names
+    no family has) hold nothing that is compiled: a lookup falls back for them."""
+    family = registry.families().get(winner)
+    if family is not None:
+        registry.config_from_dict(family, config)
+
+
 @dataclass
 class Entry:
     """The outcome of tuning one problem.
@@ -317,6 +335,7 @@ class Entry:
             json.dumps([self.config, self.candidates], allow_nan=False)
         except (TypeError, ValueError) as e:
             raise ValueError(f"invalid autotune Entry: config/candidates not JSON-serialisable: {e}") from None
+        _check_family_config(self.winner, self.config)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -435,6 +454,7 @@ class AutotuneCache:
         self.hits = 0
         self.misses = 0
         self.puts = 0
+        self.invalid = 0  # entries read back and ignored: a config its family does not allow
         self.in_memory = self.path is None  # True once the file has been given up on
         self._lock = threading.RLock()
         self._reported: set[str] = set()
@@ -598,6 +618,10 @@ class AutotuneCache:
             if not isinstance(body, dict) or "key" in body:
                 raise ValueError("entry_json is not an entry object")
             return Entry.from_dict({**body, "key": key.to_dict()})
+        except InvalidField as e:  # once per entry: each names its own bad value
+            self.invalid += 1
+            self._report(f"config {digest}", f"ignoring the entry for {key.describe()}: {e} (as if absent)")
+            return None
         except (ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
             self._report("row", f"ignoring row {str(digest)[:12]}: {e} (further bad rows are ignored silently)")
             return None
@@ -722,7 +746,9 @@ class AutotuneCache:
             raise
 
     def import_json(self, path: str | os.PathLike[str]) -> MergeReport:
-        """Merge an ``export_json`` file (newer wins). All or nothing: ValueError if invalid."""
+        """Merge an ``export_json`` file (newer wins). A malformed file or entry: ValueError and
+        nothing imported. An entry whose template config holds a value its family does not allow
+        is skipped, counted (``skipped_invalid``) and reported in one line."""
         try:
             doc = json.loads(Path(path).read_text(encoding="utf-8"))
         except ValueError as e:
@@ -738,9 +764,15 @@ class AutotuneCache:
             raise ValueError(f"{path}: entries must be a list")
         incoming: list[Entry] = []
         seen: set[str] = set()
+        skipped = 0
         for i, d in enumerate(doc["entries"]):
             try:
                 entry = Entry.from_dict(d)
+            except InvalidField as e:
+                skipped += 1
+                self._report(f"import {path} {i}", f"skipping {path} entries[{i}] "
+                             f"({ProblemKey.from_dict(d['key']).describe()}): {e}")
+                continue
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{path}: entries[{i}]: {e}") from None
             digest = entry.key.digest()
@@ -748,7 +780,7 @@ class AutotuneCache:
                 raise ValueError(f"{path}: entries[{i}]: duplicate key {entry.key.describe()}")
             seen.add(digest)
             incoming.append(entry)
-        return self._merge(incoming, str(path))
+        return self._merge(incoming, str(path), skipped=skipped)
 
     def close(self) -> None:
         with self._lock:
@@ -764,4 +796,5 @@ class AutotuneCache:
 
     def __repr__(self) -> str:
         where = "memory" if self.in_memory else str(self.path)
-        return f"AutotuneCache({where}, hits={self.hits}, misses={self.misses}, puts={self.puts})"
+        return (f"AutotuneCache({where}, hits={self.hits}, misses={self.misses}, puts={self.puts}, "
+                f"invalid={self.invalid})")

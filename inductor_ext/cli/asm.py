@@ -101,7 +101,10 @@ def apply_overrides(config: Any, text: str | None) -> Any:
         if not sep or key not in fields:
             raise AsmError(f"--config {item!r}: expected key=value with a key among {', '.join(fields)}")
         changes[key] = _value(value.strip(), fields[key], key)
-    return dataclasses.replace(config, **changes)
+    try:  # every value checked against the family's declaration, as a cache entry's would be
+        return registry.from_dict(type(config), {**fields, **changes})
+    except ValueError as e:  # allowed.InvalidField: the field, the value and what is allowed
+        raise AsmError(f"--config: {e}") from None
 
 
 def _mm_spec(m: int, n: int, k: int, dtype: str, device_type: str) -> OpSpec:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inductor_ext.templates.allowed import flag, number, one_of, size
 from inductor_ext.templates.family import OpSpec, TensorSpec
 
 OPS = ("mm", "addmm", "scaled_mm")
 DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 FP8_OUT_DTYPES = ("bfloat16", "float16", "float32")
 ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float32": 4}
+SCALINGS = ("none", "tensor", "row")  # unscaled, fp8 with tensor-wise or row-wise scales
 
 
 @dataclass(frozen=True)
@@ -25,15 +27,15 @@ class LinearProblem:
     """C = A @ B for K-major A (M, K) and B (K, N). Unscaled (``scaling="none"``): mm / addmm,
     beta * bias + alpha * A @ B in the input dtype. fp8: (A @ B) * scale_a * scale_b (+ bias)."""
 
-    m: int
-    n: int
-    k: int
-    dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    bias: bool = False
-    alpha: float = 1.0
-    beta: float = 1.0
-    scaling: str = "none"  # "none", "tensor" or "row"
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    dtype: str = one_of(DTYPES, "bfloat16")
+    out_dtype: str = one_of(tuple(dict.fromkeys(DTYPES + FP8_OUT_DTYPES)), "bfloat16")
+    bias: bool = flag(False)
+    alpha: float = number(1.0)
+    beta: float = number(1.0)
+    scaling: str = one_of(SCALINGS, "none")
     use_pdl = False  # not a field: AMD has no programmatic dependent launch (Triton's launch_options reads it)
 
 

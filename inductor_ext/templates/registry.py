@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import inductor_ext.templates as _package
+from inductor_ext.templates import allowed
 from inductor_ext.templates.family import CHOICE_KINDS
 
 # What every family module defines, and what each choice kind adds.
@@ -58,6 +59,12 @@ def check(module: ModuleType) -> None:
     if missing:
         raise FamilyError(f"{module.__name__} (family {getattr(module, 'FAMILY', '?')!r}) lacks {', '.join(missing)} "
                           "of the template-family protocol (templates/family.py)")
+    # Every field's values are declared (templates/allowed.py): a cache entry or a JSON is then
+    # checked field by field before any of it can reach generated source.
+    bare = [f"{part}.{name}" for part in ("Problem", "Config") for name in allowed.undeclared(getattr(module, part))]
+    if bare:
+        raise FamilyError(f"{module.__name__} (family {module.FAMILY!r}): fields {', '.join(bare)} declare no allowed "
+                          "values; declare each with templates/allowed.py (integer, size, number, flag, one_of)")
 
 
 def get(name: str) -> ModuleType:
@@ -109,13 +116,31 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """A Problem or Config back from its dict (JSON turns tuples into lists)."""
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+def from_dict(cls: type, data: dict[str, Any], owner: str | None = None) -> Any:
+    """A Problem or Config back from its dict (a cache entry, a JSON, generated wrapper code),
+    every value checked against its field's declaration first: :class:`allowed.InvalidField`
+    (a ValueError naming ``owner``, the field, the value and what is allowed) for one that is not
+    allowed. ``owner`` defaults to the families whose Problem or Config ``cls`` is."""
+    return allowed.build(cls, data, owner or _owner(cls))
 
 
 def config_from_dict(module: ModuleType, data: dict[str, Any]) -> Any:
-    return from_dict(module.Config, data)
+    """``module``'s Config from a dict, checked (see :func:`from_dict`)."""
+    return from_dict(module.Config, data, f"{module.FAMILY} Config")
+
+
+def problem_from_dict(module: ModuleType, data: dict[str, Any]) -> Any:
+    """``module``'s Problem from a dict, checked (see :func:`from_dict`)."""
+    return from_dict(module.Problem, data, f"{module.FAMILY} Problem")
+
+
+def _owner(cls: type) -> str:
+    """``"triton.gemm/triton.tdm_gemm Config"``: the families using ``cls``, for messages."""
+    for part in ("Problem", "Config"):
+        users = [name for name, module in sorted(families().items()) if getattr(module, part) is cls]
+        if users:
+            return f"{'/'.join(users)} {part}"
+    return cls.__qualname__
 
 
 def problem_json(problem: Any) -> str:

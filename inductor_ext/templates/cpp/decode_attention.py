@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inductor_ext.templates.allowed import number, one_of, size
 from inductor_ext.templates.family import OpSpec
 
 FAMILY = "cpp.decode_attention"
@@ -33,21 +34,21 @@ FORMS = ("fp32_reductions",)  # kernels/decode_attention.FORMS (torch is importe
 
 @dataclass(frozen=True)
 class DecodeAttentionProblem:
-    batch: int
-    heads: int  # query heads
-    kv_heads: int
-    length: int  # cached keys attended to
-    head_dim: int
-    value_dim: int
-    dtype: str
-    scale: float
+    batch: int = size()
+    heads: int = size()  # query heads
+    kv_heads: int = size()
+    length: int = size()  # cached keys attended to
+    head_dim: int = size()
+    value_dim: int = size()
+    dtype: str = one_of(DTYPES)
+    scale: float = number()
 
 
 @dataclass(frozen=True)
 class DecodeAttentionConfig:
     """How the kernel is written (one of ``FORMS``)."""
 
-    form: str = "fp32_reductions"
+    form: str = one_of(FORMS, "fp32_reductions")
 
     def name(self) -> str:
         return self.form

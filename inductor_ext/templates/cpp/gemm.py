@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inductor_ext.templates.allowed import flag, integer, number, one_of, size
 from inductor_ext.templates.family import OpSpec
 
 FAMILY = "cpp.gemm"
@@ -47,25 +48,25 @@ _BLOCKINGS: dict[tuple[str, str], tuple[tuple[int, int, int], ...]] = {
 class CppGemmProblem:
     """One GEMM as the template sees it: ``batch`` > 1 only for bmm."""
 
-    op: str  # "mm", "addmm" or "bmm"
-    m: int
-    n: int
-    k: int
-    dtype: str = "float32"
-    batch: int = 1
-    alpha: float = 1.0  # addmm only
-    beta: float = 1.0  # addmm only
-    constant_weight: bool = False  # B is a compile-time constant (frozen): packed once
+    op: str = one_of(OPS)  # "mm", "addmm" or "bmm"
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    dtype: str = one_of(DTYPES, "float32")
+    batch: int = size(1)
+    alpha: float = number(1.0)  # addmm only
+    beta: float = number(1.0)  # addmm only
+    constant_weight: bool = flag(False)  # B is a compile-time constant (frozen): packed once
 
 
 @dataclass(frozen=True)
 class CppGemmConfig:
     """The micro-kernel: its ISA and register block."""
 
-    isa: str
-    block_m: int
-    block_n: int
-    block_k: int
+    isa: str = one_of(ISAS)
+    block_m: int = integer(low=1, high=64)
+    block_n: int = integer(low=1, high=64)
+    block_k: int = integer(low=1, high=64)
 
     def name(self) -> str:
         return f"{self.isa}_{self.block_m}x{self.block_n}x{self.block_k}"

@@ -46,6 +46,7 @@ from typing import Any, Iterable
 from inductor_ext.runtime import asm_cache
 from inductor_ext.runtime import cutedsl as cutedsl_runtime
 from inductor_ext.runtime.cutedsl import CuteDslCompileError
+from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
 from inductor_ext.templates.family import OpSpec
 
@@ -90,12 +91,12 @@ class NvFp4GemmProblem:
     ``k`` is the logical K (fp4 elements); A and B hold k // 2 bytes per row.
     """
 
-    m: int
-    n: int
-    k: int
-    out_dtype: str = "bfloat16"
-    alpha: str = "tensor"  # one of ALPHA_MODES
-    bias: bool = False  # a bf16 bias over N (a Linear's), added after alpha
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    out_dtype: str = one_of(OUT_DTYPES, "bfloat16")
+    alpha: str = one_of(ALPHA_MODES, "tensor")  # one of ALPHA_MODES
+    bias: bool = flag(False)  # a bf16 bias over N (a Linear's), added after alpha
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,11 @@ class NvFp4GemmConfig:
     persistent grid.
     """
 
-    tile_m: int = 128
-    tile_n: int = 256
-    cluster_m: int = 1
-    cluster_n: int = 1
-    dynamic_persistent: bool = False
+    tile_m: int = integer(128, low=64, high=256, power_of_two=True)
+    tile_n: int = integer(256, low=64, high=256)
+    cluster_m: int = integer(1, low=1, high=16)
+    cluster_n: int = integer(1, low=1, high=16)
+    dynamic_persistent: bool = flag(False)
 
     def name(self) -> str:
         return (f"{self.tile_m}x{self.tile_n}_c{self.cluster_m}x{self.cluster_n}"

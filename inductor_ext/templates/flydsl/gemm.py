@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from inductor_ext.targets import amd
+from inductor_ext.templates.allowed import flag, integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
@@ -42,26 +43,26 @@ DTYPES = ("bfloat16", "float16")
 class GemmProblem:
     """C[m, n] = A[m, k] @ B[k, n] (addmm: beta * bias + alpha * A @ B), one dtype throughout."""
 
-    m: int
-    n: int
-    k: int
-    dtype: str = "bfloat16"
-    a_k_major: bool = True  # A's K is contiguous (else its M is)
-    b_k_major: bool = False  # B's K is contiguous (B = W.T of a Linear weight W), else its N is
-    vec_ok: bool = True  # strides allow 16-byte loads along the contiguous dimension
-    bias: bool = False
-    alpha: float = 1.0
-    beta: float = 1.0
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    dtype: str = one_of(DTYPES, "bfloat16")
+    a_k_major: bool = flag(True)  # A's K is contiguous (else its M is)
+    b_k_major: bool = flag(False)  # B's K is contiguous (B = W.T of a Linear weight W), else its N is
+    vec_ok: bool = flag(True)  # strides allow 16-byte loads along the contiguous dimension
+    bias: bool = flag(False)
+    alpha: float = number(1.0)
+    beta: float = number(1.0)
 
 
 @dataclass(frozen=True)
 class GemmConfig:
-    block_m: int
-    block_n: int
-    block_k: int
-    waves_m: int
-    waves_n: int
-    vec: int = 8
+    block_m: int = integer(low=1, high=1024)
+    block_n: int = integer(low=1, high=1024)
+    block_k: int = integer(low=1, high=1024)
+    waves_m: int = integer(low=1, high=16)
+    waves_n: int = integer(low=1, high=16)
+    vec: int = integer(8, low=1, high=16, power_of_two=True)
 
     def name(self) -> str:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.waves_m}x{self.waves_n}_v{self.vec}"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from inductor_ext.targets import amd
+from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
@@ -45,16 +46,16 @@ GroupedMmConfig = GemmConfig
 class GroupedMmProblem:
     """out[T, N]: rows offs[g-1]:offs[g] = A[rows] @ B[g] (+ bias[g]); G groups."""
 
-    t: int  # rows of A (tokens of all groups)
-    n: int
-    k: int
-    groups: int
-    dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    a_k_major: bool = True
-    b_k_major: bool = False
-    vec_ok: bool = True
-    bias: bool = False
+    t: int = size()  # rows of A (tokens of all groups)
+    n: int = size()
+    k: int = size()
+    groups: int = size()
+    dtype: str = one_of(DTYPES, "bfloat16")
+    out_dtype: str = one_of(OUT_DTYPES, "bfloat16")
+    a_k_major: bool = flag(True)
+    b_k_major: bool = flag(False)
+    vec_ok: bool = flag(True)
+    bias: bool = flag(False)
 
 
 Problem, Config = GroupedMmProblem, GroupedMmConfig

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from inductor_ext.targets import amd
+from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.flydsl import common
@@ -47,13 +48,13 @@ BLOCK = 32
 class MxScaledMmProblem:
     """out[m, n] = sum_k A[m, k] sa[m, k // 32] B[k, n] sb[n, k // 32] (+ bias[n]); K in elements."""
 
-    m: int
-    n: int
-    k: int
-    fmt: str = "fp8_e4m3"
-    scale_layout: str = "blocked"
-    out_dtype: str = "bfloat16"
-    bias: bool = False
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    fmt: str = one_of(FORMATS, "fp8_e4m3")
+    scale_layout: str = one_of(SCALE_LAYOUTS, "blocked")
+    out_dtype: str = one_of(OUT_DTYPES, "bfloat16")
+    bias: bool = flag(False)
 
     @property
     def bits(self) -> int:
@@ -62,11 +63,11 @@ class MxScaledMmProblem:
 
 @dataclass(frozen=True)
 class MxScaledMmConfig:
-    block_m: int
-    block_n: int
-    block_k: int  # elements; a multiple of 128
-    waves_m: int
-    waves_n: int
+    block_m: int = integer(low=1, high=1024)
+    block_n: int = integer(low=1, high=1024)
+    block_k: int = integer(low=128, high=4096)  # elements; a multiple of 128
+    waves_m: int = integer(low=1, high=16)
+    waves_n: int = integer(low=1, high=16)
 
     def name(self) -> str:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.waves_m}x{self.waves_n}"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from inductor_ext.targets import amd
+from inductor_ext.templates.allowed import integer
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates import linear
 from inductor_ext.templates.family import OpSpec
@@ -47,11 +48,11 @@ _MMA = {"bfloat16": "gfx1250_bf16", "float16": "gfx1250_fp16", "float8_e4m3fn": 
 
 @dataclass(frozen=True)
 class TdmGemmConfig:
-    block_m: int
-    block_n: int
-    block_k: int
-    waves_m: int
-    waves_n: int
+    block_m: int = integer(low=1, high=1024)
+    block_n: int = integer(low=1, high=1024)
+    block_k: int = integer(low=1, high=1024)
+    waves_m: int = integer(low=1, high=16)
+    waves_n: int = integer(low=1, high=16)
 
     def name(self) -> str:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.waves_m}x{self.waves_n}"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inductor_ext.targets import amd
+from inductor_ext.templates.allowed import integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.helion import common
@@ -45,15 +46,15 @@ def rmsnorm_body(x, w, eps):  # noqa: ANN001, ANN201 - a Helion kernel body (tor
 
 @dataclass(frozen=True)
 class RmsNormProblem:
-    rows: int  # the leading dimensions, flattened
-    n: int  # the normalized (last) dimension
-    dtype: str = "bfloat16"
-    eps: float = 1e-6
+    rows: int = size()  # the leading dimensions, flattened
+    n: int = size()  # the normalized (last) dimension
+    dtype: str = one_of(DTYPES, "bfloat16")
+    eps: float = number(1e-6, low=0.0)
 
 
 @dataclass(frozen=True)
 class RmsNormConfig:
-    block_m: int = 1  # rows per program (one wave each)
+    block_m: int = integer(1, low=1, high=1024)  # rows per program (one wave each)
 
     def name(self) -> str:
         return f"bm{self.block_m}"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inductor_ext.targets import amd
+from inductor_ext.templates.allowed import one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.helion import common
@@ -33,9 +34,9 @@ def softmax_body(x):  # noqa: ANN001, ANN201 - a Helion kernel body (torch, hl b
 
 @dataclass(frozen=True)
 class SoftmaxProblem:
-    rows: int
-    n: int
-    dtype: str = "bfloat16"
+    rows: int = size()
+    n: int = size()
+    dtype: str = one_of(DTYPES, "bfloat16")
 
 
 Problem, Config = SoftmaxProblem, SoftmaxConfig

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from inductor_ext.templates.allowed import integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.metal import _msl
@@ -32,12 +33,12 @@ MAX_ROWS = 64  # beyond this it is a prefill: a tiled grouped GEMM reuses weight
 
 @dataclass(frozen=True)
 class Problem:
-    rows: int
-    n: int
-    k: int
-    groups: int
-    dtype: str = "bfloat16"  # a and b
-    out_dtype: str | None = None  # None: dtype
+    rows: int = size()
+    n: int = size()
+    k: int = size()
+    groups: int = size()
+    dtype: str = one_of(DTYPES, "bfloat16")  # a and b
+    out_dtype: str | None = one_of((None, *DTYPES), None)  # None: dtype
 
     @property
     def result_dtype(self) -> str:
@@ -46,9 +47,9 @@ class Problem:
 
 @dataclass(frozen=True)
 class Config:
-    simdgroups: int = 4
-    columns: int = 2
-    vec: int = 8
+    simdgroups: int = integer(4, low=1, high=32)
+    columns: int = integer(2, low=1, high=16)
+    vec: int = integer(8, low=4, high=32)
 
 
 def problem_for(spec: OpSpec) -> Problem | str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.metal import _msl
@@ -32,19 +33,19 @@ MAX_M = 4
 
 @dataclass(frozen=True)
 class Problem:
-    m: int
-    n: int
-    k: int
-    dtype: str = "bfloat16"  # x, w, bias and out
-    bias: bool = False  # bias [N] (addmm with beta = alpha = 1)
-    activation: str | None = None  # None, "relu", "gelu" (erf), "silu"
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    dtype: str = one_of(DTYPES, "bfloat16")  # x, w, bias and out
+    bias: bool = flag(False)  # bias [N] (addmm with beta = alpha = 1)
+    activation: str | None = one_of(_msl.ACTIVATIONS, None)  # None, "relu", "gelu" (erf), "silu"
 
 
 @dataclass(frozen=True)
 class Config:
-    simdgroups: int = 4  # SIMD groups per threadgroup
-    columns: int = 2  # output columns per SIMD group
-    vec: int = 8  # consecutive k per lane per step (multiple of 4)
+    simdgroups: int = integer(4, low=1, high=32)  # SIMD groups per threadgroup
+    columns: int = integer(2, low=1, high=16)  # output columns per SIMD group
+    vec: int = integer(8, low=4, high=32)  # consecutive k per lane per step (multiple of 4)
 
 
 def problem_for(spec: OpSpec) -> Problem | str:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from inductor_ext.targets.apple import THREADGROUP_MEMORY_BYTES
+from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.metal import _msl
@@ -37,29 +38,30 @@ GEMV_MAX_M = 4
 
 @dataclass(frozen=True)
 class Problem:
-    m: int
-    n: int
-    k: int
-    scaling: str  # "tensorwise" (one scale per operand) or "rowwise" (scale_a [M, 1], scale_b [1, N])
-    out_dtype: str = "bfloat16"
-    bias: bool = False  # bias [N] in out_dtype, added after scaling
-    k_contiguous: bool = True  # A [M, K] and B [K, N] have stride 1 along K (B column-major)
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    # "tensorwise" (one scale per operand) or "rowwise" (scale_a [M, 1], scale_b [1, N])
+    scaling: str = one_of(("tensorwise", "rowwise"))
+    out_dtype: str = one_of(OUT_DTYPES, "bfloat16")
+    bias: bool = flag(False)  # bias [N] in out_dtype, added after scaling
+    k_contiguous: bool = flag(True)  # A [M, K] and B [K, N] have stride 1 along K (B column-major)
 
 
 @dataclass(frozen=True)
 class Config:
-    path: str  # "gemv" or "tiled"
-    simdgroups: int = 4  # gemv: SIMD groups per threadgroup
-    columns: int = 2  # gemv: output columns per SIMD group
-    vec: int = 8  # gemv: consecutive k per lane per step (multiple of 4)
-    block_m: int = 32  # tiled
-    block_n: int = 32
-    block_k: int = 16
-    thread_m: int = 4
-    thread_n: int = 4
-    mma: bool = False  # tiled: simdgroup matrices, warps_m x warps_n SIMD groups
-    warps_m: int = 2
-    warps_n: int = 2
+    path: str = one_of(("gemv", "tiled"))
+    simdgroups: int = integer(4, low=1, high=32)  # gemv: SIMD groups per threadgroup
+    columns: int = integer(2, low=1, high=16)  # gemv: output columns per SIMD group
+    vec: int = integer(8, low=4, high=32)  # gemv: consecutive k per lane per step (multiple of 4)
+    block_m: int = integer(32, low=1, high=256)  # tiled
+    block_n: int = integer(32, low=1, high=256)
+    block_k: int = integer(16, low=1, high=256)
+    thread_m: int = integer(4, low=1, high=16)
+    thread_n: int = integer(4, low=1, high=16)
+    mma: bool = flag(False)  # tiled: simdgroup matrices, warps_m x warps_n SIMD groups
+    warps_m: int = integer(2, low=1, high=8)
+    warps_n: int = integer(2, low=1, high=8)
 
     def name(self) -> str:
         """Only the fields the path uses (choice names, dumps)."""

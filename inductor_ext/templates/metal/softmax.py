@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from inductor_ext.templates.allowed import integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.metal import _msl
@@ -36,10 +37,10 @@ MAX_CHUNKS = 64
 
 @dataclass(frozen=True)
 class Problem:
-    rows: int
-    n: int  # softmax length (the last dimension)
-    dtype: str = "float32"
-    out_dtype: str | None = None  # None: dtype (half_to_float gives float32)
+    rows: int = size()
+    n: int = size()  # softmax length (the last dimension)
+    dtype: str = one_of(DTYPES, "float32")
+    out_dtype: str | None = one_of((None, *DTYPES), None)  # None: dtype (half_to_float gives float32)
 
     @property
     def result_dtype(self) -> str:
@@ -48,8 +49,8 @@ class Problem:
 
 @dataclass(frozen=True)
 class Config:
-    threads: int = 1024  # threads per threadgroup (a multiple of 32)
-    chunks: int = 1  # threadgroups per row
+    threads: int = integer(1024, low=32, high=1024)  # threads per threadgroup (a multiple of 32)
+    chunks: int = integer(1, low=1, high=MAX_CHUNKS)  # threadgroups per row
 
 
 def problem_for(spec: OpSpec) -> Problem | str:

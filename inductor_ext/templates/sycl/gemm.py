@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from inductor_ext.targets.intel import SYCL_LOCAL_MEMORY_LIMIT, SYCL_SUB_GROUP_SIZE, SYCL_WORK_GROUP_LIMIT
+from inductor_ext.templates.allowed import flag, integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.lang.sycl import HELPERS, HELPERS_NAME, SYCL
@@ -61,13 +62,13 @@ PARAM_KINDS = tuple(kind for _, kind in PARAMS)
 class GemmProblem:
     """C[m, n] = alpha * (A[m, k] @ B[k, n]) (+ beta * bias, broadcast to [m, n]); one dtype."""
 
-    m: int
-    n: int
-    k: int
-    dtype: str = "float32"
-    bias: bool = False
-    alpha: float = 1.0
-    beta: float = 1.0
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    dtype: str = one_of(DTYPES, "float32")
+    bias: bool = flag(False)
+    alpha: float = number(1.0)
+    beta: float = number(1.0)
 
     @property
     def adds_bias(self) -> bool:
@@ -77,16 +78,17 @@ class GemmProblem:
 
 @dataclass(frozen=True)
 class GemmConfig:
-    kind: str = "tiled"  # "tiled" or "gemv"
+    kind: str = one_of(("tiled", "gemv"), "tiled")
     # tiled: the work-group tile, the K slice staged per step, one sub-group's rows, one lane's columns
-    tile_m: int = 0
-    tile_n: int = 0
-    tile_k: int = 0
-    sg_rows: int = 0
-    lane_cols: int = 0
+    # (0 where the kind does not use the field; check() says what fits together)
+    tile_m: int = integer(0, low=0, high=1024)
+    tile_n: int = integer(0, low=0, high=1024)
+    tile_k: int = integer(0, low=0, high=1024)
+    sg_rows: int = integer(0, low=0, high=LANES)
+    lane_cols: int = integer(0, low=0, high=64)
     # gemv: rows each sub-group keeps (>= M), sub-groups (columns) per work-group
-    rows: int = 0
-    sub_groups: int = 0
+    rows: int = integer(0, low=0, high=GEMV_MAX_M)
+    sub_groups: int = integer(0, low=0, high=SYCL_WORK_GROUP_LIMIT // LANES)
 
     def name(self) -> str:
         if self.kind == "gemv":

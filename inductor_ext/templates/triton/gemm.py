@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from inductor_ext import targets
+from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.triton.launch import FP, PROGRAM_TILE, bias_args, dtype_name, launch, launch_options
@@ -50,17 +51,17 @@ _TL_DTYPE = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.b
 class GemmProblem:
     """C[m, n] = A[m, k] @ B[k, n] (+ bias), inputs of one dtype."""
 
-    m: int
-    n: int
-    k: int
-    dtype: str = "float32"
-    out_dtype: str | None = None  # None: same as dtype
-    bias: bool = False  # addmm: beta * bias + alpha * (A @ B), bias broadcast over rows
-    use_pdl: bool = False  # programmatic dependent launch (USE_PDL; see the module docstring)
+    m: int = size()
+    n: int = size()
+    k: int = size()
+    dtype: str = one_of(DTYPES, "float32")
+    out_dtype: str | None = one_of((None, *DTYPES), None)  # None: same as dtype
+    bias: bool = flag(False)  # addmm: beta * bias + alpha * (A @ B), bias broadcast over rows
+    use_pdl: bool = flag(False)  # programmatic dependent launch (USE_PDL; see the module docstring)
     # fp32 operands may be rounded to TF32 (torch's fp32 matmul precision was "tf32", i.e.
     # set_float32_matmul_precision("high"/"medium"), when lowering built the problem); only
     # targets with TF32 tensor cores use it (``input_precision``). Off: full fp32, as ATen.
-    allow_tf32: bool = False
+    allow_tf32: bool = flag(False)
 
     @property
     def result_dtype(self) -> str:
@@ -69,12 +70,12 @@ class GemmProblem:
 
 @dataclass(frozen=True)
 class GemmConfig:
-    block_m: int
-    block_n: int
-    block_k: int
-    group_m: int = 8
-    num_warps: int = 4
-    num_stages: int = 3
+    block_m: int = integer(low=1, high=1024, power_of_two=True)
+    block_n: int = integer(low=1, high=1024, power_of_two=True)
+    block_k: int = integer(low=1, high=1024, power_of_two=True)
+    group_m: int = integer(8, low=1, high=64)
+    num_warps: int = integer(4, low=1, high=32, power_of_two=True)
+    num_stages: int = integer(3, low=1, high=16)
 
     def name(self) -> str:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_g{self.group_m}_w{self.num_warps}_s{self.num_stages}"

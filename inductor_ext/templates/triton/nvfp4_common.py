@@ -31,6 +31,7 @@ import textwrap
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
+from inductor_ext.templates.allowed import flag, integer
 from inductor_ext.templates.base import KernelSource, Tile
 from inductor_ext.templates.triton.launch import FP, PROGRAM_TILE, bias_args, dtype_name, launch, launch_options
 
@@ -110,13 +111,14 @@ def name_parts(problem: Any) -> list[str]:
 class Nvfp4TileConfig:
     """The tile both families' configs are (each family subclasses it under its own name)."""
 
-    block_m: int
-    block_n: int
-    block_k: int  # in elements (BLOCK_K // 2 bytes, BLOCK_K // 16 scales per row per step)
-    group_m: int = 8
-    num_warps: int = 4
-    num_stages: int = 3
-    swap_ab: bool = False  # compute acc^T = B A^T: a small M sits on the MMA's N side
+    block_m: int = integer(low=16, high=1024, power_of_two=True)
+    block_n: int = integer(low=16, high=1024, power_of_two=True)
+    # in elements (BLOCK_K // 2 bytes, BLOCK_K // 16 scales per row per step)
+    block_k: int = integer(low=16, high=1024, power_of_two=True)
+    group_m: int = integer(8, low=1, high=64)
+    num_warps: int = integer(4, low=1, high=32, power_of_two=True)
+    num_stages: int = integer(3, low=1, high=16)
+    swap_ab: bool = flag(False)  # compute acc^T = B A^T: a small M sits on the MMA's N side
 
     def name(self) -> str:
         swap = "_swap" if self.swap_ab else ""

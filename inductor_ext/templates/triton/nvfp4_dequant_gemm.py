@@ -34,6 +34,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.triton.launch import FP, dtype_name
@@ -61,16 +62,16 @@ A_DTYPES = ("bfloat16", "float16", "nvfp4")
 class Nvfp4DequantGemmProblem:
     """out[m, n] = act(alpha * sum_k A[m, k] dequant(B)[n, k] + bias[n]), B NVFP4."""
 
-    m: int
-    n: int
-    k: int  # logical K (elements)
-    a_dtype: str = "bfloat16"  # "bfloat16" / "float16" activations, or "nvfp4"
-    out_dtype: str = "bfloat16"
-    bias: bool = False
-    bias_dtype: str | None = None  # None: same as out_dtype
-    activation: str | None = None
-    scale_layout: str = "plain"
-    use_pdl: bool = False  # programmatic dependent launch (USE_PDL; see nvfp4_common)
+    m: int = size()
+    n: int = size()
+    k: int = size()  # logical K (elements)
+    a_dtype: str = one_of(A_DTYPES, "bfloat16")  # "bfloat16" / "float16" activations, or "nvfp4"
+    out_dtype: str = one_of(common.OUT_DTYPES, "bfloat16")
+    bias: bool = flag(False)
+    bias_dtype: str | None = one_of((None, *common.BIAS_DTYPES), None)  # None: same as out_dtype
+    activation: str | None = one_of(common.ACTIVATIONS, None)
+    scale_layout: str = one_of(common.SCALE_LAYOUTS, "plain")
+    use_pdl: bool = flag(False)  # programmatic dependent launch (USE_PDL; see nvfp4_common)
 
     @property
     def result_bias_dtype(self) -> str:

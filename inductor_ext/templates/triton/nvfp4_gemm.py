@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.triton import nvfp4_common as common
@@ -59,15 +60,15 @@ CPU_EXECUTOR = "the Triton interpreter"  # how interpret mode runs it on CPU ten
 class Nvfp4GemmProblem:
     """out[m, n] = act(alpha * sum_k A[m, k] B[n, k] + bias[n]), A and B NVFP4."""
 
-    m: int
-    n: int
-    k: int  # logical K (elements); the packed operands have K // 2 bytes per row
-    out_dtype: str = "bfloat16"
-    bias: bool = False
-    bias_dtype: str | None = None  # None: same as out_dtype
-    activation: str | None = None
-    scale_layout: str = "plain"
-    use_pdl: bool = False  # programmatic dependent launch (USE_PDL; see nvfp4_common)
+    m: int = size()
+    n: int = size()
+    k: int = size()  # logical K (elements); the packed operands have K // 2 bytes per row
+    out_dtype: str = one_of(common.OUT_DTYPES, "bfloat16")
+    bias: bool = flag(False)
+    bias_dtype: str | None = one_of((None, *common.BIAS_DTYPES), None)  # None: same as out_dtype
+    activation: str | None = one_of(common.ACTIVATIONS, None)
+    scale_layout: str = one_of(common.SCALE_LAYOUTS, "plain")
+    use_pdl: bool = flag(False)  # programmatic dependent launch (USE_PDL; see nvfp4_common)
 
     @property
     def result_bias_dtype(self) -> str:

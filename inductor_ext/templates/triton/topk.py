@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from inductor_ext.runtime.triton_loader import load_kernel
 from inductor_ext.targets import amd
+from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
 from inductor_ext.templates.triton.launch import FP
@@ -48,18 +49,19 @@ KEY_INSTRUCTIONS = amd.key_instructions({"gfx950": ("cmp_i64", "dpp", "store_8b"
 
 @dataclass(frozen=True)
 class TopkProblem:
-    rows: int  # the leading dimensions, flattened
-    n: int  # the row length (the last dimension)
-    k: int
-    largest: bool = True
-    dtype: str = "float32"
+    rows: int = size()  # the leading dimensions, flattened
+    n: int = integer(low=1, high=MAX_N)  # the row length (the last dimension)
+    k: int = integer(low=1, high=MAX_K)
+    largest: bool = flag(True)
+    dtype: str = one_of(DTYPES, "float32")
 
 
 @dataclass(frozen=True)
 class TopkConfig:
-    block_m: int = 1  # rows per program
-    block_n: int = 1024  # elements of a row per chunk (a power of two, at least K_PAD)
-    num_warps: int = 4
+    block_m: int = integer(1, low=1, high=64)  # rows per program
+    # elements of a row per chunk (at least K_PAD)
+    block_n: int = integer(1024, low=1, high=2**16, power_of_two=True)
+    num_warps: int = integer(4, low=1, high=32, power_of_two=True)
 
     def name(self) -> str:
         return f"m{self.block_m}_n{self.block_n}_w{self.num_warps}"
