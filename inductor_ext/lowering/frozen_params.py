@@ -20,6 +20,16 @@ When the user's own Inductor config had freezing on while Dynamo traced, Dynamo 
 parameters and buffers as graph attributes itself; Inductor freezes those just as silently, so
 they are watched where they are, in the same way. A write through ``.data`` bumps no version
 counter and keeps the storage: no check short of reading the weights sees it.
+
+Inference tensors (made under ``torch.inference_mode()``, as Hugging Face pipelines and serving
+stacks load weights) have no version counter, and an in-place write inside inference mode keeps
+their storage, so neither signal exists for them. What could still see such a write costs too
+much or misses some: a checksum of the data reads every weight on every call (a decode step
+would stream its weights twice), a sampled one misses writes elsewhere, the data pointer misses
+every in-place write. So they are not frozen: they stay inputs of the compiled graph, read on
+every call as eager reads them (what Inductor does without freezing), and only the tensors that
+have a version counter are frozen and watched. Where Dynamo installed them as attributes, the
+graph is compiled without freezing (Inductor then reads its attributes on every call too).
 """
 
 from __future__ import annotations
@@ -47,6 +57,12 @@ def static_inputs(example_inputs: Sequence[Any]) -> list[int]:
     freezing turns into constants."""
     return [i for i, x in enumerate(example_inputs)
             if isinstance(x, torch.Tensor) and get_static_address_type(x) is not None]
+
+
+def is_inference(x: Any) -> bool:
+    """Whether ``x`` is an inference tensor: no version counter, so a frozen copy could not be
+    checked against it; such tensors are never frozen."""
+    return isinstance(x, torch.Tensor) and x.is_inference()
 
 
 def with_attributes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
@@ -200,16 +216,31 @@ def compile_frozen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], comp
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         # nested inputs, which compile_fx calls differently: Inductor's freezing as it comes
         return compile(gm, example_inputs, True)
-    lifted = static_inputs(example_inputs)
-    if not lifted:
+    static = static_inputs(example_inputs)
+    if not static:
         # Dynamo installed parameters and buffers as attributes (the user's Inductor config had
         # freezing on while it traced): Inductor freezes those; watch them where they are.
-        compiled = compile(gm, example_inputs, True)
         attributes = attribute_tensors(gm)
+        if any(map(is_inference, attributes)):
+            _say_not_frozen(sum(map(is_inference, attributes)), "the graph is compiled without freezing, its other weights too")
+            return compile(gm, example_inputs, False)
+        compiled = compile(gm, example_inputs, True)
         if not attributes:
             return compiled
         return FrozenGraph(compiled, example_inputs, (), lambda: compile(gm, example_inputs, False), attributes)
+    lifted = [i for i in static if not is_inference(example_inputs[i])]
+    if len(lifted) < len(static):
+        _say_not_frozen(len(static) - len(lifted), "they stay inputs of the compiled graph, read on every call")
+        if not lifted:
+            return compile(gm, example_inputs, False)
     frozen_gm = with_attributes(gm, example_inputs, lifted)
     kept = [x for i, x in enumerate(example_inputs) if i not in set(lifted)]
     compiled = compile(frozen_gm, kept, True)
     return FrozenGraph(compiled, example_inputs, lifted, lambda: compile(gm, example_inputs, False))
+
+
+def _say_not_frozen(count: int, instead: str) -> None:
+    log.info("ext: %d parameters/buffers of this inference graph are inference tensors (made under "
+             "torch.inference_mode()), which have no version counter to tell an in-place change: not frozen, "
+             "%s. Load the weights outside inference mode (torch.no_grad() is enough) to let ext freeze and pack them.",
+             count, instead)
