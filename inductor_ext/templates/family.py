@@ -12,7 +12,10 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
                                          # "extern" (a compiled kernel called through call()) or
                                          # "inductor_template" (one of Inductor's own templates,
                                          # configured by this family's configs)
-    Problem, Config                      # frozen dataclasses; Config(**asdict(config)) round-trips
+    Problem, Config                      # frozen dataclasses; Config(**asdict(config)) round-trips;
+                                         # every field declares what it allows (templates/allowed.py:
+                                         # size, integer, number, flag, one_of), checked whenever one
+                                         # is rebuilt from a dict (a cache entry, a JSON)
 
     def problem_for(spec: OpSpec) -> Problem | str          # the problem, or why not served
     def supports(problem: Problem) -> str | None            # None, or the reason it cannot serve
