@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inductor_ext.kernels import matmul, mx, norms, scaled_gemm  # noqa: E402
+from inductor_ext.kernels import matmul, mx, norms, scaled_gemm, softmax as softmax_ref  # noqa: E402
 from inductor_ext.kernels.nvfp4 import to_blocked  # noqa: E402
 
 GEMM_SHAPES = [(16, 16, 32), (1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (4096, 4096, 4096),
@@ -207,7 +207,7 @@ def norm_cases(dev: str, device: bool) -> list[dict]:
                          lambda: torch.nn.functional.rms_norm(x, (n,), w, 1e-6), device))
         ps = softmax.SoftmaxProblem(rows_, n, "bfloat16")
         rows.append(_row(softmax.FAMILY, f"{rows_}x{n}", c, softmax.call(ps, c, "gfx950", x).cpu(),
-                         norms.softmax_reference(x.cpu()), 2e-2, lambda: softmax.call(ps, c, "gfx950", x),
+                         softmax_ref.softmax_reference(x.cpu()), 2e-2, lambda: softmax.call(ps, c, "gfx950", x),
                          lambda: torch.softmax(x, -1), device))
     return rows
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inductor_ext.kernels.gemm import gemm_reference  # noqa: E402
+from inductor_ext.kernels.matmul import mm_reference  # noqa: E402
 from inductor_ext.templates.sycl import gemm as sycl_gemm  # noqa: E402
 
 
@@ -126,7 +126,7 @@ def bench_gemm(device: str, dtype: torch.dtype, shapes: list[tuple[int, int, int
     for m, n, k in shapes:
         torch.manual_seed(0)
         a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
-        want = gemm_reference(a.cpu(), b.cpu()).to(device)
+        want = mm_reference(a.cpu(), b.cpu()).to(device)
         base = {"kernel": "mm", "shape": [m, n, k], "dtype": dname}
         rows.append({**base, "arm": "aten", "max_abs_err": max_err(a @ b, want),
                      **timed(lambda: a @ b, device, reps, inner)})

@@ -20,7 +20,8 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from inductor_ext.kernels.norms import rms_norm_reference, softmax_reference  # noqa: E402
+from inductor_ext.kernels.norms import rms_norm_reference  # noqa: E402
+from inductor_ext.kernels.softmax import softmax_reference  # noqa: E402
 from inductor_ext.templates.family import OpSpec, TensorSpec  # noqa: E402
 from inductor_ext.templates.helion import rmsnorm, softmax  # noqa: E402
 from inductor_ext.testing import golden, isa  # noqa: E402

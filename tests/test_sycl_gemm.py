@@ -5,7 +5,7 @@
   ``EXPECTTEST_ACCEPT=1 pytest tests/test_sycl_gemm.py``);
 - C CPU-executed (``-m sycl``): the kernels rendered for xpu, built by Intel's run-time compiler
   and run on its OpenCL CPU device through ``call()``, against the plain-torch reference
-  (kernels/gemm.py); the SPIR-V ``inductor-ext asm`` shows. Each tiled kernel costs seconds to
+  (kernels/matmul.py); the SPIR-V ``inductor-ext asm`` shows. Each tiled kernel costs seconds to
   compile for the CPU device, so every config runs in fp32 and the 16-bit dtypes run the gemv and
   the 16-row tile of an addmm (the dtype only changes loads and stores; those are the kernels
   tests/test_sycl_backend.py builds too, shared in one process), all built in one compiler run.
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from inductor_ext.cli import asm, main
-from inductor_ext.kernels.gemm import gemm_reference
+from inductor_ext.kernels.matmul import mm_reference
 from inductor_ext.runtime import sycl, toolchain
 from inductor_ext.templates import registry
 from inductor_ext.templates.family import OpSpec, TensorSpec
@@ -162,7 +162,7 @@ def built() -> list[sycl.BuildRecord]:
 def _check(problem: GemmProblem, config: GemmConfig, *tensors: torch.Tensor) -> None:
     out = gemm.call(problem, config, "xpu", *tensors)
     bias, a, b = tensors if problem.bias else (None, *tensors)
-    expected = gemm_reference(a, b, bias, problem.alpha, problem.beta)
+    expected = mm_reference(a, b, bias, alpha=problem.alpha, beta=problem.beta)
     rtol, atol = TOLERANCE[problem.dtype]
     torch.testing.assert_close(out, expected, rtol=rtol, atol=atol, msg=lambda m: f"{problem} {config.name()}: {m}")
 

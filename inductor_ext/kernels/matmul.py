@@ -10,7 +10,10 @@ from torch import Tensor
 def mm_reference(a: Tensor, b: Tensor, bias: Tensor | None = None, *, alpha: float = 1.0, beta: float = 1.0,
                  out_dtype: torch.dtype | None = None) -> Tensor:
     """``a @ b`` (or addmm's ``beta * bias + alpha * a @ b``) in fp32, rounded once to ``out_dtype``
-    (default a's dtype)."""
+    (default a's dtype). The one dense GEMM reference: every GEMM template (Triton, FlyDSL, SYCL, Metal)
+    is compared with it. ``alpha``/``beta`` apply with a bias only, as in addmm (mm has neither)."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"mm_reference needs a [M, K] and b [K, N]; got {tuple(a.shape)} and {tuple(b.shape)}")
     out = a.float() @ b.float()
     if bias is not None:
         out = alpha * out + beta * bias.float()

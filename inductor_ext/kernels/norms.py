@@ -1,4 +1,5 @@
-"""Reference RMSNorm and softmax in plain torch: fp32 math, one rounding to the input dtype."""
+"""Reference RMSNorm in plain torch: fp32 math, one rounding to the input dtype (softmax's reference is
+``kernels/softmax.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,3 @@ def rms_norm_reference(x: Tensor, weight: Tensor | None = None, eps: float = 1e-
         out = out * weight.float()
     return out.to(x.dtype)
 
-
-def softmax_reference(x: Tensor, dim: int = -1) -> Tensor:
-    """Softmax over ``dim`` in fp32, rounded once to x's dtype."""
-    return torch.softmax(x.float(), dim=dim).to(x.dtype)

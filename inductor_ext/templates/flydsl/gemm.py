@@ -10,7 +10,7 @@ K-contiguous, so the MFMA operand reads are the same for every layout. Operands 
 strides, or 16-byte loads that would not be aligned, use the ``vec=1`` configs (one element per
 load). Tiles, waves, loads and stores follow :mod:`.tiling`, which the host-side model in
 ``testing/flydsl_model.py`` checks (every C element written once, K covered once, numerics
-against ``kernels.gemm``).
+against ``kernels.matmul``).
 
 Tier I (``compile_asm`` / ``isa_many``): FlyDSL compiles the kernel for both targets without a GPU (``runtime.flydsl``) and
 the tests assert the MFMA/WMMA, the 16-byte buffer loads (or the scalar loads of ``vec=1``) and
