@@ -146,9 +146,17 @@ def extern_choice(family: ModuleType, config: Any) -> ExternKernelChoice:
 
 def _call_family(family_name: str, config: dict[str, Any], *tensors: Any, problem: str, target: str) -> Any:
     """What the generated wrapper runs for a generic extern choice."""
+    rebuilt_problem, rebuilt_config = _rebuilt(family_name, problem, tuple(config.items()))
+    return registry.get(family_name).call(rebuilt_problem, rebuilt_config, target, *tensors)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rebuilt(family_name: str, problem: str, config: tuple[tuple[str, Any], ...]) -> tuple[Any, Any]:
+    """The call's problem and config, each value checked against its family's declarations
+    (templates/allowed.py: the problem is text in generated code); once per distinct call, as a
+    decode step calls the same kernels every time."""
     family = registry.get(family_name)
-    return family.call(registry.from_dict(family.Problem, json.loads(problem)),
-                       registry.from_dict(family.Config, config), target, *tensors)
+    return registry.problem_from_dict(family, json.loads(problem)), registry.config_from_dict(family, dict(config))
 
 
 def _append_extern(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:

@@ -23,8 +23,10 @@ Standard library only: this runs wherever templates run.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Mapping
 
 KEY = "allowed"  # the field metadata key holding the field's Allowed
@@ -62,9 +64,8 @@ class Allowed:
         ok = False
         if self.kind == "bool":
             ok = type(value) is bool
-        elif self.kind == "choice":
-            # by type too: True == 1 and 1.0 == 1, but neither is the string or None declared
-            ok = any(type(value) is type(v) and value == v for v in self.values)
+        elif self.kind == "choice":  # strings or None (one_of): no 1 for True, no str subclass
+            ok = (value is None or type(value) is str) and value in self.values
         elif self.kind == "int":
             ok = type(value) is int and self._in_range(value) and (not self.power_of_two or _is_pow2(value))
         elif self.kind == "float":
@@ -127,9 +128,16 @@ def one_of(values: tuple[Any, ...] | Mapping[Any, Any], default: Any = dataclass
 # ------------------------------------------------------------------------------- checking
 
 
-def declared(cls: type) -> dict[str, Allowed | None]:
+@functools.lru_cache(maxsize=None)  # an extern kernel's call rebuilds its problem and config each time
+def declared(cls: type) -> Mapping[str, Allowed | None]:
     """Field name -> its declaration (None where it has none), for dataclass ``cls``."""
-    return {f.name: f.metadata.get(KEY) for f in dataclasses.fields(cls)}
+    return MappingProxyType({f.name: f.metadata.get(KEY) for f in dataclasses.fields(cls)})
+
+
+@functools.lru_cache(maxsize=None)
+def _required(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
 def undeclared(cls: type) -> list[str]:
@@ -156,9 +164,10 @@ def build(cls: type, data: Any, owner: str) -> Any:
             values[name] = allowed.check(value)
         except ValueError as e:
             raise InvalidField(owner, name, value, str(e)) from None
-    for f in dataclasses.fields(cls):
-        if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise InvalidField(owner, f.name, _MISSING, rules[f.name].describe() if rules[f.name] else "nothing")
+    for name in _required(cls):
+        if name not in values:
+            rule = rules[name]
+            raise InvalidField(owner, name, _MISSING, rule.describe() if rule is not None else "nothing")
     return cls(**values)
 
 

@@ -134,6 +134,7 @@ def problem_from_dict(module: ModuleType, data: dict[str, Any]) -> Any:
     return from_dict(module.Problem, data, f"{module.FAMILY} Problem")
 
 
+@functools.lru_cache(maxsize=None)
 def _owner(cls: type) -> str:
     """``"triton.gemm/triton.tdm_gemm Config"``: the families using ``cls``, for messages."""
     for part in ("Problem", "Config"):
