@@ -131,7 +131,9 @@ class ExtChoices(InductorChoices):
         if not prepared:
             return self._only(choices, decision, choices[0], decision.reason)
         decision.key = self._key(op_name, kernel_inputs)
-        cached = cache_for(self.config).get(decision.key)
+        # force_template picks the family whenever it compiles, whatever won before: a cached
+        # winner (ATen, or another family) must not stand in for benchmarking it
+        cached = None if forced_templates(self.config) else cache_for(self.config).get(decision.key)
         if cached is not None:
             return self._from_cache(cached, choices, prepared, decision)
         if self.config.autotune == "cache-only":
