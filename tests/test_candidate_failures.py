@@ -120,3 +120,27 @@ def test_guard_turns_a_build_failure_into_a_failed_choice_and_a_run_failure_into
     assert bad_build.failed and why == ["failed to build: TypeError: no such intrinsic"]
     bad_run = candidate_guard.guard(_Choice(False, True), why.append)
     assert bad_run.benchmark(out=None) == float("inf") and why[-1] == "failed while benchmarked: ValueError: launch failed"
+
+
+def test_force_template_is_not_overridden_by_a_cached_winner(monkeypatch, tmp_path):
+    """force_template picks the family whenever it compiles: an autotune cache whose entry says
+    ATen won (as it does after a plain autotuned compile of the same GEMM) must not stand in."""
+    import _fake_extern_family as fake
+
+    families = {**registry.families(), fake.FAMILY: fake}
+    monkeypatch.setattr(registry, "families", lambda: families)
+    torch.manual_seed(0)
+    layer, x = torch.nn.Linear(24, 16), torch.randn(8, 24)
+    options = {"templates": [fake.FAMILY], "autotune": "quick", "autotune_cache": str(tmp_path / "cache.db"),
+               "inductor": {"fx_graph_cache": False}}
+    winners = []
+    for extra in ({"template_margin": 1e6}, {"force_template": fake.FAMILY}):  # ATen wins and is cached; then forced
+        torch._dynamo.reset()
+        first = len(ext_choices.decisions)
+        with torch.no_grad():
+            got = torch.compile(layer, backend="ext", options={**options, **extra})(x)
+            torch.testing.assert_close(got, layer(x), rtol=1.3e-6, atol=1e-5)
+        (decision,) = ext_choices.decisions[first:]
+        winners.append((decision.winner, decision.reason))
+    assert winners[0] == ("addmm", "template within margin 100000000% of ATen")
+    assert winners[1][0].startswith("ext_fake_mm_") and winners[1][1] == f"force_template={fake.FAMILY}"
