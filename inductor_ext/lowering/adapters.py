@@ -28,8 +28,10 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from torch._inductor import ir
 from torch._inductor.kernel.mm_common import mm_grid
 from torch._inductor.select_algorithm import ExternKernelChoice, TritonTemplate
+from torch._inductor.virtualized import V
 
 from inductor_ext.lowering import cpp_gemm, pdl_consumers, subgraph
 from inductor_ext.lowering.op_specs import op_inputs
@@ -52,13 +54,25 @@ def prepare(family: ModuleType, kernel_inputs: Any, op: str) -> Prepared | str:
     reason = family.supports(problem)
     if reason:
         return reason
-    extra = inputs.triton_extra if family.CHOICE_KIND == "triton_template" else {}
-    prepared = Prepared(problem, inputs.nodes, inputs.layout, extra)
+    nodes, extra = inputs.nodes, {}
+    if family.CHOICE_KIND == "triton_template":
+        nodes, extra = _pointers(nodes), inputs.triton_extra
+    prepared = Prepared(problem, nodes, inputs.layout, extra)
     if family.CHOICE_KIND == "inductor_template":
         reason = inductor_glue(family).unusable(prepared)
         if reason is not None:
             return reason
     return prepared
+
+
+def _pointers(nodes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``nodes``, with each 0-d CPU graph input replaced by a copy. Inductor passes such an input
+    to Triton kernels as a Python scalar (its rule for unspecialized scalars, and under
+    ``interpret`` every input is a CPU tensor: a tensor-wise scale, nvfp4's alpha), which a
+    template loads from as a pointer; a copy is a buffer like any other. ATen's choices keep
+    the input as it is; an unused copy is dropped by Inductor's scheduler."""
+    return tuple(ir.ExternKernel.copy_input(n) if n is not None and not n.get_size()
+                 and V.graph.is_unspec_arg(n.get_name()) else n for n in nodes)
 
 
 def config_refusal(family: ModuleType, problem: Any, config: Any, target: str) -> str | None:

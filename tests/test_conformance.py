@@ -1,0 +1,420 @@
+"""Conformance grid, generated from the registry: every preset whose template families can run on
+CPU tensors (a ``CPU_EXECUTOR`` under ``interpret``, or ``RUNS_ON_CPU``) x every op those families
+claim x, per family, one shape it accepts and one it refuses.
+
+A case is drawn by hypothesis from one shape grid per op (decode M 1..4, prefill M 17/64/129, K
+not a multiple of any tile, with and without bias, fp32/bf16/fp16 (fp64 for a dtype no GEMM
+family takes), contiguous, sliced, transposed and 3-D inputs) until the family's own
+``problem_for``/``supports`` says it accepts (or refuses) the op's inputs as eager sees them. The
+case is then compiled through ``backend="ext"`` autotuned with the preset's families, where the
+family must be offered (or not offered, with its reason in one log line), and, when accepted, once
+more with ``force_template`` for it, so that the template itself runs; every compiled result
+equals eager within a tolerance tied to its dtype.
+
+Presets, families and ops come from the registry: a new family or op joins with no edit here
+except, for a new op, one builder in ``BUILDERS`` (an op without one fails loudly). Each test
+draws ``INDUCTOR_EXT_CONFORMANCE_EXAMPLES`` cases (default 1); derandomized, so a run is repeatable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import strategies as st
+
+from inductor_ext import targets
+from inductor_ext.kernels import decode_attention_ops, norm_ops, nvfp4, nvfp4_ops, softmax_ops, topk_ops  # noqa: F401
+from inductor_ext.lowering import ext_choices
+from inductor_ext.templates import registry
+from inductor_ext.templates.family import OpSpec, TensorSpec
+
+pytestmark = pytest.mark.conformance
+
+_COUNT = itertools.count()  # a fresh autotune cache per compile: every compile benchmarks
+EXAMPLES = int(os.environ.get("INDUCTOR_EXT_CONFORMANCE_EXAMPLES", "1"))
+FP4 = torch.float4_e2m1fn_x2
+
+# Tolerances of a compiled result against eager in its dtype: one rounding of the output plus a
+# different summation order (inputs are scaled so outputs are O(1)); tight enough that a
+# template computing in a narrower dtype than asked fails (bf16 for fp32 is off by ~4e-3).
+TOLERANCES = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-9, atol=1e-9),
+              torch.float16: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+              torch.int64: dict(rtol=0, atol=0)}
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+def cpu_executable(family: Any) -> bool:
+    """Whether a family's kernels run on CPU tensors here (natively or in an executor)."""
+    return bool(getattr(family, "RUNS_ON_CPU", False) or getattr(family, "CPU_EXECUTOR", None))
+
+
+def grid() -> list[tuple[str, str, str]]:
+    """(preset, op, family) for every preset, every CPU-executable family it enables, every op
+    that family claims."""
+    cases = []
+    for preset, data in sorted(targets.presets().items()):
+        for name in data["templates"]:
+            family = registry.get(name)
+            if cpu_executable(family) and data["target"] in family.TARGETS:
+                cases += [(preset, op, name) for op in family.OPS]
+    return sorted(cases)
+
+
+GRID = grid()
+
+
+# --------------------------------------------------------------------------- cases and builders
+
+
+@dataclass(frozen=True)
+class Case:
+    """One drawn shape; each op's builder reads the fields it needs."""
+
+    m: int  # rows (GEMM M, softmax/norm/topk rows, attention batch)
+    n: int
+    k: int
+    dtype: torch.dtype
+    layout: str  # "contiguous", "sliced" (rows with padding), "transposed", "3d"
+    bias: bool
+    variant: int  # an op's own choice (scaling, out dtype, query tokens, ...)
+
+
+@dataclass
+class Built:
+    """A callable with its inputs, the eager result to match, and the op's inputs as the lowering
+    will describe them (to ask a family beforehand whether it accepts them)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    want: Any
+    spec: OpSpec
+    compare: Callable[[Any, Any], None] | None = None  # default: allclose by the output dtype
+
+
+def _tensor_spec(t: torch.Tensor, constant: bool = False) -> TensorSpec:
+    return TensorSpec(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."), constant)
+
+
+def _spec(op: str, inputs: tuple[torch.Tensor | None, ...], out: torch.Tensor, scalars: dict[str, Any],
+          constants: tuple[int, ...] = ()) -> OpSpec:
+    return OpSpec(op, tuple(None if t is None else _tensor_spec(t, i in constants) for i, t in enumerate(inputs)),
+                  _tensor_spec(out.contiguous()), scalars, "cpu")
+
+
+def _rows(case: Case, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """An [M, K] input in the case's layout ("3d": [1, M, K])."""
+    if case.layout == "sliced":
+        return torch.randn(case.m, k + 8).to(dtype)[:, :k]
+    if case.layout == "transposed":
+        return torch.randn(k, case.m).to(dtype).t()
+    if case.layout == "3d":
+        return torch.randn(1, case.m, k).to(dtype)
+    return torch.randn(case.m, k).to(dtype)
+
+
+def _linear(op: str, case: Case, freezing: bool) -> Built:
+    """nn.Linear: mm without a bias, addmm with one (a 3-D input is viewed as [M, K])."""
+    layer = torch.nn.Linear(case.k, case.n, bias=op == "addmm").to(case.dtype)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(case.n, case.k) / case.k**0.5)
+    x = _rows(case, case.k, case.dtype)
+    with torch.no_grad():
+        want = layer(x)
+    x2 = x.reshape(-1, case.k) if x.dim() == 3 else x
+    b = layer.weight.t()
+    inputs = (layer.bias, x2, b) if op == "addmm" else (x2, b)
+    scalars = {"alpha": 1, "beta": 1} if op == "addmm" else {}
+    constants = (0, 2) if op == "addmm" else (1,)
+    return Built(layer, (x,), want, _spec(op, inputs, want.reshape(-1, case.n), scalars,
+                                          constants if freezing else ()))
+
+
+def _bmm(case: Case, freezing: bool) -> Built:
+    a = torch.randn(2, case.m, case.k).to(case.dtype)
+    b = (torch.randn(2, case.n, case.k) / case.k**0.5).to(case.dtype).transpose(1, 2)
+    if case.layout == "transposed":
+        a = torch.randn(2, case.k, case.m).to(case.dtype).transpose(1, 2)
+    elif case.layout != "3d":
+        b = b.contiguous()
+    want = torch.bmm(a, b)
+    return Built(torch.bmm, (a, b), want, _spec("bmm", (a, b), want, {}))
+
+
+_OUT = (torch.bfloat16, torch.float32, torch.float16)
+
+
+def _scaled_mm(case: Case, freezing: bool) -> Built:
+    """torch._scaled_mm, fp8 e4m3: tensor-wise or row-wise scales (variant), out dtype case.dtype."""
+    out = case.dtype
+    a = (torch.randn(case.m, case.k) * 2).to(torch.float8_e4m3fn)
+    if case.layout == "sliced":
+        a = (torch.randn(case.m, case.k + 16) * 2).to(torch.float8_e4m3fn)[:, :case.k]
+    b = (torch.randn(case.n, case.k) * 2).to(torch.float8_e4m3fn).t()
+    if case.variant % 2:
+        sa, sb = torch.rand(case.m, 1) + 0.5, torch.rand(1, case.n) + 0.5
+    else:
+        sa, sb = torch.tensor(0.75), torch.tensor(1.25)
+    sa = sa / case.k**0.5  # outputs O(1)
+    bias = torch.randn(case.n).to(out) if case.bias else None
+
+    def fn(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, bias: torch.Tensor | None):
+        return torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out)
+
+    want = fn(a, b, sa, sb, bias)
+    return Built(fn, (a, b, sa, sb, bias), want, _spec("scaled_mm", (a, b, sa, sb, bias, None), want,
+                                                        {"out_dtype": str(out).removeprefix("torch.")}))
+
+
+def _nvfp4_gemm(case: Case, freezing: bool) -> Built:
+    """inductor_ext::nvfp4_gemm (what the nvfp4_alpha_fold pass makes), out dtype case.dtype; K in
+    whole 16-element scale blocks (the op's reference math takes no partial block), and alpha a
+    0-d input (a static scale)."""
+    k = -(-case.k // 16) * 16
+    x, w = torch.randn(case.m, k), torch.randn(case.n, k) / k**0.5
+    qa, qb = nvfp4.quantize_nvfp4(x), nvfp4.quantize_nvfp4(w)
+    a, b = qa.qdata.view(FP4), qb.qdata.view(FP4).t()
+    sa, sb = nvfp4.to_blocked(qa.scales), nvfp4.to_blocked(qb.scales)
+    alpha = (qa.global_scale * qb.global_scale).float()
+    bias = torch.randn(case.n).to(case.dtype) if case.bias else None
+    activation = ("none", "relu", "silu")[case.variant % 3]
+    args = (a, b, sa, sb, alpha, bias, activation, case.dtype, torch.float32)
+    want = nvfp4_ops.reference(*args)
+    return Built(torch.ops.inductor_ext.nvfp4_gemm, args, want, _spec(
+        "nvfp4_gemm", (a, b, sa, sb, alpha, bias), want,
+        {"activation": activation, "out_dtype": str(case.dtype).removeprefix("torch.")}))
+
+
+def _grouped_mm(case: Case, freezing: bool) -> Built:
+    """torch._grouped_mm: [rows, K] x [G, K, N] (w.transpose(-2, -1)) with offs, one group empty."""
+    a = _rows(replace(case, layout="sliced" if case.layout == "sliced" else "contiguous"), case.k, case.dtype)
+    w = (torch.randn(3, case.n, case.k) / case.k**0.5).to(case.dtype)
+    b = w.transpose(-2, -1)
+    if case.layout == "transposed":
+        b = b.contiguous()
+    cut = case.m // 2
+    offs = torch.tensor([cut, cut, case.m], dtype=torch.int32)
+    ref = torch.cat([a[lo:hi].float() @ b[g].float() for g, (lo, hi) in
+                     enumerate(zip([0, cut, cut], [cut, cut, case.m]))]).to(case.dtype)
+    return Built(lambda a, b, offs: torch._grouped_mm(a, b, offs=offs), (a, b, offs), ref,
+                 _spec("grouped_mm", (a, b, offs, None), ref, {"out_dtype": str(case.dtype).removeprefix("torch.")}))
+
+
+def _last_dim_input(case: Case, n: int) -> torch.Tensor:
+    x = torch.randn(case.m, n) * 3
+    if case.layout == "sliced":
+        x = (torch.randn(case.m, n + 8) * 3)[:, :n]
+    elif case.layout == "3d":
+        x = torch.randn(1, case.m, n) * 3
+    return x.to(case.dtype)
+
+
+def _softmax(case: Case, freezing: bool) -> Built:
+    """inductor_ext::softmax over the last dimension (what vocab_softmax makes), rows of 64..4096."""
+    n = (64, 1536, 4099)[case.variant % 3]
+    x = _last_dim_input(case, n)
+    out = torch.float32 if case.bias else None  # the .float() upcast folded in, or not
+    want = torch.softmax(x, -1, dtype=out)
+    return Built(torch.ops.inductor_ext.softmax, (x, -1, out), want, _spec(
+        "softmax", (x,), want, {"dim": -1, "out_dtype": str(want.dtype).removeprefix("torch.")}))
+
+
+def _rms_norm(case: Case, freezing: bool) -> Built:
+    x = _last_dim_input(case, case.n)
+    w = torch.randn(case.n).to(case.dtype) if case.bias else None
+    eps = norm_ops.default_eps(case.dtype)
+    want = torch.rms_norm(x, [case.n], w, eps)
+    return Built(torch.ops.inductor_ext.rms_norm, (x, w, [case.n], eps), want, _spec(
+        "rms_norm", (x, w), want, {"normalized_shape": [case.n], "eps": eps}))
+
+
+def _topk(case: Case, freezing: bool) -> Built:
+    """inductor_ext::topk_indices over the last dimension; compared by the values they select."""
+    n = case.n * 4
+    x = _last_dim_input(case, n)
+    k = (1, 8, 65)[case.variant % 3] if n >= 65 else min(8, n)
+    want = torch.topk(x, k, -1).indices
+
+    def compare(got: torch.Tensor, want: torch.Tensor) -> None:
+        # equal values may come in another order (ext's rule: lowest index first)
+        torch.testing.assert_close(torch.gather(x, -1, got), torch.gather(x, -1, want), rtol=0, atol=0)
+
+    return Built(torch.ops.inductor_ext.topk_indices, (x, k, -1, True, True), want, _spec(
+        "topk", (x,), want, {"k": k, "dim": -1, "largest": True, "sorted": True}), compare=compare)
+
+
+def _decode_attention(case: Case, freezing: bool) -> Built:
+    """inductor_ext::decode_attention: batch M, 4 query heads over 2 key/value heads, one query
+    token (two in variant 2: not decode), K cached tokens, head dim 16."""
+    tokens = 2 if case.variant % 3 == 2 else 1
+    q = torch.randn(case.m, 4, tokens, 16).to(case.dtype)
+    k, v = (torch.randn(case.m, 2, case.k, 16).to(case.dtype) for _ in range(2))
+    want = decode_attention_ops.decode_attention(q, k, v, 0.25)
+    return Built(torch.ops.inductor_ext.decode_attention, (q, k, v, 0.25), want, _spec(
+        "decode_attention", (q, k, v), want, {"scale": 0.25}))
+
+
+# Op name (templates' OPS, lowering/op_specs.py) -> how to build one case of it.
+BUILDERS: dict[str, Callable[[Case, bool], Built]] = {
+    "mm": lambda case, freezing: _linear("mm", case, freezing),
+    "addmm": lambda case, freezing: _linear("addmm", case, freezing),
+    "bmm": _bmm, "scaled_mm": _scaled_mm, "nvfp4_gemm": _nvfp4_gemm, "grouped_mm": _grouped_mm,
+    "softmax": _softmax, "rms_norm": _rms_norm, "topk": _topk, "decode_attention": _decode_attention,
+}
+
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+# Per op: the dtypes drawn (GEMMs also fp64, which no GEMM family takes; the out dtype of the
+# scaled GEMMs).
+_DTYPES = {op: _FLOATS + (torch.float64,) for op in ("mm", "addmm", "bmm", "scaled_mm", "nvfp4_gemm")}
+
+
+@st.composite
+def cases(draw: Any, op: str) -> Case:
+    return Case(
+        m=draw(st.sampled_from((1, 2, 3, 4, 17, 64, 129))),
+        n=draw(st.sampled_from((24, 40, 8))),
+        k=draw(st.sampled_from((64, 37, 48, 16))),
+        dtype=draw(st.sampled_from(_DTYPES.get(op, _FLOATS))),
+        layout=draw(st.sampled_from(("contiguous", "3d", "sliced", "transposed"))),
+        bias=op == "addmm" if op in ("mm", "addmm") else draw(st.booleans()),
+        variant=draw(st.integers(0, 5)),
+    )
+
+
+def refusal(family: Any, spec: OpSpec) -> str | None:
+    """The family's own reason to refuse ``spec`` (problem_for, then supports), else None."""
+    problem = family.problem_for(spec)
+    return problem if isinstance(problem, str) else family.supports(problem)
+
+
+# --------------------------------------------------------------------------- compiling
+
+
+@contextlib.contextmanager
+def ext_log_lines() -> Iterator[list[str]]:
+    """Messages of the "inductor_ext" loggers at INFO and above (they do not reach caplog)."""
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("inductor_ext")
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.setLevel(old)
+        logger.removeHandler(handler)
+
+
+@dataclass
+class Compiled:
+    got: Any
+    decisions: list[ext_choices.Decision]
+    lines: list[str]
+
+
+def compile_and_run(built: Built, options: dict[str, Any], cache: str) -> Compiled:
+    torch._dynamo.reset()
+    options = {**options, "interpret": True, "autotune_cache": cache, "inductor": {"fx_graph_cache": False}}
+    first = len(ext_choices.decisions)
+    with ext_log_lines() as lines, torch.no_grad():
+        got = torch.compile(built.fn, backend="ext", options=options)(*built.args)
+    torch._dynamo.reset()
+    return Compiled(got, ext_choices.decisions[first:], lines)
+
+
+def check_numbers(built: Built, got: Any, what: str) -> None:
+    if built.compare is not None:
+        built.compare(got, built.want)
+        return
+    assert got.dtype == built.want.dtype, f"{what}: dtype {got.dtype}, eager {built.want.dtype}"
+    torch.testing.assert_close(got, built.want, **TOLERANCES[built.want.dtype], msg=lambda m: f"{what}: {m}")
+
+
+def family_candidates(decision: ext_choices.Decision, family: str) -> list[dict[str, Any]]:
+    return [c for c in decision.candidates if c["family"] == family]
+
+
+# --------------------------------------------------------------------------- the tests
+
+
+def test_every_op_a_family_claims_has_a_builder():
+    """A new op must come with its builder here: a grid that silently skipped it would prove nothing."""
+    missing = sorted({op for _, op, _ in GRID} - set(BUILDERS))
+    assert not missing, f"no conformance builder for op(s) {missing}: add one to BUILDERS in {__file__}"
+
+
+def test_the_grid_covers_every_preset_with_a_cpu_executor():
+    presets = {preset for preset, _, _ in GRID}
+    expected = {p for p, data in targets.presets().items()
+                if any(cpu_executable(registry.get(f)) and data["target"] in registry.get(f).TARGETS
+                       for f in data["templates"])}
+    assert presets == expected and {"cpu", "hopper", "blackwell", "gfx1250", "mps", "xpu"} <= presets
+
+
+@pytest.mark.parametrize("want", ["accepted", "refused"])
+@pytest.mark.parametrize("preset, op, family_name", GRID, ids=["-".join(c) for c in GRID])
+@settings(derandomize=True, max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
+          report_multiple_bugs=False,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow,
+                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_conformance(preset: str, op: str, family_name: str, want: str, data: Any, tmp_path: Any) -> None:
+    builder = BUILDERS.get(op)
+    assert builder is not None, f"no conformance builder for op {op!r}: add one to BUILDERS"
+    family = registry.get(family_name)
+    missing = getattr(family, "missing", lambda: None)()
+    if want == "accepted" and missing:
+        pytest.skip(f"{family_name} cannot run on this machine: {missing}")
+    freezing = bool(targets.presets()[preset].get("freezing", False))
+    case = data.draw(cases(op), label="case")
+    torch.manual_seed(0)
+    try:
+        built = builder(case, freezing)
+    except (RuntimeError, NotImplementedError) as e:  # eager has no kernel for this combination
+        assume(False)
+        raise AssertionError from e
+    reason = refusal(family, built.spec)
+    assume((reason is None) == (want == "accepted"))
+
+    # autotuned, with the preset's families
+    cache = str(tmp_path / f"autotune-{next(_COUNT)}.db")  # fresh: the first compile benchmarks
+    run = compile_and_run(built, {"preset": preset}, cache)
+    what = f"{preset} {op} {case} autotuned"
+    check_numbers(built, run.got, what)
+    decisions = [d for d in run.decisions if d.op == op]
+    # Inductor decomposes some shapes before lowering (a CPU bmm or mm with one row becomes a
+    # pointwise product and a sum): no family is asked, so the case says nothing here
+    assume(decisions)
+    offered = any(family_candidates(d, family_name) for d in decisions)
+    refused_lines = [line for line in run.lines if line.startswith(f"ext: {family_name} not offered for ")]
+    if want == "refused":
+        assert not offered, f"{what}: {family_name} was offered though it refuses: {reason}"
+        assert len(refused_lines) == len(decisions), (
+            f"{what}: expected one 'ext: {family_name} not offered' line per {op}, got {refused_lines}")
+        assert all(line.endswith("ATen serves it") for line in refused_lines)
+        return
+    assert offered and not refused_lines, f"{what}: {family_name} accepts but was not offered: {refused_lines}"
+    dropped = [line for line in run.lines if line.startswith(f"ext: dropped {family_name} ")]
+    assert not dropped, f"{what}: candidates of {family_name} failed: {dropped}"
+
+    # forced, as a user debugging it would (same cache, which now holds the autotuned winner):
+    # the template itself runs
+    forced = compile_and_run(built, {"preset": preset, "force_template": family_name}, cache)
+    what = f"{preset} {op} {case} force_template={family_name}"
+    dropped = [line for line in forced.lines if line.startswith(f"ext: dropped {family_name} ")]
+    assert not dropped, f"{what}: candidates of {family_name} failed: {dropped}"
+    for d in (d for d in forced.decisions if d.op == op):
+        assert d.reason == f"force_template={family_name}", f"{what}: {d.winner} won ({d.reason})"
+    check_numbers(built, forced.got, what)
