@@ -1,8 +1,10 @@
-"""The collective check (comms_passes/collective_check), in one process on the fake process group.
+"""The collective check (comms_passes/collective_check), in one process on the fake process group,
+and on 2 gloo ranks with hand-made descriptions that differ in one field of the key each, or in
+order, count or group (``dist``, ``_gloo_mismatch_worker.py``).
 
-Its two-rank behaviour (a graph made to differ by rank raises on both ranks, naming the first
-differing collective, instead of hanging; flight-recorder entries get FX nodes and source lines)
-is tested on 2 gloo ranks in tests/test_comms.py (``dist``).
+Its two-rank behaviour on compiled graphs (a graph made to differ by rank raises on both ranks,
+naming the first differing collective, instead of hanging; flight-recorder entries get FX nodes
+and source lines) is tested on 2 gloo ranks in tests/test_comms.py (``dist``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
+from _gloo_mismatch_worker import FIELD_CHANGES, mismatch_worker
+from _gloo_ranks import run_ranks
 from inductor_ext import presets
 from inductor_ext.config import ExtOptionError
 from inductor_ext.comms_passes.collective_check import agree, flight_recorder
@@ -202,3 +206,61 @@ def test_flight_recorder_entries_get_node_and_source(tmp_path):
     finally:
         agree._code_files.pop(str(code), None)
         flight_recorder._collective_lines.cache_clear()
+
+
+# ----------------------------------------------------------------------------------------------
+# Two gloo ranks whose descriptions differ in one thing: each field of the key, the order, the
+# count, the group. Hand-made descriptions through the check's run-time side (agree.verify), so
+# the only cost is two processes and a few 16-byte all-gathers. (A graph made to differ by rank,
+# compiled, is test_comms's ``test_collective_check_names_the_first_differing_collective``.)
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mismatched_ranks(tmp_path_factory):
+    return run_ranks(mismatch_worker, tmp_path_factory.mktemp("gloo_mismatch"), deadline_s=240)
+
+
+def _error(ranks: list, case: str, first: int) -> list[str]:
+    """Both ranks' errors for ``case``: a mismatch found at once (not the timeout), naming
+    collective #first and this rank."""
+    errors = []
+    for rank, r in enumerate(ranks):
+        got = r[case]
+        err = got["error"]
+        assert err is not None, f"rank {rank}: case {case!r} went undetected (its ranks would hang or exchange wrong data)"
+        assert err.startswith("CollectiveMismatchError") and f"collective #{first} on this group" in err, err
+        assert f"graph of case {case} on group rank {rank}" in err and got["seconds"] < 15, (err, got["seconds"])
+        errors.append(err)
+    return errors
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("field", FIELD_CHANGES)
+def test_each_field_of_the_key_is_agreed_on_by_two_gloo_ranks(mismatched_ranks, field):
+    for err in _error(mismatched_ranks, field, 1):
+        (differ,) = re.findall(r"they differ in (.*)", err)
+        assert differ.startswith(f"{field} (") and differ.count(" vs ") == 1, differ  # that field only
+        assert "model.py:8: y = self.b(h)" in err  # where it came from, on each side
+
+
+@pytest.mark.dist
+def test_a_dtype_only_mismatch_names_both_dtypes(mismatched_ranks):
+    """fp32 on one rank, bf16 on the other, same shapes: the case that removing the dtypes from
+    the key would let hang."""
+    for err in _error(mismatched_ranks, "dtypes", 1):
+        assert "rank 0: reduce_scatter reduce_op=sum of float32[8, 8] -> [4, 8] over 2 ranks" in err
+        assert "rank 1: reduce_scatter reduce_op=sum of bfloat16[8, 8] -> [4, 8] over 2 ranks" in err
+        assert "they differ in dtypes (('float32',) vs ('bfloat16',))" in err
+
+
+@pytest.mark.dist
+def test_order_count_and_group_of_the_collectives_are_agreed_on(mismatched_ranks):
+    assert all(r["groups_sorted"] for r in mismatched_ranks)  # else "group" would wait for the timeout
+    for err in _error(mismatched_ranks, "order", 0):  # the same collectives, swapped
+        assert "rank 0: all_gather of float32[4, 8]" in err and "rank 1: reduce_scatter" in err
+    for err in _error(mismatched_ranks, "count", 2):
+        assert "rank 1: nothing (its graph ends after 2 collectives)" in err
+    for err in _error(mismatched_ranks, "group", 1):  # on the shared group, rank 1 skips the reduce-scatter
+        assert "rank 0: reduce_scatter" in err and "rank 1: all_reduce" in err
+    for r in mismatched_ranks:
+        assert r["agree"]["error"] is None  # equal sequences pass

@@ -152,6 +152,8 @@ def mismatch_report(group: str, graphs: list[GraphCollectives], me: int, ranks: 
                 lines.append(f"  rank {who}: {c.what()}\n      {c.where()}")
             else:
                 lines.append(f"  rank {who}: nothing (its graph ends after {len(s)} collectives)")
+        if i < len(ref) and i < len(seq):  # what() leaves some fields out (the op overload)
+            lines.append(f"  they differ in {', '.join(ref[i].differences(seq[i]))}")
     lines.append('The check runs at the first call of each compiled graph; options={"collective_check": False} '
                  "turns it off.")
     return "\n".join(lines)

@@ -22,12 +22,18 @@ from torch.utils._pytree import tree_flatten
 
 from inductor_ext.comms_passes.cost_model import collective_info, unwrap_control_deps
 
-__all__ = ["Collective", "GraphCollectives", "describe_graph", "first_difference", "user_frame"]
+__all__ = ["KEY_FIELDS", "Collective", "GraphCollectives", "describe_graph", "first_difference", "user_frame"]
 
 # Frames in these folders are library code, not the line a user wrote (torch's first).
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _EXT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.*)$')
+
+
+# The fields of a Collective that every rank must agree on. In a real graph some follow from
+# others (the kind from the op, the group size from the group; the digest is per group already),
+# but each is compared, so a description that differs in any one of them is a mismatch.
+KEY_FIELDS = ("kind", "op", "group", "group_size", "dtypes", "in_shapes", "out_shapes", "extra")
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,13 @@ class Collective:
     bucket_of: tuple[str, ...] = field(default=(), compare=False)  # nodes merged into this one
 
     def key(self) -> tuple:
-        return (self.kind, self.op, self.group, self.group_size, self.dtypes, self.in_shapes,
-                self.out_shapes, self.extra)
+        """What two ranks must agree on (the digest hashes it): every field of ``KEY_FIELDS``."""
+        return tuple(getattr(self, name) for name in KEY_FIELDS)
+
+    def differences(self, other: "Collective") -> list[str]:
+        """The fields of the key in which ``other`` differs, each with both values."""
+        return [f"{name} ({getattr(self, name)!r} vs {getattr(other, name)!r})" for name in KEY_FIELDS
+                if getattr(self, name) != getattr(other, name)]
 
     def what(self) -> str:
         ins = ", ".join(f"{d}{s}" for d, s in zip(self.dtypes, self.in_shapes))
