@@ -68,6 +68,19 @@ def test_only_inference_weights_compile_without_freezing():
     assert not isinstance(run, frozen_params.FrozenGraph)  # nothing to watch
 
 
+def test_an_inference_tensor_in_place_of_a_frozen_weight_counts_as_changed():
+    """Weights reloaded under inference mode into a model compiled before: the frozen weight is
+    gone, so the graph is recompiled without freezing (not a crash reading a version)."""
+    x, w = torch.randn(2, 3), _static(torch.randn(3, 4))
+    compiles = []
+    run = frozen_params.compile_frozen(torch.fx.symbolic_trace(lambda x, w: x @ w), [x, w], _recording(compiles))
+    run(x, w)
+    with torch.inference_mode():
+        reloaded = _static(torch.randn(3, 4))
+    torch.testing.assert_close(run(x, reloaded), x @ reloaded)
+    assert [c[0] for c in compiles] == [True, False]
+
+
 class _Attributed(torch.nn.Module):
     """What Dynamo hands a backend when the user's Inductor config had freezing on while it traced:
     the weights are attributes of the graph."""

@@ -154,11 +154,15 @@ class FrozenGraph:
         version or storage differs from the compile's, or None."""
         pool = self._pool(args)
         tensors = self.watched(pool)
+        try:
+            versions = tuple(map(_VERSION, tensors))
+        except RuntimeError:  # an inference tensor (no version) where a watched one was: not the frozen one
+            return next(i for i, t in zip(self.watched_indices, tensors) if is_inference(t))
         # storages compared in C++ (cudagraph trees' check): half the time of a Python map
-        if tuple(map(_VERSION, tensors)) == self.versions and torch._C._tensors_data_ptrs_at_indices_equal(
+        if versions == self.versions and torch._C._tensors_data_ptrs_at_indices_equal(
                 pool, self.ptr_at, self.watched_indices):
             return None
-        now = zip(map(_VERSION, tensors), map(_DATA_PTR, tensors))
+        now = zip(versions, map(_DATA_PTR, tensors))
         return next(i for i, was, is_ in zip(self.watched_indices, zip(self.versions, self.data_ptrs), now)
                     if was != is_)
 
