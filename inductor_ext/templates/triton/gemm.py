@@ -152,6 +152,33 @@ def input_precision(problem: GemmProblem, target: str) -> str:
     return "tf32" if tf32 else "ieee"
 
 
+# What an NVIDIA kernel of this template drives instead of the target's MMA (wgmma on sm_90a,
+# tcgen05.mma on sm_100a), as Triton 3.9 compiles it (measured: tests/test_tier_i_configs.py):
+# full-fp32 ("ieee") dots have no tensor-core path and become FMAs; a tile of fewer than one
+# warpgroup's 64 rows (the decode tiles), fewer than 4 warps, or on sm_100a more than 8 warps
+# (nvMatmulHeuristics proposes 16 for prefill) runs on Ampere's mma.sync.
+TC_MIN_BLOCK_M = 64
+_TC_WARPS = {"sm_90a": (4, 8, 16, 32), "sm_100a": (4, 8)}
+_MMA_SYNC = r"mma\.sync\.aligned\.m16n8k\d+"
+_FMA = r"fma\.rn\.f32"
+
+
+def key_instructions(problem: GemmProblem, config: GemmConfig, target: str) -> list[tuple[str, str]]:
+    """(assembly stage, regex) of the instructions a kernel for ``config`` is claimed to use on
+    ``target`` (``inductor-ext asm`` shows them; tier I asserts them for every config a policy
+    offers): the target's MMA, except on NVIDIA for full-fp32 dots and tiles Triton does not put
+    on wgmma/tcgen05 (see above)."""
+    t = targets.get(target)
+    if t.asm_key is None or t.mma_instruction is None:
+        return []
+    if t.vendor == "nvidia":
+        if problem.dtype == "float32" and input_precision(problem, target) == "ieee":
+            return [(t.asm_key, _FMA)]
+        if config.block_m < TC_MIN_BLOCK_M or config.num_warps not in _TC_WARPS.get(target, (4, 8)):
+            return [(t.asm_key, _MMA_SYNC)]
+    return [(t.asm_key, t.mma_instruction)]
+
+
 def pdl_target(target: str) -> bool:
     """Targets with griddepcontrol (programmatic dependent launch), and the interpreter's, where
     ``runtime/triton_interp`` makes the gdc calls no-ops."""

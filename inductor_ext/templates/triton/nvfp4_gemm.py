@@ -115,6 +115,11 @@ def check_config(config: Nvfp4GemmConfig, target: str | None = None) -> str | No
         # one byte per two codes and whole groups of 4 scales (the 128x4 tiles of the blocked layout)
         return f"block_k={config.block_k} must be >= 64"
     if target == "sm_100a":
+        if config.num_warps not in (4, 8):
+            # measured with Triton 3.9 (tests/test_tier_i_configs.py): 16 warps (nvMatmulHeuristics
+            # proposes them for prefill) decode the codes to bf16 and run mma.sync
+            return (f"num_warps={config.num_warps}: Triton emits the native block16 MMA on sm_100a only "
+                    "with 4 or 8 warps; others fall back to bf16 emulation")
         # measured with Triton 3.9: 64 rows compile to tcgen05 kind::f16 on operands decoded to bf16
         return common.check_mma_rows(config, 128, "Triton emits the native block16 MMA on sm_100a only for >= 128, "
                                      "smaller tiles fall back to bf16 emulation")
