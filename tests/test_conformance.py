@@ -369,7 +369,8 @@ def test_the_grid_covers_every_preset_with_a_cpu_executor():
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow,
                                  HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_conformance(preset: str, op: str, family_name: str, want: str, data: Any, tmp_path: Any) -> None:
+def test_conformance(preset: str, op: str, family_name: str, want: str, data: Any, tmp_path: Any,
+                     interpreter: None) -> None:
     builder = BUILDERS.get(op)
     assert builder is not None, f"no conformance builder for op {op!r}: add one to BUILDERS"
     family = registry.get(family_name)
