@@ -24,6 +24,7 @@ import torch.fx as fx
 
 from inductor_ext import presets
 from inductor_ext.comms_passes.fsdp import overlap as fsdp_overlap
+from inductor_ext.comms_passes.fsdp import scheduling as fsdp_scheduling
 from inductor_ext.comms_passes.cost_model import (
     GPUS, AnalyticalCostModel, CostModel, collective_info, is_wait, memory_profile, simulate,
     uninitialized_reads, unwrap_control_deps, wait_collective,
@@ -179,7 +180,7 @@ def test_pin_order_keeps_the_plan_through_inductors_scheduler(graphs):
             inner = unwrap_control_deps(n)
             if collective_info(inner) is not None or is_wait(inner):
                 (anchor, *_) = n.args[0]
-                assert fsdp_overlap._kernel(unwrap_control_deps(anchor), H100, 8)
+                assert fsdp_scheduling._kernel(unwrap_control_deps(anchor), H100, 8)
         flat = strip_control_deps(pinned)  # the planned order, as the plan evaluated it
         assert simulate(list(flat.graph.nodes), H100).exposed == pytest.approx(plan.exposed_after)
     pass_ = FsdpOverlapPass(presets.resolve({"preset": "cpu"}))

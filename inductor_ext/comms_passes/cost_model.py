@@ -23,6 +23,10 @@ default ``AnalyticalCostModel`` is
 
 Determinism: every figure depends only on the graph (shapes, dtypes, order) and the datasheet,
 never on the rank, the host or timing, so every rank that evaluates the same graph agrees.
+
+It is one module of a bit over 600 lines on purpose: collective recognition, the roofline, the
+storage lifetimes and ``simulate`` are one model whose parts share their node helpers, and the
+``fsdp_overlap`` pass keys its cache on this module's source as "the cost model's code".
 """
 
 from __future__ import annotations
