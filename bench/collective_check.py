@@ -30,7 +30,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, backend: str, s
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from inductor_ext.cli.comms_report import Llama, LlamaConfig
+    from inductor_ext.models.llama import Llama, LlamaConfig
     from inductor_ext.comms_passes.collective_check import agree
     from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass
     from inductor_ext.comms_passes.fsdp.data_parallel import data_parallel

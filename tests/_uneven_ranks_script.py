@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from inductor_ext.comms_passes.fsdp import overlap as fsdp_overlap  # noqa: E402
 from inductor_ext.comms_passes.cost_model import collective_info  # noqa: E402
-from inductor_ext.cli.comms_report import fake_world  # noqa: E402
+from inductor_ext.comms_passes.capture import fake_world  # noqa: E402
 
 import test_comms  # noqa: E402
 

@@ -31,9 +31,9 @@ from inductor_ext.comms_passes.cost_model import (
 )
 from inductor_ext.comms_passes.fsdp.data_parallel import ParamGather, data_parallel, sharded_parameter_names
 from inductor_ext.comms_passes.fsdp.overlap import FsdpOverlapPass, OverlapSettings, configure, optimize
-from inductor_ext.cli.comms_report import (
-    Llama, LlamaConfig, capture_graphs, copy_graph_module, fake_world, format_table, post_grad, run_report,
-)
+from inductor_ext.cli.comms_report import format_table, run_report
+from inductor_ext.comms_passes.capture import capture_graphs, copy_graph_module, fake_world, post_grad
+from inductor_ext.models.llama import Llama, LlamaConfig
 from inductor_ext.lowering import passes as pass_manager
 from _script_runner import run_json_script
 
@@ -168,7 +168,7 @@ def test_pass_keeps_topological_order_and_waits_after_collectives(graphs, kind):
 def test_pin_order_keeps_the_plan_through_inductors_scheduler(graphs):
     """Pinned: every collective and wait sits between the same kernels as planned, the flat graph
     is the planned order, and Inductor's scheduler runs the collectives and waits where planned."""
-    from inductor_ext.cli.comms_report import strip_control_deps
+    from inductor_ext.comms_passes.capture import strip_control_deps
 
     for kind in ("forward", "backward"):
         pinned, plan = _run_pass(graphs[kind], pin_order=True)
@@ -869,7 +869,7 @@ def test_collective_check_agrees_once_per_graph_and_annotates_the_flight_recorde
         assert all(node.startswith(("all_gather_into_tensor", "reduce_scatter_tensor")) for node, _, _ in
                    r["fr_annotated"])
         # (the Llama and data_parallel live in ext, so the innermost line outside torch is ext's)
-        assert all(re.match(r".*(comms_report|data_parallel)\.py:\d+: ", src) for _, src, _ in r["fr_annotated"])
+        assert all(re.match(r".*(llama|data_parallel)\.py:\d+: ", src) for _, src, _ in r["fr_annotated"])
         assert any(len(bucket) > 1 for _, _, bucket in r["fr_annotated"])  # fsdp_overlap's buckets
 
 

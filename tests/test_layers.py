@@ -4,6 +4,7 @@ the day it is written."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,32 @@ def test_no_import_circle():
 def test_the_cycle_finder_finds_a_circle():
     # the check above must be able to fail
     assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+
+
+def _forbidden_imports(source: str) -> list[str]:
+    """What a models/ module imports that it must not: anything of ours (absolute or relative) or
+    ``torch._inductor``."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = ["." * node.level + (node.module or "")]
+        else:
+            continue
+        bad += [n for n in names if n.startswith((".", "inductor_ext", "torch._inductor"))]
+    return bad
+
+
+def test_models_are_plain_torch():
+    # The decoder models are imported by every layer from demo down and by bench
+    # scripts on a lent GPU machine, so they import torch and nothing of ours. (pyproject's
+    # layers contract does not list inductor_ext.models yet.)
+    found = {p.name: _forbidden_imports(p.read_text()) for p in (ROOT / "inductor_ext" / "models").glob("*.py")}
+    assert len(found) > 1 and not any(found.values()), found
+
+
+def test_the_models_check_can_fail():
+    assert _forbidden_imports("from inductor_ext import kernels\nimport torch._inductor.config\n"
+                              "from . import llama\nimport torch.nn\n") == \
+        ["inductor_ext", "torch._inductor.config", "."]

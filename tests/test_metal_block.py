@@ -69,7 +69,7 @@ def test_dumps_list_each_metal_kernel_with_its_source(block):
         assert k["file"].endswith(".metal") and "kernel void" in source, k
     softmax = templates["metal.softmax"]
     assert softmax["decision"]["winner"].startswith("ext_metal_softmax_") and softmax["config"]["threads"]
-    assert any("_metal_block_script.py" in loc for loc in softmax["user_source"]), softmax
+    assert any("models/metal_block.py" in loc for loc in softmax["user_source"]), softmax
     assert "simd_sum(" in (block["dump"] / templates["metal.linear_gemv"]["file"]).read_text()
     table = block["decode"]["table"]
     for family in FAMILIES:

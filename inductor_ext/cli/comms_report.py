@@ -43,353 +43,34 @@ The default model has 2 layers (Llama-3.2-1B widths, 128K vocabulary; under 3 mi
 cores, a progress bar per arm on stderr): every front end is traced once in this process, then
 the arms run in 2 forked workers. ``--layers N`` or ``--full`` (16 layers) for deeper models.
 ``--trace FILE`` writes every arm's timeline as a Chrome/Perfetto trace.
+
+This module is the command and its report; what it uses lives below it: the model in
+``models/llama.py``, the fake world and graph capture in ``comms_passes/capture.py``, the figures
+in ``comms_passes/schedule_figures.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import json
 import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-from inductor_ext.comms_passes.cost_model import (
-    GPUS, AnalyticalCostModel, Timeline, collective_info, is_wait, node_duration, simulate, uninitialized_reads,
-    wait_collective,
+from inductor_ext.comms_passes.capture import (
+    CapturedGraph, capture_graphs, fake_world, post_grad, scheduled_order, strip_control_deps,
 )
+from inductor_ext.comms_passes.cost_model import GPUS, AnalyticalCostModel, is_wait
+from inductor_ext.comms_passes.schedule_figures import add_arm_to_trace, evaluate, unhideable_ms
+from inductor_ext.models.llama import Llama, LlamaConfig
 
-__all__ = ["LlamaConfig", "Llama", "CapturedGraph", "capture_graphs", "post_grad", "fake_world",
-           "run_report", "format_table", "main"]
-
-
-# ----------------------------------------------------------------------------------------------
-# A Llama-style model
-# ----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    vocab: int = 128256
-    dim: int = 2048
-    layers: int = 16
-    heads: int = 32
-    kv_heads: int = 8
-    ffn: int = 8192
-    seq: int = 2048
-
-    @staticmethod
-    def tiny(layers: int = 2) -> "LlamaConfig":
-        return LlamaConfig(vocab=256, dim=64, layers=layers, heads=4, kv_heads=2, ffn=128, seq=32)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()
-        return y.to(x.dtype)
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
-class Attention(nn.Module):
-    def __init__(self, c: LlamaConfig) -> None:
-        super().__init__()
-        self.c, hd = c, c.dim // c.heads
-        self.wq = nn.Linear(c.dim, c.heads * hd, bias=False)
-        self.wk = nn.Linear(c.dim, c.kv_heads * hd, bias=False)
-        self.wv = nn.Linear(c.dim, c.kv_heads * hd, bias=False)
-        self.wo = nn.Linear(c.heads * hd, c.dim, bias=False)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        c, hd = self.c, self.c.dim // self.c.heads
-        q = self.wq(x).view(b, t, c.heads, hd).transpose(1, 2)
-        k = self.wk(x).view(b, t, c.kv_heads, hd).transpose(1, 2)
-        v = self.wv(x).view(b, t, c.kv_heads, hd).transpose(1, 2)
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        return self.wo(o.transpose(1, 2).reshape(b, t, -1))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, c: LlamaConfig) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(c.dim, c.ffn, bias=False)
-        self.w3 = nn.Linear(c.dim, c.ffn, bias=False)
-        self.w2 = nn.Linear(c.ffn, c.dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class Block(nn.Module):
-    def __init__(self, c: LlamaConfig) -> None:
-        super().__init__()
-        self.attention_norm = RMSNorm(c.dim)
-        self.attention = Attention(c)
-        self.ffn_norm = RMSNorm(c.dim)
-        self.feed_forward = FeedForward(c)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), cos, sin)
-        return x + self.feed_forward(self.ffn_norm(x))
-
-
-class Llama(nn.Module):
-    """Embedding, ``layers`` pre-norm blocks (GQA attention with RoPE, SwiGLU), norm, untied head."""
-
-    def __init__(self, c: LlamaConfig) -> None:
-        super().__init__()
-        self.c = c
-        self.tok_embeddings = nn.Embedding(c.vocab, c.dim)
-        self.layers = nn.ModuleList(Block(c) for _ in range(c.layers))
-        self.norm = RMSNorm(c.dim)
-        self.output = nn.Linear(c.dim, c.vocab, bias=False)
-        hd = c.dim // c.heads
-        inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
-        freqs = torch.outer(torch.arange(c.seq, dtype=torch.float32), inv)
-        self.register_buffer("cos", freqs.cos(), persistent=False)
-        self.register_buffer("sin", freqs.sin(), persistent=False)
-
-    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        t = tokens.shape[1]
-        x = self.tok_embeddings(tokens)
-        cos, sin = self.cos[:t], self.sin[:t]
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        logits = self.output(self.norm(x)).float()
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
-
-
-# ----------------------------------------------------------------------------------------------
-# Capturing the graphs Inductor would lower
-# ----------------------------------------------------------------------------------------------
-
-@dataclass
-class CapturedGraph:
-    """A forward or backward graph as Inductor's inner compile receives it (before post-grad)."""
-
-    gm: torch.fx.GraphModule
-    example_inputs: list[Any]
-    is_backward: bool
-    is_inference: bool
-    fake_mode: Any = None
-
-    @property
-    def kind(self) -> str:
-        return "backward" if self.is_backward else ("inference" if self.is_inference else "forward")
-
-
-@contextlib.contextmanager
-def fake_world(world_size: int = 8, rank: int = 0):
-    """The fake process group (FakeStore) as the default group, with a 1-D DeviceMesh over it,
-    seen from ``rank`` (its shards are the ones traced)."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
-    elif dist.get_world_size() != world_size:
-        raise RuntimeError(f"a process group of size {dist.get_world_size()} already exists; need {world_size}")
-    try:
-        yield init_device_mesh("cpu", (world_size,))
-    finally:
-        if created:
-            dist.destroy_process_group()
-
-
-def capture_graphs(model: nn.Module, inputs: Sequence[Any]) -> list[CapturedGraph]:
-    """Compile ``model(*inputs)`` and return the graphs Inductor would lower, without lowering them.
-
-    Runs ``compile_fx`` (joint graph passes, partitioner with the recompute tags) with an inner
-    compile that records each graph after Inductor's own pre-steps (view_to_reshape, fake tensor
-    propagation) and returns it uncompiled. The backward is captured eagerly.
-    """
-    from torch._functorch.aot_autograd import make_boxed_func
-    from torch._inductor.compile_fx import compile_fx, fake_tensor_prop
-    from torch._inductor.fx_passes.post_grad import view_to_reshape
-
-    captured: list[CapturedGraph] = []
-
-    def inner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        runnable = copy.copy(gm)  # keep a callable for the fake run before we touch the graph
-        view_to_reshape(gm)
-        with torch.no_grad():
-            fake_mode = fake_tensor_prop(gm, example_inputs)
-        captured.append(CapturedGraph(gm, list(example_inputs), bool(kwargs.get("is_backward")),
-                                      bool(kwargs.get("is_inference")), fake_mode))
-        return make_boxed_func(runnable.forward)
-
-    def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        return compile_fx(gm, example_inputs, inner_compile=inner)
-
-    torch._dynamo.reset()
-    with torch._functorch.config.patch(force_non_lazy_backward_lowering=True, enable_autograd_cache=False):
-        compiled = torch.compile(model, backend=backend, fullgraph=True)
-        compiled(*inputs)
-    torch._dynamo.reset()
-    return captured
-
-
-def strip_control_deps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` with every ``control_deps`` node replaced by the op it wraps, same order.
-
-    Inductor's overlap scheduler pins its order with ``control_deps`` (``insert_overlap_deps``);
-    they only add ordering edges, so the flat graph in the same order costs the same.
-    """
-    out = copy_graph_module(gm)
-    graph = out.graph
-    control_deps = getattr(torch.ops.higher_order, "control_deps", None)
-    for node in list(graph.nodes):
-        if control_deps is None or node.target is not control_deps:
-            continue
-        sub = getattr(out, node.args[1].target)
-        inner = next(n for n in sub.graph.nodes if n.op == "call_function")
-        env = dict(zip([p for p in sub.graph.nodes if p.op == "placeholder"], node.args[2:]))
-        args = torch.fx.node.map_arg(inner.args, lambda a: env[a])
-        kwargs = torch.fx.node.map_arg(inner.kwargs, lambda a: env[a])
-        with graph.inserting_before(node):
-            flat = graph.call_function(inner.target, args, kwargs)
-        flat.meta = dict(node.meta)
-        name = node.name
-        node.replace_all_uses_with(flat)
-        graph.erase_node(node)
-        flat.name = name
-    graph.eliminate_dead_code()
-    out.recompile()
-    return out
-
-
-def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    graph = torch.fx.Graph()
-    out = graph.graph_copy(gm.graph, {})
-    graph.output(out)
-    return torch.fx.GraphModule(gm, graph)
-
-
-def post_grad(cap: CapturedGraph, patches: dict[str, Any]) -> torch.fx.GraphModule:
-    """A copy of ``cap`` after Inductor's post-grad passes under ``patches``."""
-    from torch._inductor import config as inductor_config
-    from torch._inductor.compile_fx import _recursive_post_grad_passes
-    from torch._inductor.virtualized import V
-
-    gm = copy_graph_module(cap.gm)
-    with inductor_config.patch(patches), V.set_fake_mode(cap.fake_mode):
-        _recursive_post_grad_passes(gm, is_inference=cap.is_inference)
-    return gm
-
-
-def inductor_estimator_for_scheduler(model: AnalyticalCostModel) -> Callable[[Any], float]:
-    """``config.estimate_op_runtime`` (ms per scheduler node) from the cost model.
-
-    A scheduler node costs what its FX origins cost: a collective kernel its collective, a wait
-    nothing, a (fused) kernel its compute nodes.
-    """
-    from torch._inductor import ir
-
-    def estimate(snode: Any) -> float:
-        total = 0.0
-        for sub in snode.get_nodes():
-            node = sub.node
-            if node is None:
-                continue
-            coll = isinstance(node, ir._CollectiveKernel)
-            for origin in node.origins:
-                info = collective_info(origin, model.default_world_size)
-                if info is not None:
-                    total += model.collective_time(info.kind, info.nbytes, info.group_size) if coll else 0.0
-                elif not is_wait(origin):
-                    total += model.node_time(origin)
-        return total * 1e3
-
-    return estimate
-
-
-def scheduled_order(cap: CapturedGraph, gm: torch.fx.GraphModule, patches: dict[str, Any],
-                    model: AnalyticalCostModel) -> list[torch.fx.Node]:
-    """The FX nodes of ``gm`` in the order Inductor's scheduler would run their kernels.
-
-    Lowers ``gm`` (GraphLowering) and builds the Scheduler under ``patches``: fusion, then the
-    scheduler-level passes (``simple_overlap``, on by default in 2.15, and
-    ``reorder_for_compute_comm_overlap`` when enabled), with the cost model as their runtime
-    estimate. Each FX node is placed at the first kernel it is an origin of (collectives at their
-    collective kernel, waits at their wait kernel), after any input not placed yet.
-    """
-    from torch._inductor import config as inductor_config, ir
-    from torch._inductor.debug import DebugContext
-    from torch._inductor.graph import GraphLowering
-    from torch._inductor.scheduler import Scheduler
-    from torch._inductor.virtualized import V
-
-    nodes = list(gm.graph.nodes)
-    pos = {n: i for i, n in enumerate(nodes)}
-    est = inductor_estimator_for_scheduler(model)
-    with inductor_config.patch({**patches, "estimate_op_runtime": est}), V.set_fake_mode(cap.fake_mode):
-        graph = GraphLowering(gm, example_inputs=cap.example_inputs, shape_env=None,
-                              is_inference=cap.is_inference, is_backward=cap.is_backward)
-        with V.set_graph_handler(graph), V.set_debug_handler(DebugContext()):
-            graph.run(*cap.example_inputs)
-            snodes = Scheduler(graph.operations).nodes
-    order: list[torch.fx.Node] = []
-    done: set[torch.fx.Node] = set()
-    # FX nodes no kernel claims (views, out= copies folded into a kernel of another node) run as
-    # soon as their inputs exist.
-    claimed = {o for sn in snodes for sub in sn.get_nodes() if sub.node is not None for o in sub.node.origins}
-    orphan = {n for n in nodes if n not in claimed and n.op == "call_function"}
-
-    def emit(n: torch.fx.Node) -> None:
-        stack = [(n, False)]
-        while stack:
-            x, inputs_done = stack.pop()
-            if x in done:
-                continue
-            if inputs_done:
-                done.add(x)
-                order.append(x)
-                stack.extend((u, False) for u in x.users if u in orphan and u not in done
-                             and all(a in done for a in u.all_input_nodes))
-                continue
-            stack.append((x, True))
-            stack.extend((a, False) for a in reversed(x.all_input_nodes) if a not in done)
-
-    for n in nodes:
-        if n.op == "placeholder":
-            emit(n)
-    for sn in snodes:
-        for sub in sn.get_nodes():
-            node = sub.node
-            if node is None:
-                continue
-            kind = "coll" if isinstance(node, ir._CollectiveKernel) else "wait" if isinstance(node, ir._WaitKernel) else ""
-            for origin in sorted((o for o in node.origins if o in pos), key=pos.__getitem__):
-                if collective_info(origin) is not None and kind != "coll":
-                    continue
-                if is_wait(origin) and kind != "wait":
-                    continue
-                emit(origin)
-    for n in nodes:
-        emit(n)
-    return order
+__all__ = ["run_report", "format_table", "build_parser", "main"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -432,75 +113,6 @@ def arms(model: AnalyticalCostModel, ext_pass_factory: Callable[[], Any], cap_by
         "2.15 bucket md cap+reorder": {**fx_bucket, **multi, **capped, **reorder},
         "ext": {**(ext_patches or {}), "post_grad_custom_post_pass": ext_pass_factory()},
     }
-
-
-def evaluate(orders: Sequence[Sequence[torch.fx.Node]], model: AnalyticalCostModel, world: int,
-             ready: Sequence[dict[str, float]] | None = None) -> dict[str, Any]:
-    """The cost-model figures of one arm: its graphs' node orders, run one after the other
-    (``ready``: per graph, when prefetched inputs are done; see ``simulate``)."""
-    total = Timeline()
-    per_graph = []
-    stale: list[str] = []
-    for k, nodes in enumerate(orders):
-        tl = simulate(nodes, model, world, ready=ready[k] if ready else None)
-        total = total + tl
-        per_graph.append(tl)
-        stale += [f"{r.name} reads {b.name}" for r, b in uninitialized_reads(nodes)]
-    return {
-        "exposed_comm_ms": total.exposed * 1e3, "makespan_ms": total.makespan * 1e3,
-        "compute_ms": total.compute * 1e3, "comm_ms": total.communication * 1e3,
-        "collectives": total.collectives, "by_kind": total.by_kind,
-        "peak_in_flight_bytes": total.peak_in_flight, "peak_memory_bytes": total.peak_memory,
-        "valid": not stale, "invalid_reason": (f"{len(stale)} reads of uninitialised bucket buffers "
-                                              f"before their copy-out, e.g. {stale[0]}") if stale else None,
-        "per_graph": [{"exposed_comm_ms": t.exposed * 1e3, "makespan_ms": t.makespan * 1e3,
-                       "collectives": t.collectives, "peak_memory_bytes": t.peak_memory} for t in per_graph],
-    }
-
-
-def unhideable_ms(graphs: Sequence[torch.fx.GraphModule], model: AnalyticalCostModel, world: int,
-                  ready: Sequence[dict[str, float]] | None = None) -> float:
-    """Communication no schedule of these graphs hides (keeping compute and per-kind collective order).
-
-    Per graph: the first collective waited on, minus the compute that does not depend on any
-    collective (all of it could run first); and the last reduce-scatter, which the last gradient
-    feeds, minus the compute that does not lead to it. A prefetched input (``ready``) counts
-    with what is left of its gather when the graph starts.
-    """
-    total = 0.0
-    for k, gm in enumerate(graphs):
-        nodes = list(gm.graph.nodes)
-        dep: set[torch.fx.Node] = set()
-        free = 0.0
-        first_wait = None
-        for n in nodes:
-            info = collective_info(n, world)
-            if info is not None or is_wait(n) or any(a in dep for a in n.all_input_nodes):
-                dep.add(n)
-                if first_wait is None and is_wait(n):
-                    first_wait = wait_collective(n)
-            else:
-                free += model.node_time(n)
-        if first_wait is not None:
-            left = (ready[k].get(first_wait.name, 0.0) if ready and first_wait.op == "placeholder"
-                    else node_duration(model, first_wait, world))
-            total += max(0.0, left - free)
-        rs = [n for n in nodes if (i := collective_info(n, world)) is not None and i.kind == "reduce_scatter"]
-        if rs:
-            last = rs[-1]
-            anc: set[torch.fx.Node] = set()
-            stack = list(last.all_input_nodes)
-            while stack:
-                a = stack.pop()
-                if a not in anc:
-                    anc.add(a)
-                    stack.extend(a.all_input_nodes)
-            pos = {n: i for i, n in enumerate(nodes)}
-            after = sum(model.node_time(n) for n in nodes if n not in anc and n is not last
-                        and collective_info(n, world) is None and not is_wait(n) and pos[n] > max(
-                            (pos[a] for a in anc), default=0))
-            total += max(0.0, node_duration(model, last, world) - after)
-    return total * 1e3
 
 
 @contextlib.contextmanager
@@ -608,35 +220,6 @@ def _run_arm(name: str, captured: Sequence[CapturedGraph], patches: dict[str, An
     if trace is not None:
         add_arm_to_trace(trace, name, [c.kind for c in captured], orders, cm, world, ready)
     return result, flat
-
-
-def add_arm_to_trace(trace: Any, arm: str, kinds: Sequence[str], orders: Sequence[Sequence[torch.fx.Node]],
-                     cm: AnalyticalCostModel, world: int, ready: Sequence[dict[str, float]] | None = None) -> None:
-    """The arm's graphs one after the other on rank 0's compute stream and one communication stream
-    per process group, with the estimated live bytes as a counter (every rank of this SPMD model
-    runs the same schedule)."""
-    from inductor_ext.comms_passes.cost_model import Span
-
-    pid = trace.process(f"{arm} (rank 0)")
-    graphs, compute = trace.thread(pid, "graph"), trace.thread(pid, "compute")
-    offset = 0.0
-    for k, (kind, order) in enumerate(zip(kinds, orders)):
-        spans: list[Span] = []
-        tl = simulate(order, cm, world, record=spans, ready=ready[k] if ready else None)
-        us = lambda x: (offset + x) * 1e6  # noqa: E731
-        trace.slice(pid, graphs, f"{kind} graph", us(0.0), tl.makespan * 1e6, "graph",
-                    exposed_comm_ms=tl.exposed * 1e3, peak_memory_GiB=tl.peak_memory / 2**30)
-        for sp in spans:
-            if sp.stream == "memory":
-                trace.counter(pid, "live memory", us(sp.start), GiB=sp.args["bytes"] / 2**30)
-            elif sp.stream == "compute":
-                trace.slice(pid, compute, sp.name, us(sp.start), (sp.end - sp.start) * 1e6, "compute", **sp.args)
-            elif sp.stream == "wait":
-                trace.slice(pid, compute, sp.name, us(sp.start), (sp.end - sp.start) * 1e6, "exposed communication")
-            else:
-                tid = trace.thread(pid, f"communication (group {sp.stream.split()[1]})")
-                trace.slice(pid, tid, sp.name, us(sp.start), (sp.end - sp.start) * 1e6, "communication", **sp.args)
-        offset += tl.makespan
 
 
 # What forked report workers inherit (set before the pool starts; see run_report).
