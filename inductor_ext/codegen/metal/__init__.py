@@ -43,16 +43,21 @@ def _install(config: Any) -> Iterator[None]:
     from torch._inductor.codegen import common
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 
-    from inductor_ext.codegen.metal.scheduling import MetalCpuScheduling
+    from inductor_ext.codegen.metal.scheduling import MetalCpuScheduling, metal_backend_for_cpu
 
     common.init_backend_registration()
     previous = common.device_codegens.get("cpu")
+    previous_backend = common.get_current_backend
     common.register_backend_for_device("cpu", MetalCpuScheduling, PythonWrapperCodegen)
+    # Inductor's kernel helpers ask which backend generates a kernel by its device: for CPU tensors
+    # they would answer "cpp" and look for the C++ codegen's dtype notes (a masked load: a crash).
+    common.get_current_backend = metal_backend_for_cpu(previous_backend)
     try:
         with inductor_config.patch(cpp_wrapper=False, fx_graph_cache=False), \
                 functorch_config.patch(enable_autograd_cache=False):
             yield
     finally:
+        common.get_current_backend = previous_backend
         if previous is None:
             common.device_codegens.pop("cpu", None)
         else:

@@ -4,8 +4,9 @@ Metal-on-CPU executor instead of a ``torch.mps.compile_shader`` library."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+from torch._inductor.codegen.common import DeferredLine
 from torch._inductor.codegen.mps import MetalKernel, MetalScheduling
 from torch.utils._ordered_set import OrderedSet
 from torch._inductor.utils import get_kernel_metadata
@@ -22,6 +23,24 @@ class MetalCpuKernel(MetalKernel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.headers = OrderedSet(MetalKernel.headers)
         super().__init__(*args, **kwargs)
+
+    def store(self, name: str, index: Any, value: Any, mode: Any = None) -> None:
+        """torch 2.15's MetalKernel runs a pointwise node fused after a reduction in every thread of
+        the reduction group: harmless for a plain store (each writes the same value), but an
+        atomic add (a scatter-add, index_put's backward) then adds the value once per thread.
+        Only the group's first thread adds it, as ``store_reduction`` does for its result."""
+        reduction = next((t for t in self.range_trees if t.is_reduction), None)
+        if mode != "atomic_add" or self.inside_reduction or reduction is None:
+            super().store(name, index, value, mode)
+            return
+        var = self.args.output(name)
+        index = self.prepare_indexing(index)
+        dtype_str = self.dtype_to_str(V.graph.get_dtype(name))
+        self.headers.add("atomic")
+        atomic_type = f"c10::metal::AtomicType<{dtype_str}>"
+        line = (f"{atomic_type}::atomic_add(reinterpret_cast<device {atomic_type}::type *>({var}), "
+                f"{self.index_to_str(index)}, static_cast<{dtype_str}>({value}));")
+        self.stores.writeline(DeferredLine(name, f"if ({reduction.name} == 0) {line}"))
 
 
 class MetalCpuScheduling(MetalScheduling):
@@ -49,3 +68,15 @@ class MetalCpuScheduling(MetalScheduling):
             wrapper.header.writeline(line)
         wrapper.header.writeline(f"''', {sorted(kernel.headers)!r})")
         return fn_name
+
+
+def metal_backend_for_cpu(backend_of: Callable[..., str]) -> Callable[..., str]:
+    """``get_current_backend`` that answers "mps" (as on a Mac) while a Metal kernel for CPU
+    tensors is generated, and ``backend_of``'s answer otherwise."""
+
+    def current_backend(device_type: str | None = None) -> str:
+        if isinstance(V.kernel, MetalCpuKernel) and (device_type or V.graph.get_current_device_or_throw().type) == "cpu":
+            return "mps"
+        return backend_of(device_type)
+
+    return current_backend
