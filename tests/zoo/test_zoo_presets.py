@@ -23,7 +23,7 @@ MODELS = ("llama", "mixtral")
 SERVES = {"hopper": "triton.gemm", "blackwell": "triton.gemm", "gfx1250": "triton.gemm", "mps": None,
           "xpu": "sycl.gemm"}
 DEFAULT = {("hopper", "llama", "inference"), ("blackwell", "mixtral", "training"), ("gfx1250", "llama", "inference"),
-           ("mps", "mixtral", "inference"), ("xpu", "llama", "inference")}
+           ("mps", "mixtral", "training"), ("xpu", "llama", "inference")}
 
 
 def options(preset: str) -> dict[str, Any]:

@@ -29,7 +29,8 @@ class MetalCpuKernel(MetalKernel):
         the reduction group: harmless for a plain store (each writes the same value), but an
         atomic add (a scatter-add, index_put's backward) then adds the value once per thread.
         Only the group's first thread adds it, as ``store_reduction`` does for its result."""
-        reduction = next((t for t in self.range_trees if t.is_reduction), None)
+        # a kernel whose reduction range is 1 has no reduction threads (and no r0_index)
+        reduction = next((t for t in self.range_trees if t.is_reduction and t.numel != 1), None)
         if mode != "atomic_add" or self.inside_reduction or reduction is None:
             super().store(name, index, value, mode)
             return
