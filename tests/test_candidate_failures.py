@@ -142,5 +142,33 @@ def test_force_template_is_not_overridden_by_a_cached_winner(monkeypatch, tmp_pa
             torch.testing.assert_close(got, layer(x), rtol=1.3e-6, atol=1e-5)
         (decision,) = ext_choices.decisions[first:]
         winners.append((decision.winner, decision.reason))
-    assert winners[0] == ("addmm", "template within margin 100000000% of ATen")
+    # ATen won the first compile, by its timing or (the template faster) by the margin
+    assert winners[0][0] == "addmm" and winners[0][1] in ("benchmark", "template within margin 100000000% of ATen")
     assert winners[1][0].startswith("ext_fake_mm_") and winners[1][1] == f"force_template={fake.FAMILY}"
+
+
+def test_a_policy_config_outside_the_declared_values_is_refused_before_it_is_offered(monkeypatch, tmp_path):
+    """A policy (or a family's configs()) proposing a value its Config does not declare: that
+    config is not offered (one log line), so a winner is always one the autotune cache accepts
+    (cache.put used to raise inside the compile when such a config won)."""
+    import _fake_extern_family as fake
+    from inductor_ext.autotune.cache import AutotuneCache
+
+    families = {**registry.families(), fake.FAMILY: fake}
+    monkeypatch.setattr(registry, "families", lambda: families)
+    monkeypatch.setattr(fake, "configs", lambda problem, target: [fake.Config(3), fake.Config(1)])  # split <= 2
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    layer, x = torch.nn.Linear(24, 16), torch.randn(8, 24)
+    db = tmp_path / "cache.db"
+    options = {"templates": [fake.FAMILY], "autotune": "quick", "autotune_cache": str(db),
+               "inductor": {"fx_graph_cache": False}}
+    first = len(ext_choices.decisions)
+    with ext_log_lines() as lines, torch.no_grad():
+        got = torch.compile(layer, backend="ext", options=options)(x)
+    torch.testing.assert_close(got, layer(x), rtol=1.3e-6, atol=1e-5)
+    (decision,) = ext_choices.decisions[first:]
+    assert [c["config_dict"] for c in decision.candidates if c["kind"] == "template"] == [{"split": 1}]
+    refused = [line for line in lines if line.startswith("ext: fake.mm config Config(split=3) not offered")]
+    assert len(refused) == 1 and "fake.mm Config.split = 3 is not allowed" in refused[0], lines
+    assert len(AutotuneCache(db).entries()) == 1  # the decision was remembered

