@@ -92,8 +92,8 @@ def _forbidden_imports(source: str) -> list[str]:
 
 def test_models_are_plain_torch():
     # The decoder models are imported by every layer from demo down and by bench
-    # scripts on a lent GPU machine, so they import torch and nothing of ours. (pyproject's
-    # layers contract does not list inductor_ext.models yet.)
+    # scripts on a lent GPU machine, so they import torch and nothing of ours: stricter than
+    # pyproject's layers contract, which puts models/ beside kernels/ and targets/.
     found = {p.name: _forbidden_imports(p.read_text()) for p in (ROOT / "inductor_ext" / "models").glob("*.py")}
     assert len(found) > 1 and not any(found.values()), found
 
