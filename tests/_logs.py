@@ -41,3 +41,21 @@ def _reaches(logger: logging.Logger, handler: logging.Handler) -> bool:
             return False
         current = current.parent
     return False
+
+
+@contextlib.contextmanager
+def ext_log_lines() -> Iterator[list[str]]:
+    """Messages of the "inductor_ext" loggers at INFO and above, for tests without ``caplog``
+    (a handler of its own on ext's logger: torch's logging setup may stop it propagating)."""
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("inductor_ext")
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.setLevel(old)
+        logger.removeHandler(handler)

@@ -4,35 +4,15 @@ it is dropped with its reason logged; neither fails the user's compile."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import types
-from typing import Iterator
 
 import pytest
 import torch
 
 import _broken_family
+from _logs import ext_log_lines
 from inductor_ext.lowering import candidate_guard, ext_choices
 from inductor_ext.templates import registry
-
-
-@contextlib.contextmanager
-def ext_log_lines() -> Iterator[list[str]]:
-    """Messages of the "inductor_ext" loggers at INFO and above (torch's logging setup stops them
-    propagating to the root logger, where caplog listens)."""
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("inductor_ext")
-    old = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield lines
-    finally:
-        logger.setLevel(old)
-        logger.removeHandler(handler)
 
 
 def test_mps_prefill_linear_falls_back_to_aten_with_the_familys_reason():

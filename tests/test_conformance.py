@@ -18,12 +18,10 @@ draws ``INDUCTOR_EXT_CONFORMANCE_EXAMPLES`` cases (default 1); derandomized, so 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import logging
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -31,6 +29,7 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
+from _logs import ext_log_lines
 from inductor_ext import targets
 from inductor_ext.kernels import decode_attention_ops, norm_ops, nvfp4, nvfp4_ops, softmax_ops, topk_ops  # noqa: F401
 from inductor_ext.lowering import ext_choices
@@ -297,23 +296,6 @@ def refusal(family: Any, spec: OpSpec) -> str | None:
 
 
 # --------------------------------------------------------------------------- compiling
-
-
-@contextlib.contextmanager
-def ext_log_lines() -> Iterator[list[str]]:
-    """Messages of the "inductor_ext" loggers at INFO and above (they do not reach caplog)."""
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("inductor_ext")
-    old = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield lines
-    finally:
-        logger.setLevel(old)
-        logger.removeHandler(handler)
 
 
 @dataclass

@@ -10,6 +10,7 @@ and on two device presets in interpret mode.
 from __future__ import annotations
 
 import logging
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -158,33 +159,32 @@ def test_built_and_called_under_inference_mode(preset, interpreter):
     torch._dynamo.reset()
 
 
-def test_inference_weights_called_under_no_grad():
-    """Weights made under inference mode, the model compiled and called under no_grad (the cpu
-    preset freezes such graphs): changed in place, the next call computes with the new weight."""
-    with torch.inference_mode():
-        m = _mlp()
+def _compiled_sees_an_in_place_change(m: torch.nn.Module, mode: Callable[[], Any]) -> None:
+    """``m`` compiled by the cpu preset and called under ``mode``: right before and after its
+    weights change in place."""
     x = torch.randn(4, IN)
     torch._dynamo.reset()
-    with tune.fresh_inductor_caches(), torch.no_grad():
+    with tune.fresh_inductor_caches(), mode():
         compiled = torch.compile(m, backend="ext", options={"preset": "cpu", "autotune": "off"})
         _close(compiled(x), m, x)
         _change_in_place(m)
         _close(compiled(x), m, x)
     torch._dynamo.reset()
+
+
+def test_inference_weights_called_under_no_grad():
+    """Weights made under inference mode, the model compiled and called under no_grad (the cpu
+    preset freezes such graphs): changed in place, the next call computes with the new weight."""
+    with torch.inference_mode():
+        m = _mlp()
+    _compiled_sees_an_in_place_change(m, torch.no_grad)
 
 
 def test_ordinary_weights_changed_under_inference_mode_are_seen():
     """Weights made as usual are frozen and watched; written in place inside inference mode they
     still bump their version, so the graph is recompiled without freezing."""
     m = _mlp()
-    x = torch.randn(4, IN)
-    torch._dynamo.reset()
-    with tune.fresh_inductor_caches(), torch.inference_mode():
-        compiled = torch.compile(m, backend="ext", options={"preset": "cpu", "autotune": "off"})
-        _close(compiled(x), m, x)
-        _change_in_place(m)
-        _close(compiled(x), m, x)
-    torch._dynamo.reset()
+    _compiled_sees_an_in_place_change(m, torch.inference_mode)
 
 
 def test_inference_weights_under_the_users_own_freezing():
