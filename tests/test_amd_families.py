@@ -18,7 +18,7 @@ from inductor_ext.templates import registry
 
 FAMILIES = ["flydsl.gemm", "flydsl.grouped_mm", "flydsl.mx_scaled_mm", "flydsl.tdm_gemm", "triton.tdm_gemm",
             "helion.rmsnorm", "helion.softmax", "triton.topk"]
-# The lowering's op names (lowering/op_specs.py, lowering/rms_norm.py, lowering/topk.py; softmax: the Metal branch's op).
+# The lowering's op names (lowering/ops/: each op module's SPECS; softmax: the Metal branch's op).
 LOWERING_OPS = {"mm", "addmm", "scaled_mm", "grouped_mm", "rms_norm", "softmax", "topk"}
 
 

@@ -27,9 +27,9 @@ from torch._inductor.virtualized import V
 from _logs import records_of
 from inductor_ext import presets
 from inductor_ext.lowering import ext_choices
-from inductor_ext.lowering import rms_norm as rms_norm_lowering
-from inductor_ext.lowering import topk as topk_lowering
-from inductor_ext.lowering.kernel_inputs import FixedKernelInputs
+from inductor_ext.lowering.ops import FixedKernelInputs
+from inductor_ext.lowering.ops import rms_norm as rms_norm_lowering
+from inductor_ext.lowering.ops import topk as topk_lowering
 from inductor_ext.lowering.passes import register_pass
 from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
 from inductor_ext.lowering.passes.topk_op import TopkOp

@@ -262,7 +262,7 @@ def _decode_attention(case: Case, freezing: bool) -> Built:
         "decode_attention", (q, k, v), want, {"scale": 0.25}))
 
 
-# Op name (templates' OPS, lowering/op_specs.py) -> how to build one case of it.
+# Op name (templates' OPS, lowering/ops/) -> how to build one case of it.
 BUILDERS: dict[str, Callable[[Case, bool], Built]] = {
     "mm": lambda case, freezing: _linear("mm", case, freezing),
     "addmm": lambda case, freezing: _linear("addmm", case, freezing),

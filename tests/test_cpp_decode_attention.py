@@ -1,5 +1,5 @@
 """The cpu preset's decode attention (``templates/cpp/decode_attention.py``, ``kernels/decode_attention.py``,
-``lowering/decode_attention.py``, ``lowering/subgraph.py``, ``lowering/passes/decode_attention_op.py``).
+``lowering/ops/decode_attention.py``, ``lowering/subgraph.py``, ``lowering/passes/decode_attention_op.py``).
 
 - the family as data: problems, refusals, configs;
 - the kernel (plain torch) against the attention reference on odd shapes, fp32 and bf16;

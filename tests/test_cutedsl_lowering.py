@@ -15,7 +15,8 @@ from inductor_ext import presets
 from inductor_ext.kernels import nvfp4_ops
 from inductor_ext.kernels.nvfp4 import e2m1_to_float, from_blocked, quantize_nvfp4, to_blocked, unpack_e2m1
 from inductor_ext.lowering import adapters, cutedsl_nvfp4, ext_choices
-from inductor_ext.lowering import nvfp4_gemm as triton_nvfp4
+from inductor_ext.lowering.ops import FixedKernelInputs
+from inductor_ext.lowering.ops import nvfp4_gemm as nvfp4_lowering
 from inductor_ext.templates import registry
 from inductor_ext.templates.cutedsl import nvfp4_gemm as template
 from _script_runner import interpret_env, run_json_script
@@ -43,8 +44,7 @@ def _inputs(m=16, n=256, k=512, *, bias=None, activation="none", b_stride=None, 
     if bias is not None:
         nodes.append(_buffer("bias", (n,), bias, device=device))
     layout = ir.FixedLayout(device, torch.bfloat16, [m, n])
-    kernel_inputs = triton_nvfp4.NvFp4KernelInputs(nodes, layout, {"activation": activation,
-                                                                   "out_dtype": torch.bfloat16})
+    kernel_inputs = FixedKernelInputs(nodes, layout, {"activation": activation, "out_dtype": torch.bfloat16})
     return kernel_inputs, nodes, layout
 
 
@@ -52,7 +52,7 @@ def _aten(nodes, layout):
     kwargs = {"activation": "none", "out_dtype": torch.bfloat16, "alpha_dtype": torch.float32}
     if len(nodes) == 5:
         kwargs["bias"] = None
-    return triton_nvfp4.ATEN_CHOICE.bind(tuple(nodes), layout, **kwargs)
+    return nvfp4_lowering.ATEN_CHOICE.bind(tuple(nodes), layout, **kwargs)
 
 
 def _offer(monkeypatch, tmp_path, kernel_inputs, nodes, layout, **options):

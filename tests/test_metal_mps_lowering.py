@@ -17,7 +17,8 @@ from torch.nn.functional import ScalingType
 
 from inductor_ext import presets
 from inductor_ext.kernels import softmax_ops  # noqa: F401  (torch.ops.inductor_ext.softmax)
-from inductor_ext.lowering import ext_choices, scaled_mm_v2
+from inductor_ext.lowering import ext_choices, ops
+from inductor_ext.lowering.ops import scaled_mm as scaled_mm_v2
 from inductor_ext.lowering.passes import register_pass
 from inductor_ext.lowering.passes.vocab_softmax import VocabSoftmax
 from inductor_ext.testing.metal_cpu import inductor_mps_wrapper, run_inductor_mps
@@ -25,6 +26,7 @@ from inductor_ext.testing.metal_cpu import inductor_mps_wrapper, run_inductor_mp
 pytestmark = pytest.mark.metal_cpu
 
 register_pass(VocabSoftmax)  # the mps preset names it (an entry point once installed)
+ops.load()  # ext's lowerings (softmax, grouped_mm, scaled_mm v2), as the installer loads them
 
 
 class FirstMetalTemplate(ext_choices.ExtChoices):
@@ -89,7 +91,7 @@ def test_mps_lowering_offers_the_metal_family_and_runs(case):
 
 
 def test_inductors_scaled_mm_v2_lowering_does_not_ask_on_mps(monkeypatch):
-    """Why lowering/scaled_mm_v2.py exists: without it, F.scaled_mm on mps is ATen's, unasked."""
+    """Why lowering/ops/scaled_mm.py's v2 lowering exists: without it, F.scaled_mm on mps is ATen's, unasked."""
     from torch._inductor.lowering import lowerings
 
     monkeypatch.setitem(lowerings, scaled_mm_v2.OP, scaled_mm_v2._inductors)

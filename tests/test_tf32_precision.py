@@ -18,7 +18,7 @@ import torch
 
 from _script_runner import interpret_env, run_json_script
 from inductor_ext.autotune.cache import ProblemKey
-from inductor_ext.lowering import op_specs
+from inductor_ext.lowering import ops
 from inductor_ext.runtime.triton_interp import interpreter_fixes
 from inductor_ext.templates.family import OpSpec, TensorSpec
 from inductor_ext.templates.triton import gemm
@@ -47,18 +47,18 @@ def _mm_spec(dtype: str, precision: str | None) -> OpSpec:
 @pytest.mark.parametrize("setting,expected", [("highest", "ieee"), ("high", "tf32"), ("medium", "tf32")])
 def test_lowering_reads_the_legacy_setting(matmul_precision: None, setting: str, expected: str) -> None:
     torch.set_float32_matmul_precision(setting)
-    assert op_specs.fp32_matmul_precision() == expected
-    assert op_specs.problem_fp32_precision("addmm", ("float32", "float32", "float32")) == expected
-    assert op_specs.problem_fp32_precision("mm", ("bfloat16", "bfloat16")) == ""  # not an fp32 GEMM
+    assert ops.fp32_matmul_precision() == expected
+    assert ops.problem_fp32_precision("addmm", ("float32", "float32", "float32")) == expected
+    assert ops.problem_fp32_precision("mm", ("bfloat16", "bfloat16")) == ""  # not an fp32 GEMM
 
 
 def test_lowering_reads_the_per_backend_setting(matmul_precision: None) -> None:
-    assert op_specs.fp32_matmul_precision() == "ieee"  # PyTorch's default
+    assert ops.fp32_matmul_precision() == "ieee"  # PyTorch's default
     torch.backends.cuda.matmul.fp32_precision = "tf32"
-    assert op_specs.fp32_matmul_precision() == "tf32"
+    assert ops.fp32_matmul_precision() == "tf32"
     torch.backends.cuda.matmul.fp32_precision = "ieee"
     torch.backends.fp32_precision = "tf32"  # the generic parent does not override an explicit child
-    assert op_specs.fp32_matmul_precision() == "ieee"
+    assert ops.fp32_matmul_precision() == "ieee"
     torch.backends.fp32_precision = "none"
 
 

@@ -34,7 +34,7 @@ from torch._inductor.select_algorithm import ExternKernelChoice, TritonTemplate
 from torch._inductor.virtualized import V
 
 from inductor_ext.lowering import cpp_gemm, pdl_consumers, subgraph
-from inductor_ext.lowering.op_specs import op_inputs
+from inductor_ext.lowering.ops import op_inputs
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import allowed, registry
 

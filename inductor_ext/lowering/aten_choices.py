@@ -26,7 +26,7 @@ from torch._inductor.virtualized import V
 
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops
-from inductor_ext.lowering import op_specs
+from inductor_ext.lowering import ops
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def _packed_gemm(op_name: str, dtype: str, library: str, available: Callable[[],
 
 def constant_value(node: Any) -> torch.Tensor:
     """The tensor a (view of a) graph constant holds, as the node views it."""
-    name = op_specs.constant_name(node)
+    name = ops.constant_name(node)
     assert name is not None, "packed_inputs offers the packed GEMMs for constant weights only"
     layout = node.get_layout()
     return V.graph.constants[name].as_strided([int(s) for s in layout.size], [int(s) for s in layout.stride],
@@ -85,13 +85,13 @@ PACKED_GEMMS = (
 PACKED_NAMES = frozenset(g.choice.name for g in PACKED_GEMMS)
 
 
-def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inputs: Any) -> op_specs.OpInputs | str:
+def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpInputs | str:
     """The op's inputs for ``gemm``, or why it is not offered for this op instance."""
     if config.device_type != "cpu" or kernel_inputs.device_type != "cpu":
         return "not the cpu preset"
     if op_name != "mm":
         return f"op {op_name} (only mm: x @ weight)"
-    inputs = op_specs.op_inputs(op_name, kernel_inputs)
+    inputs = ops.op_inputs(op_name, kernel_inputs)
     if isinstance(inputs, str):
         return inputs
     x, w_t = inputs.spec.inputs

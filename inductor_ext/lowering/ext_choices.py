@@ -28,9 +28,8 @@ from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, defaul
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import decode_attention as decode_attention_kernel
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, packed_weights
-from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, cpp_gemm, cutedsl_nvfp4,
-                                   decode_attention, grouped_mm, nvfp4_gemm, op_specs, pdl_consumers, rms_norm,
-                                   scaled_mm_v2, softmax, subgraph, topk)
+from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, cpp_gemm, cutedsl_nvfp4, ops,
+                                   pdl_consumers, subgraph)
 from inductor_ext.logs import autotune_log
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
@@ -43,11 +42,11 @@ log = logging.getLogger("inductor_ext.autotune")
 # by 9% flushed and by over 5% warm ran 10% slower inside the graph.
 CPU_CONFIG_MARGIN = 0.15
 
-# Lowering modules whose text shapes the generated code of every family, or how its choices are
-# timed (part of the cache key); with the kernels Inductor compiles from plain torch (subgraph).
-_LOWERING_MODULES = (adapters, aten_choices, mkl_packed_ops, mkldnn_packed_ops, packed_weights, op_specs, pdl_consumers,
-                     nvfp4_gemm, cutedsl_nvfp4, grouped_mm, scaled_mm_v2, softmax, rms_norm, topk, cpp_gemm, cold_timing,
-                     decode_attention, subgraph, decode_attention_kernel)
+# The lowering seam, whose text shapes the generated code of every family or how its choices are
+# timed (part of the cache key), with the kernels Inductor compiles from plain torch (subgraph)
+# and the packed GEMMs ATen's side times; the op modules (lowering/ops/) enter as their folder.
+_SEAM_MODULES = (adapters, aten_choices, mkl_packed_ops, mkldnn_packed_ops, packed_weights, pdl_consumers,
+                 cutedsl_nvfp4, cpp_gemm, cold_timing, subgraph, decode_attention_kernel)
 
 
 def available_templates() -> dict[str, ModuleType]:
@@ -220,7 +219,7 @@ class ExtChoices(InductorChoices):
             dtypes=dtypes, device_name=_device_name(kernel_inputs.device()), arch=self.config.target,
             versions={"torch": torch.__version__, "triton": triton.__version__},
             template_hash=templates_hash(self.config), preset=self.config.preset,
-            fp32_precision=op_specs.problem_fp32_precision(op_name, dtypes))
+            fp32_precision=ops.problem_fp32_precision(op_name, dtypes))
 
     def override_best_choice(self, best_choice: Any, timings: dict[Any, float]) -> Any:
         decision = _find_decision(timings)
@@ -387,12 +386,14 @@ def forced_templates(config: ExtConfig) -> tuple[str, ...]:
 
 
 def templates_hash(config: ExtConfig) -> str:
-    """Source hash of this module, the lowering modules that shape generated code, and every
-    enabled family with every ``inductor_ext.templates`` module it imports (``_template_modules``)."""
-    modules = [sys.modules[__name__], *_LOWERING_MODULES]
+    """Source hash of this module, the lowering seam that shapes generated code, every op module
+    (``lowering/ops/``, the folder's sources), and every enabled family with every
+    ``inductor_ext.templates`` module it imports (``_template_modules``)."""
+    modules = [sys.modules[__name__], *_SEAM_MODULES]
     for family in config.templates:
         modules += _template_modules(registry.get(family))
-    return hashlib.sha256("|".join(module_source_hash(m) for m in modules).encode()).hexdigest()[:16]
+    parts = [ops.sources_hash(), *(module_source_hash(m) for m in modules)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
 def _is_template_module(name: object) -> bool:
@@ -424,7 +425,7 @@ def _problem_text(op_name: str, kernel_inputs: Any) -> dict[str, Any]:
     shapes = kernel_inputs.shapes_hinted()
     dtype = str(kernel_inputs.nodes()[-1].get_dtype()).removeprefix("torch.")
     text = {"op": op_name, "shapes": [list(s) for s in shapes], "dtype": dtype}
-    if precision := op_specs.problem_fp32_precision(op_name, (dtype,)):
+    if precision := ops.problem_fp32_precision(op_name, (dtype,)):
         text["fp32_precision"] = precision  # which precision ATen and the fp32 templates ran
     return text
 

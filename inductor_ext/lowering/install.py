@@ -36,6 +36,7 @@ from torch._inductor.custom_graph_pass import get_custom_graph_passes
 
 from inductor_ext import targets
 from inductor_ext.config import ExtConfig
+from inductor_ext.lowering import ops
 from inductor_ext.lowering.ext_choices import choices_factory
 from inductor_ext.lowering.passes import StagePasses, pass_patches
 
@@ -61,6 +62,7 @@ def interpret_patches() -> dict[str, Any]:
 def inductor_patches(config: ExtConfig, device_codegen: bool = False) -> dict[str, Any]:
     """The torch._inductor.config patches for compile_fx (``device_codegen``: one of ext's
     device codegens generates this compile's kernels)."""
+    ops.load()  # every op module's lowering is registered before Inductor lowers the graph
     patches: dict[str, Any] = {}
     if config.autotune != "off" and config.templates:
         # ExtChoices offers our templates from Inductor's GEMM lowerings whether or not

@@ -1,5 +1,5 @@
 """The GEMM a Linear layer makes, ``x @ W.T`` (A (M, K) and B = W.T both contiguous along K), read
-from ``mm`` / ``addmm`` / ``scaled_mm`` OpSpecs (lowering/op_specs.py has their input orders). Shared by the families that only serve that
+from ``mm`` / ``addmm`` / ``scaled_mm`` OpSpecs (lowering/ops/ has their input orders). Shared by the families that only serve that
 layout (the Tensor Data Mover GEMMs of FlyDSL and Triton): the op decoding lives here once, and
 each family's ``supports`` adds its own limits.
 

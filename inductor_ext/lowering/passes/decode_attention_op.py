@@ -3,7 +3,7 @@
 Inductor lowers SDPA on the CPU to ATen's flash kernel and offers nothing else. Before that, in
 the graph Dynamo captured (pre-grad), this pass replaces each ``F.scaled_dot_product_attention``
 call with one query token per sequence by ``inductor_ext::decode_attention(q, k, v, scale)``
-(``kernels/decode_attention_ops.py``), whose lowering (``lowering/decode_attention.py``)
+(``kernels/decode_attention_ops.py``), whose lowering (``lowering/ops/decode_attention.py``)
 autotunes ATen's SDPA against the families serving ``decode_attention``
 (``cpp.decode_attention`` on the cpu preset).
 

@@ -16,7 +16,7 @@ from torch.fx import Graph, Node
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering.ext_choices import offered_families
 from inductor_ext.logs import passes_log as log
-from inductor_ext.lowering.op_specs import dtype_name
+from inductor_ext.lowering.ops import dtype_name
 from inductor_ext.lowering.passes.base import ExtGraphPass
 from inductor_ext.templates.family import OpSpec, TensorSpec
 

@@ -3,7 +3,7 @@
 Inductor decomposes ``aten.rms_norm`` (pow, mean, rsqrt, mul) before lowering and has no norm op
 to autotune. Before that, in the graph Dynamo captured (pre-grad), this pass replaces each
 ``torch.rms_norm`` call (what ``F.rms_norm`` and ``nn.RMSNorm`` become) by
-``inductor_ext::rms_norm`` (``kernels/norm_ops.py``), whose lowering (``lowering/rms_norm.py``)
+``inductor_ext::rms_norm`` (``kernels/norm_ops.py``), whose lowering (``lowering/ops/rms_norm.py``)
 autotunes ATen's kernel against the families serving ``rms_norm`` (``helion.rmsnorm`` on gfx950).
 
 It rewrites a call only when it can pay off and stay exact:

@@ -9,7 +9,7 @@ values and indices are read through ``[0]`` / ``[1]`` (what ``v, i = x.topk(k)``
     indices = inductor_ext::topk_indices(x, k, dim, largest, sorted)   # kernels/topk_ops.py
     values = torch.gather(x, dim, indices)                             # exact: elements of x
 
-whose lowering (``lowering/topk.py``) autotunes ATen's topk against the families serving ``topk``
+whose lowering (``lowering/ops/topk.py``) autotunes ATen's topk against the families serving ``topk``
 (``triton.topk`` on gfx950). It rewrites a call only when it can pay off and stay exact:
 - autotuning is on and an enabled family claims this target and accepts the instance (its
   ``problem_for`` on the call's example values: last dimension, small k, static shapes);

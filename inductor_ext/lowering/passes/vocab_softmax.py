@@ -1,6 +1,6 @@
 """Turns a softmax over the last dimension that a template family would serve (a decode step's
 softmax over a large vocabulary) into ``inductor_ext.softmax``, which ext lowers to an autotuned
-choice between ATen's softmax and those families (``lowering/softmax.py``).
+choice between ATen's softmax and those families (``lowering/ops/softmax.py``).
 
 Inductor decomposes softmax (amax, sub, exp, sum, div) before any lowering could offer a
 template, so the rewrite happens before that, on the pre-grad graph: ``torch.softmax``,

@@ -35,7 +35,7 @@ from inductor_ext.templates.flydsl.tiling import GemmTiling
 FAMILY = "flydsl.grouped_mm"
 # Claimed only where tier I passes (tests/test_flydsl_grouped_mm.py).
 TARGETS = ("gfx950", "gfx1250")
-OPS = ("grouped_mm",)  # ext's lowering of aten._grouped_mm (lowering/grouped_mm.py)
+OPS = ("grouped_mm",)  # ext's lowering of aten._grouped_mm (lowering/ops/grouped_mm.py)
 CHOICE_KIND = "extern"
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 

@@ -34,7 +34,7 @@ from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling, cdiv
 FAMILY = "flydsl.mx_scaled_mm"
 # Claimed only where tier I passes (tests/test_flydsl_mx_scaled_mm.py).
 TARGETS = ("gfx950",)
-OPS = ("scaled_mm",)  # Inductor's lowering of aten._scaled_mm (lowering/op_specs.py)
+OPS = ("scaled_mm",)  # Inductor's lowering of aten._scaled_mm (lowering/ops/scaled_mm.py)
 CHOICE_KIND = "extern"
 
 FORMATS = {"fp8_e4m3": (8, 0), "fp4_e2m1": (4, 4)}  # bits per element, the instruction's format code

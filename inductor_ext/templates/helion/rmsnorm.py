@@ -26,7 +26,7 @@ from inductor_ext.templates.helion import common
 FAMILY = "helion.rmsnorm"
 # Claimed only where tier I passes (tests/test_helion_templates.py).
 TARGETS = ("gfx950",)
-OPS = ("rms_norm",)  # inductor_ext::rms_norm (lowering/rms_norm.py), what the rms_norm_op pass makes of F.rms_norm
+OPS = ("rms_norm",)  # inductor_ext::rms_norm (lowering/ops/rms_norm.py), what the rms_norm_op pass makes of F.rms_norm
 CHOICE_KIND = "extern"
 CPU_EXECUTOR = "Helion's Triton backend in the Triton interpreter"  # interpret mode, CPU tensors
 DTYPES = ("bfloat16", "float16", "float32")

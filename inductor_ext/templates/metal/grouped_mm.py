@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 FAMILY = "metal.grouped_mm"
 TARGETS = ("mps",)
-OPS = ("grouped_mm",)  # Inductor's lowering name (lowering/op_specs.py)
+OPS = ("grouped_mm",)  # Inductor's lowering name (lowering/ops/grouped_mm.py)
 CHOICE_KIND = "extern"
 CPU_EXECUTOR = _msl.CPU_EXECUTOR
 KEY_INSTRUCTIONS = {"mps": [("msl", r"\bsimd_sum\(")]}  # inductor-ext asm, counted in the MSL

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 FAMILY = "metal.scaled_mm"
 TARGETS = ("mps",)
-OPS = ("scaled_mm",)  # Inductor's lowering name (lowering/op_specs.py)
+OPS = ("scaled_mm",)  # Inductor's lowering name (lowering/ops/scaled_mm.py)
 CHOICE_KIND = "extern"
 CPU_EXECUTOR = _msl.CPU_EXECUTOR
 

@@ -134,7 +134,7 @@ def {name}(
 """
 
 # Inductor's frame, one template for every op it serves. SCALING (a constexpr kwarg, which jinja
-# sees too) is 0 for mm / addmm, whose bias is Inductor's epilogue (a prefix input, op_specs); 1 / 2
+# sees too) is 0 for mm / addmm, whose bias is Inductor's epilogue (a prefix input, lowering/ops/addmm.py); 1 / 2
 # for scaled_mm with tensor- / row-wise fp32 scales. scaled_mm names all its inputs (A, B, SA, SB[,
 # BIAS]): the scales and its bias apply to the fp32 accumulator before any fused epilogue, as ATen
 # applies them before rounding.

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # annotations only: the module never imports torch at load
 FAMILY = "triton.topk"
 # Claimed only where tier I passes (tests/test_triton_topk.py).
 TARGETS = ("gfx950",)
-OPS = ("topk",)  # inductor_ext::topk_indices (lowering/topk.py), what the topk_op pass makes of torch.topk
+OPS = ("topk",)  # inductor_ext::topk_indices (lowering/ops/topk.py), what the topk_op pass makes of torch.topk
 CHOICE_KIND = "extern"
 CPU_EXECUTOR = "the Triton interpreter"  # interpret mode, CPU tensors
 DTYPES = ("bfloat16", "float16", "float32")

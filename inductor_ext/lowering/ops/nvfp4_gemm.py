@@ -1,9 +1,12 @@
-"""Lowers ``inductor_ext::nvfp4_gemm`` (made by the nvfp4_alpha_fold pass) to an autotuned
-choice: the unfused ATen path (``_scaled_mm`` then the epilogue) or the template families that
-serve the ``nvfp4_gemm`` op (Triton's block16 MMA and on-chip dequant, CuTeDSL's quack GEMM).
+"""``nvfp4_gemm``: lowers ``inductor_ext::nvfp4_gemm`` (made by the nvfp4_alpha_fold pass) to an
+autotuned choice: the unfused ATen path (``_scaled_mm`` then the epilogue) or the template
+families that serve the ``nvfp4_gemm`` op (Triton's block16 MMA and on-chip dequant, CuTeDSL's
+quack GEMM).
 
 The families read the operands as ``_scaled_mm`` had them: fp4 codes, and e4m3 scales in
 cuBLAS's blocked layout, read in place (no un-swizzle kernel).
+
+OpSpec.inputs: (a, b, scale_a, scale_b, alpha, bias|None); scalars ``activation``, ``out_dtype``.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from typing import Any
 import torch
 from torch._inductor import ir
 from torch._inductor.lowering import fallback_handler, lowerings, register_lowering
-from torch._inductor.select_algorithm import ExternKernelChoice, autotune_select_algorithm
-from torch._inductor.virtualized import V
+from torch._inductor.select_algorithm import ExternKernelChoice
 
 from inductor_ext.kernels import nvfp4_ops  # noqa: F401  (defines the op lowered here)
-from inductor_ext.lowering.kernel_inputs import FixedKernelInputs
+from inductor_ext.lowering.ops._select import select
+from inductor_ext.lowering.ops._spec import OpInputs, dtype_name, whole
 
 prims = torch.ops.prims
 OP = torch.ops.inductor_ext.nvfp4_gemm.default
@@ -25,8 +28,16 @@ ATEN_CHOICE = ExternKernelChoice(OP, name="nvfp4_gemm_aten", has_out_variant=Fal
 _ROUND = fallback_handler(torch.ops.aten._to_copy.default, add_to_fallback_set=False)
 
 
-# The nvfp4_gemm inputs (a, b, scale_a, scale_b, alpha[, bias]) and its output layout.
-NvFp4KernelInputs = FixedKernelInputs
+def nvfp4_gemm(kernel_inputs: Any) -> OpInputs | str:
+    """a, b, scale_a, scale_b, alpha[, bias] (_scaled_mm's order)."""
+    scalars = {"activation": kernel_inputs.get_scalar("activation"),
+               "out_dtype": dtype_name(kernel_inputs.get_scalar("out_dtype"))}
+    has_bias = len(kernel_inputs.nodes()) > 5
+    return whole("nvfp4_gemm", kernel_inputs, kernel_inputs.output_layout(), scalars,
+                 optional=() if has_bias else (None,))
+
+
+SPECS = {"nvfp4_gemm": nvfp4_gemm}
 
 
 @register_lowering(OP, type_promotion_kind=None)
@@ -41,15 +52,10 @@ def lower_nvfp4_gemm(a: Any, b: Any, scale_a: Any, scale_b: Any, alpha: Any, bia
     nodes = [ir.ExternKernel.realize_input(x) for x in nodes]
     m, n = a.get_size()[0], b.get_size()[1]
     layout = ir.FixedLayout(a.get_device(), out_dtype, [m, n])
-    scalars = {"activation": activation, "out_dtype": out_dtype}
-    kernel_inputs = NvFp4KernelInputs(nodes, layout, scalars)
     # alpha is already rounded here, so the ATen path takes it as fp32
     aten_kwargs = {"bias": None, "activation": activation, "out_dtype": out_dtype, "alpha_dtype": torch.float32}
     if bias is not None:
         aten_kwargs.pop("bias")
-    choices = [ATEN_CHOICE.bind(tuple(nodes[:5]) + ((nodes[5],) if bias is not None else ()), layout, **aten_kwargs)]
-    offer = getattr(V.choices, "offer", None)
-    if offer is not None:
-        choices = offer("nvfp4_gemm", kernel_inputs, choices)
-    node, _ = autotune_select_algorithm("nvfp4_gemm", choices, nodes, layout)
+    aten = ATEN_CHOICE.bind(tuple(nodes[:5]) + ((nodes[5],) if bias is not None else ()), layout, **aten_kwargs)
+    node, _ = select("nvfp4_gemm", aten, nodes, layout, {"activation": activation, "out_dtype": out_dtype})
     return node

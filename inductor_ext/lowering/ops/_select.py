@@ -1,0 +1,49 @@
+"""The lowering body every op module shares: ATen's choice, plus whatever ext's choices handler
+offers for the op, autotuned by Inductor; and the one question an op module that wraps one of
+Inductor's own lowerings asks first (does ext's handler serve this op in this compile?).
+
+Outside ext's handler (another backend, or Inductor's own handler) only ATen's choice exists;
+``getattr`` because Inductor's ``InductorChoices`` has no ``offer``/``serves``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._inductor import ir
+from torch._inductor.kernel_inputs import KernelInputs
+from torch._inductor.select_algorithm import autotune_select_algorithm
+from torch._inductor.virtualized import V
+
+
+class FixedKernelInputs(KernelInputs):
+    """An op's input nodes, scalars and fixed output layout: Inductor's ``KernelInputs`` for an op
+    ext lowers itself, so ``ExtChoices.offer`` reads them like Inductor's own."""
+
+    def __init__(self, nodes: list[Any], layout: ir.Layout, scalars: dict[str, Any]) -> None:
+        super().__init__(nodes, scalars=scalars)
+        self._layout = layout
+
+    def out_dtype(self) -> torch.dtype:
+        return self._layout.dtype
+
+    def output_layout(self, flexible: bool = True) -> ir.Layout:
+        return self._layout
+
+
+def serves(op: str) -> bool:
+    """Whether this compile's choices handler is ext's and offers a template family for ``op``."""
+    asks = getattr(V.choices, "serves", None)
+    return asks is not None and asks(op)
+
+
+def select(op: str, aten: Any, nodes: list[Any], layout: ir.Layout, scalars: dict[str, Any]) -> tuple[Any, Any]:
+    """Inductor's autotuned pick among ``aten`` (ATen's choice, bound to ``nodes`` and ``layout``)
+    and the choices ext's handler adds for ``op`` (``scalars`` as the families read them): the
+    node and the winning choice."""
+    choices = [aten]
+    offer = getattr(V.choices, "offer", None)
+    if offer is not None:
+        choices = offer(op, FixedKernelInputs(nodes, layout, scalars), choices)
+    return autotune_select_algorithm(op, choices, nodes, layout)

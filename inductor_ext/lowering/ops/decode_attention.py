@@ -1,0 +1,40 @@
+"""``decode_attention``: lowers ``inductor_ext::decode_attention`` (made by the
+``decode_attention_op`` pass) to an autotuned choice: ATen's SDPA (the op's own implementation)
+or the families serving ``decode_attention`` (``cpp.decode_attention``: Inductor-compiled
+reductions, inlined when they win). The output is contiguous (B, Hq, 1, Dv) in q's dtype.
+
+OpSpec.inputs: (q, k, v); scalar ``scale``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch._inductor import ir
+from torch._inductor.lowering import register_lowering
+from torch._inductor.select_algorithm import ExternKernelChoice
+
+from inductor_ext.kernels.decode_attention_ops import OP
+from inductor_ext.lowering import subgraph
+from inductor_ext.lowering.ops._select import select
+from inductor_ext.lowering.ops._spec import OpInputs, whole
+
+ATEN_CHOICE = ExternKernelChoice(OP, name="decode_attention_aten", has_out_variant=False, op_overload=OP)
+
+
+def decode_attention(kernel_inputs: Any) -> OpInputs | str:
+    return whole("decode_attention", kernel_inputs, kernel_inputs.output_layout(),
+                 {"scale": kernel_inputs.get_scalar("scale")})
+
+
+SPECS = {"decode_attention": decode_attention}
+
+
+@register_lowering(OP, type_promotion_kind=None)
+def lower_decode_attention(q: Any, k: Any, v: Any, scale: float) -> Any:
+    nodes = [ir.ExternKernel.realize_input(x) for x in (q, k, v)]
+    size = [*nodes[0].get_size()[:3], nodes[2].get_size()[3]]
+    layout = ir.FixedLayout(nodes[0].get_device(), nodes[0].get_dtype(), size)  # contiguous, like the op
+    scalars = {"scale": float(scale)}
+    node, choice = select("decode_attention", ATEN_CHOICE.bind(tuple(nodes), layout, **scalars), nodes, layout, scalars)
+    return subgraph.winner_node(node, choice, nodes, "decode_attention")

@@ -1,0 +1,41 @@
+"""``rms_norm``: lowers ``inductor_ext::rms_norm`` (made by the ``rms_norm_op`` pass) to an
+autotuned choice: ATen's ``rms_norm`` kernel, or the template families that serve the
+``rms_norm`` op (Helion's RMSNorm on gfx950). Inductor has no lowering that asks the choices
+handler for a norm, so this is one.
+
+OpSpec.inputs: (input, weight|None); scalars ``normalized_shape``, ``eps``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch._inductor import ir
+from torch._inductor.lowering import register_lowering
+from torch._inductor.select_algorithm import ExternKernelChoice
+
+from inductor_ext.kernels.norm_ops import OP
+from inductor_ext.lowering.ops._select import select
+from inductor_ext.lowering.ops._spec import OpInputs, whole
+
+ATEN_CHOICE = ExternKernelChoice(OP, name="rms_norm_aten", has_out_variant=False, op_overload=OP)
+
+
+def rms_norm(kernel_inputs: Any) -> OpInputs | str:
+    scalars = {"normalized_shape": list(kernel_inputs.get_scalar("normalized_shape")),
+               "eps": kernel_inputs.get_scalar("eps")}
+    optional = (None,) if len(kernel_inputs.nodes()) == 1 else ()  # weight
+    return whole("rms_norm", kernel_inputs, kernel_inputs.output_layout(), scalars, optional)
+
+
+SPECS = {"rms_norm": rms_norm}
+
+
+@register_lowering(OP, type_promotion_kind=None)
+def lower_rms_norm(x: Any, weight: Any, normalized_shape: list[int], eps: float) -> Any:
+    nodes = [ir.ExternKernel.realize_input(t) for t in (x, weight) if t is not None]
+    layout = ir.FixedLayout(x.get_device(), x.get_dtype(), list(x.get_size()))  # contiguous, like the op
+    scalars = {"normalized_shape": list(normalized_shape), "eps": float(eps)}
+    aten_kwargs = ({"weight": None} if weight is None else {}) | scalars  # the tensors go positionally
+    node, _ = select("rms_norm", ATEN_CHOICE.bind(tuple(nodes), layout, **aten_kwargs), nodes, layout, scalars)
+    return node
