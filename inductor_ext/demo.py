@@ -47,6 +47,7 @@ def _warm_up(device: str) -> None:
 def run(device: str | None = None, dump_dir: str | None = None, interpret: bool = False,
         reps: int = 20, out: Callable[[str], None] = print, size: dict[str, int] | None = None) -> dict[str, Any]:
     from inductor_ext import dumps, presets
+    from inductor_ext.autotune import decision_text
     from inductor_ext.lowering import ext_choices
     from inductor_ext.lowering.passes import base as pass_base
 
@@ -85,8 +86,7 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
         out("  " + line)
     gemms = ext_choices.decisions[first_decision:]
     for d in gemms:
-        timed = ", ".join(f"{c['name']} {c['time_us']:.0f}us" for c in d.candidates if c["time_us"] is not None)
-        out(f"gemm        {d.node} {d.problem}: winner {d.winner} ({d.reason}){'; ' + timed if timed else ''}")
+        out(f"gemm        {decision_text.decision_line(d.node, d.problem, d.winner, d.reason, d.candidates)}")
     if not gemms:
         out(f"gemm        every GEMM went to ATen: autotune is {config.autotune!r} in preset {config.preset!r}")
     out(f"speed       eager {times['eager'].text()}, ext {times['ext'].text()}, inductor {times['inductor'].text()}")

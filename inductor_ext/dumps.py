@@ -21,6 +21,8 @@ from typing import Any, Iterable
 import torch
 
 from inductor_ext import codegen as codegens
+from inductor_ext import tables
+from inductor_ext.autotune import decision_text
 from inductor_ext.codegen import KernelInfo
 from inductor_ext.templates import registry
 
@@ -303,10 +305,20 @@ def _extend_index(root: Path, entries: list[dict[str, Any]]) -> None:
 
 
 def read_index(root: str | os.PathLike) -> dict[str, Any]:
+    """``root/index.json``; FileNotFoundError when there is none, ValueError (one line) when it is
+    not an index (cut short, edited by hand)."""
     path = Path(root) / INDEX
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"no {INDEX} in {root}: was it written with options={{'dump_dir': ...}}?")
-    return json.loads(path.read_text())
+    try:
+        index = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path} is not valid JSON ({e}); compile again with dump_dir to rewrite it") from None
+    if not isinstance(index, dict) or not isinstance(index.get("kernels"), list) \
+            or not all(isinstance(k, dict) and "kernel" in k for k in index["kernels"]):
+        raise ValueError(f"{path} is not a kernel index (it needs a \"kernels\" list of entries); "
+                         "compile again with dump_dir to rewrite it")
+    return index
 
 
 SORT_KEYS = ("graph", "kernel", "template", "reason", "speedup")
@@ -321,24 +333,29 @@ def _speedup(kernel: dict[str, Any]) -> float | None:
     return min(aten) / won if aten and won else None
 
 
-def format_table(index: dict[str, Any], sort: str = "graph", contains: str | None = None) -> str:
-    """index.json as a text table (what ``inductor-ext dumps show`` prints)."""
+def select(index: dict[str, Any], sort: str = "graph", contains: str | None = None) -> list[dict[str, Any]]:
+    """The index's kernels whose entry contains ``contains``, in ``sort`` order."""
     if sort not in SORT_KEYS:
         raise ValueError(f"sort key {sort!r} is not one of {SORT_KEYS}")
     rows = [k for k in index["kernels"] if not contains or contains in json.dumps(k)]
     order = {"reason": lambda k: (k.get("decision") or {}).get("reason", ""),
              "speedup": lambda k: -(_speedup(k) or 0.0)}.get(sort, lambda k: str(k.get(sort) or ""))
-    rows.sort(key=order)
-    header = ("graph", "kernel", "template", "winner / reason", "vs aten", "module", "fx nodes", "user source")
-    table = [header]
-    for k in rows:
+    return sorted(rows, key=order)
+
+
+def format_table(index: dict[str, Any], sort: str = "graph", contains: str | None = None) -> str:
+    """index.json as a text table (what ``inductor-ext dumps show`` prints): every name whole, the
+    kernel's file beside it, the winner as its template config."""
+    table = []
+    for k in select(index, sort, contains):
         d = k.get("decision") or {}
         speedup = _speedup(k)
-        table.append((k["graph"], k["kernel"], k["template"] or "-",
-                      f"{d['winner']} ({d['reason']})" if d else "-",
-                      f"{speedup:.2f}x" if speedup else "-",
-                      ",".join(k.get("modules") or []) or "-",
-                      ",".join(k["fx_nodes"][:4]) + ("..." if len(k["fx_nodes"]) > 4 else ""),
-                      ",".join(k["user_source"]) or "-"))
-    widths = [min(48, max(len(str(r[i])) for r in table)) for i in range(len(header))]
-    return "\n".join("  ".join(str(c)[:w].ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
+        table.append((k.get("graph"), k["kernel"], k.get("file"), k.get("template"),
+                      f"{decision_text.winner_text(d['winner'], d.get('candidates', []))} ({d['reason']})"
+                      if d else None,
+                      f"{speedup:.2f}x" if speedup else None,
+                      ", ".join(k.get("modules") or []),
+                      ", ".join(k.get("fx_nodes") or []),
+                      ", ".join(k.get("user_source") or [])))
+    return tables.render(("graph", "kernel", "file", "template", "winner (reason)", "vs aten", "module",
+                          "fx nodes", "user source"), table, right=("vs aten",))

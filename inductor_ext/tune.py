@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import pkgutil
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +21,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext import tables
+from inductor_ext.autotune import decision_text
+from inductor_ext.autotune.cache import AutotuneCache, Entry
 
 
 class NothingTuned(RuntimeError):
@@ -29,20 +32,30 @@ class NothingTuned(RuntimeError):
 
 def load_callable(spec: str) -> Callable[..., Any]:
     """``module:attr`` (importable, or a module in the working directory, as uvicorn and flask
-    take it) or ``path/to/file.py:attr`` -> the attribute."""
+    take it) or ``path/to/file.py:attr`` -> the attribute; ValueError with one line otherwise."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ValueError(f"{spec!r} is not MODULE:FUNCTION or path/to/file.py:FUNCTION "
                          "(e.g. inductor_ext.demo:tune_model, mymodel:make, models/llama.py:make)")
     if target.endswith(".py") or os.sep in target or "/" in target:
         module = _module_from_file(Path(target))
+        if not hasattr(module, attr):
+            raise ValueError(f"{target} has no {attr!r} (it defines: {_public_names(module)})")
+        found = getattr(module, attr)
     else:
         if os.getcwd() not in sys.path and "" not in sys.path:
             sys.path.insert(0, os.getcwd())  # console scripts do not put the working directory on the path
-        module = importlib.import_module(target)
-    if not hasattr(module, attr):
-        raise ValueError(f"{target} has no {attr!r} (it defines: {', '.join(n for n in vars(module) if not n.startswith('_'))})")
-    return getattr(module, attr)
+        try:
+            found = pkgutil.resolve_name(spec)
+        except ModuleNotFoundError as e:
+            raise ValueError(f"{spec}: no module named {e.name!r} (from {os.getcwd()}; is it installed, "
+                             "or a .py file in this folder?)") from None
+        except AttributeError:
+            module = importlib.import_module(target)
+            raise ValueError(f"{target} has no {attr!r} (it defines: {_public_names(module)})") from None
+    if not callable(found):
+        raise ValueError(f"{spec} is a {type(found).__name__}, not a function to call")
+    return found
 
 
 def _module_from_file(path: Path) -> ModuleType:
@@ -56,6 +69,14 @@ def _module_from_file(path: Path) -> ModuleType:
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _public_names(module: ModuleType) -> str:
+    return ", ".join(n for n in vars(module) if not n.startswith("_")) or "nothing public"
+
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -92,24 +113,40 @@ def _compile_and_run(model: torch.nn.Module, inputs: Sequence[Any], options: dic
 
 
 def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = None,
-          shapes: Sequence[str] = (), preset: str | None = None, interpret: bool = False,
-          train: bool = False, progress: bool = True) -> AutotuneCache:
-    """Autotune every GEMM problem of the model for each input set; winners go into ``out``."""
+          shapes: Sequence[str] = (), dtype: str | None = None, preset: str | None = None,
+          interpret: bool = False, train: bool = False, progress: bool = True) -> AutotuneCache:
+    """Autotune every GEMM problem of the model for each input set; winners go into ``out``.
+    ``shapes`` make random inputs of ``dtype`` (default: the dtype of the model's parameters)."""
     from tqdm import tqdm
 
     from inductor_ext.lowering import ext_choices
 
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if preset not in (None, "auto"):
+        from inductor_ext import presets
+
+        if preset not in presets.PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; valid presets: auto, {', '.join(presets.PRESETS)}")
     if interpret and preset in (None, "auto", "cpu"):
         raise ValueError("interpret mode runs a GPU preset's kernels on CPU tensors: give that preset, "
                          "e.g. --preset hopper (the cpu preset's own kernels need no interpreter)")
-    model = load_callable(model_spec)()
-    if inputs_spec:
-        input_sets = [tuple(load_callable(inputs_spec)())]
-    elif shapes:
-        device = next((p.device for p in model.parameters()), torch.device("cpu"))
-        input_sets = [(torch.randn(parse_shape(s), device=device),) for s in shapes]
-    else:
+    if not inputs_spec and not shapes:
         raise ValueError("give --inputs MODULE:FN or --shapes, e.g. --shapes 1x16x64 8x16x64")
+    make_model = load_callable(model_spec)
+    make_inputs = load_callable(inputs_spec) if inputs_spec else None
+    sizes = [parse_shape(s) for s in shapes]
+    model = make_model()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"{model_spec} returned a {type(model).__name__}, not a torch.nn.Module")
+    if make_inputs is not None:
+        input_sets = [tuple(make_inputs())]
+    else:
+        param = next((p for p in model.parameters() if p.is_floating_point()), None)
+        device = param.device if param is not None else torch.device("cpu")
+        # inputs of the parameters' dtype: fp32 inputs to a bf16 model would fail in its first GEMM
+        kind = DTYPES[dtype] if dtype else (param.dtype if param is not None else torch.float32)
+        input_sets = [(torch.randn(size, device=device, dtype=kind),) for size in sizes]
     base: dict[str, Any] = {"interpret": interpret} if interpret else {}
     if preset:
         base["preset"] = preset
@@ -125,7 +162,7 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
     bar = tqdm(total=total, unit="problem", desc="tune", disable=not progress)
 
     def advance(decision: Any) -> None:
-        bar.set_postfix_str(f"{decision.op} {decision.problem.get('shapes')}")
+        bar.set_postfix_str(decision_text.problem_text(decision.problem))
         bar.update(1)
 
     first = len(ext_choices.decisions)
@@ -159,25 +196,46 @@ def _why_nothing(decisions: Sequence[Any], base: dict[str, Any], out: str | os.P
     return "\n".join(lines)
 
 
+def entry_row(e: Entry) -> dict[str, Any]:
+    """One cache entry as the table and ``--json`` show it: the winner as its config."""
+    speedup = e.speedup_vs_aten
+    if e.winner == "aten":
+        config = str(e.config.get("name") or "")
+    else:
+        config = " ".join(f"{k}={v}" for k, v in e.config.items())
+    return {"problem": e.key.describe(), "device": e.device_name or e.key.device_name, "winner": e.winner,
+            "config": config, "winner_us": round(e.winner_time_us, 3), "aten_us": e.aten_time_us,
+            "speedup": None if speedup is None else round(speedup, 3), "reason": e.reason,
+            "preset": e.key.preset, "arch": e.key.arch}
+
+
+def entry_rows(cache: AutotuneCache) -> list[dict[str, Any]]:
+    return [entry_row(e) for e in sorted(cache.entries(), key=lambda e: (e.key.op, e.key.describe()))]
+
+
 def format_entries(cache: AutotuneCache) -> str:
-    """The cache as a table: problem, winner, its time vs ATen, speedup."""
-    rows = [("problem", "device", "winner", "config", "winner us", "aten us", "speedup", "why")]
-    for e in sorted(cache.entries(), key=lambda e: (e.key.op, e.key.describe())):
-        speedup = e.speedup_vs_aten
-        config = e.config.get("name") if e.winner == "aten" else ",".join(f"{k}={v}" for k, v in e.config.items())
-        rows.append((e.key.describe(), e.device_name or e.key.device_name, e.winner, str(config),
-                     f"{e.winner_time_us:.1f}", "-" if e.aten_time_us is None else f"{e.aten_time_us:.1f}",
-                     "-" if speedup is None else f"{speedup:.2f}x", e.reason))
-    widths = [min(60, max(len(r[i]) for r in rows)) for i in range(len(rows[0]))]
-    lines = ["  ".join(c[:w].ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.append(f"{len(rows) - 1} entries in {cache.path}")
-    return "\n".join(lines)
+    """The cache as a table: problem, winner and its config, its time vs ATen, speedup."""
+    rows = [(r["problem"], r["device"], r["winner"], r["config"], f"{r['winner_us']:.1f}",
+             None if r["aten_us"] is None else f"{r['aten_us']:.1f}",
+             None if r["speedup"] is None else f"{r['speedup']:.2f}x", r["reason"]) for r in entry_rows(cache)]
+    table = tables.render(("problem", "device", "winner", "config", "winner us", "aten us", "speedup", "why"), rows,
+                          right=("winner us", "aten us", "speedup"))
+    return f"{table}\n{len(rows)} entries in {cache.path}"
 
 
 def merge(a: str, b: str, out: str) -> str:
-    """Merge caches A and B into OUT (newer timing wins on the same key); returns the report."""
+    """Merge caches A and B into the new file OUT (newer timing wins on the same key); returns the
+    report. Nothing is left at OUT when it fails (a missing or unusable input: CacheFileError)."""
     if Path(out).exists():
         raise FileExistsError(f"{out} exists; merge writes a new file")
-    merged = AutotuneCache(out)
-    reports = [merged.merge_from(a), merged.merge_from(b)]
+    for source in (a, b):  # both readable before OUT is created
+        AutotuneCache(source, mode="read").close()
+    try:
+        with AutotuneCache(out) as merged:
+            reports = [merged.merge_from(a), merged.merge_from(b)]
+            merged.checkpoint()
+    except BaseException:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{out}{suffix}").unlink(missing_ok=True)
+        raise
     return "\n".join(str(r) for r in reports)

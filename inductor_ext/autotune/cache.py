@@ -32,17 +32,23 @@ cache object with an ``AutotuneCacheWarning`` naming the file and what was wrong
   newer inductor_ext owning a newer schema must not find its file moved. Delete the file
   (or point ``INDUCTOR_EXT_CACHE_DIR`` elsewhere) to start afresh.
 
+Reading a cache never creates one: ``mode="if-exists"`` (what ``autotune="cache-only"`` opens)
+treats a missing file as an empty cache, says so once at WARNING and creates neither the file nor
+its folder; ``mode="read"`` (``tune show``, ``export``, ``merge``'s inputs) opens the file read-only
+and raises ``CacheFileError`` with one line when it is missing or unusable.
+
 Caller mistakes (an invalid ``Entry``, an invalid JSON file given to ``import_json``) raise
 ``ValueError`` / ``TypeError``: those are bugs, not cache damage.
 
-This module must work on torch 2.11 too, so it uses only the standard library (and the
-template families' plain-data field declarations).
+This module must work on torch 2.11 too, so it uses only the standard library, platformdirs (and
+the template families' plain-data field declarations).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import operator
 import os
@@ -56,6 +62,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
+import platformdirs
+
 from inductor_ext.templates import registry
 from inductor_ext.templates.allowed import InvalidField
 
@@ -63,6 +71,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AutotuneCache",
     "AutotuneCacheWarning",
+    "CacheFileError",
     "Entry",
     "MergeConflict",
     "MergeReport",
@@ -78,21 +87,29 @@ _BUSY_TIMEOUT_S = 10.0  # SQLite itself waits this long for a lock...
 _LOCK_RETRIES = 6  # ...and we retry the whole transaction this many times on top.
 
 T = TypeVar("T")
+log = logging.getLogger("inductor_ext.autotune")
+_MODES = ("create", "if-exists", "read")
 
 
 class AutotuneCacheWarning(UserWarning):
     """A cache file or row was unusable and has been ignored."""
 
 
+class CacheFileError(Exception):
+    """A cache file opened with ``mode="read"`` is missing or unusable; the message is one line."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path = path
+
+
 def default_cache_path() -> Path:
-    """``$INDUCTOR_EXT_CACHE_DIR/autotune.db``, else ``<user cache dir>/inductor_ext/autotune.db``."""
+    """``$INDUCTOR_EXT_CACHE_DIR/autotune.db``, else ``<user cache dir>/inductor_ext/autotune.db``
+    (platformdirs': ``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS)."""
     override = os.environ.get("INDUCTOR_EXT_CACHE_DIR")
     if override:
         return Path(override).expanduser() / "autotune.db"
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    # The XDG spec says relative values are invalid and must be ignored.
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "inductor_ext" / "autotune.db"
+    return Path(platformdirs.user_cache_dir("inductor_ext", appauthor=False)) / "autotune.db"
 
 
 # --------------------------------------------------------------------------- keys
@@ -447,9 +464,15 @@ class AutotuneCache:
     """SQLite-backed map ProblemKey -> Entry, safe for several writer processes.
 
     ``path=None`` uses ``default_cache_path()``; ``":memory:"`` keeps everything in memory.
+    ``mode``: ``"create"`` makes the file (and its folder) when missing; ``"if-exists"`` never
+    creates it (a missing file is an empty in-memory cache, with one WARNING); ``"read"`` opens
+    an existing file read-only and raises ``CacheFileError`` otherwise.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, mode: str = "create") -> None:
+        if mode not in _MODES:
+            raise ValueError(f"mode {mode!r} is not one of {_MODES}")
+        self.mode = mode
         self.path: Path | None = None if path == ":memory:" else Path(path or default_cache_path())
         self.hits = 0
         self.misses = 0
@@ -468,6 +491,18 @@ class AutotuneCache:
         if self.path is None:
             self._conn = self._memory_connection()
             return
+        if self.mode != "create" and not self.path.exists():
+            if self.mode == "read":
+                raise CacheFileError(self.path, "no such autotune cache")
+            log.warning("inductor_ext autotune cache %s does not exist: it is only read here (autotune='cache-only'), "
+                        "so nothing is created and every GEMM runs ATen; build one with `inductor-ext tune build`",
+                        self.path)
+            self.in_memory = True
+            self._conn = self._memory_connection()
+            return
+        if self.mode == "read":
+            self._conn = self._open_read_only(self.path)
+            return
         conn = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -483,6 +518,28 @@ class AutotuneCache:
                 conn.close()
             why = "still locked after retries" if isinstance(e, sqlite3.Error) and _is_busy(e) else str(e)
             self._go_in_memory(f"cannot use it ({why})")
+
+    @classmethod
+    def _open_read_only(cls, path: Path) -> sqlite3.Connection:
+        """``path`` opened so that nothing is written or created: read-only while a ``-wal`` beside
+        it may hold recent entries (SQLite then reuses the files that are there), else immutable
+        (a read-only open of a WAL database would create ``-wal`` and ``-shm`` files)."""
+        live = path.with_name(path.name + "-wal").exists()
+        uri = f"{path.resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}"
+        conn = None
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False)
+            check = conn.execute("PRAGMA quick_check").fetchall()
+            if check != [("ok",)]:
+                raise sqlite3.DatabaseError(f"corrupt: quick_check says {check[0][0]!r}")
+            if cls._check_ours(conn):
+                raise _UnusableFile("an empty file, not an autotune cache")
+            return conn
+        except (sqlite3.Error, _UnusableFile) as e:
+            if conn is not None:
+                conn.close()
+            raise CacheFileError(path, f"not a usable autotune cache ({e})") from None
 
     @staticmethod
     def _memory_connection() -> sqlite3.Connection:
@@ -684,13 +741,14 @@ class AutotuneCache:
         return f"unknown:{time.time_ns()}" if row is None else ":".join(map(str, row))
 
     def merge_from(self, other_path: str | os.PathLike[str]) -> MergeReport:
-        """Merge another cache file into this one: per key the newer ``created`` wins."""
+        """Merge another cache file into this one: per key the newer ``created`` wins. The other
+        file is only read: FileNotFoundError when missing, CacheFileError when unusable."""
         other_path = Path(other_path)
         if not other_path.exists():
             raise FileNotFoundError(other_path)
         if self.path is not None and self.path.exists() and other_path.samefile(self.path):
             return MergeReport(source=str(other_path))
-        with AutotuneCache(other_path) as other:
+        with AutotuneCache(other_path, mode="read") as other:
             rows = other._all_rows()
             incoming = [e for e in map(other._decode, rows) if e is not None]
         return self._merge(incoming, str(other_path), skipped=len(rows) - len(incoming))

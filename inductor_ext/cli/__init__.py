@@ -1,32 +1,44 @@
-"""The ``inductor-ext`` command: presets, dumps, tune, asm, comms and the demo."""
+"""The ``inductor-ext`` command: presets, dumps, tune, asm, comms, doctor and the demo.
+
+Exit codes: 0 success, 1 a failure (a missing or unusable file, a model that cannot be loaded,
+a device that is not here), 2 a usage mistake (an unknown command, flag or value). A user's
+mistake ends in one line on stderr, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
+from typing import Any, Callable
 
 from inductor_ext.cli import asm
+from inductor_ext.cli.errors import CliError, UsageError
+
+__all__ = ["CliError", "UsageError", "build_parser", "main"]
 
 
 def _presets(args: argparse.Namespace) -> int:
-    from inductor_ext import presets
+    from inductor_ext import presets, tables
 
-    if args.action == "show":
-        if args.name == "auto":  # what auto picks on this machine
+    if getattr(args, "action", None) == "show":
+        name = args.name
+        if name == "auto":  # what auto picks on this machine
             import torch
 
-            args.name = presets.preset_for_device(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-        if args.name not in presets.PRESETS:
-            print(f"unknown preset {args.name!r}; valid presets: {', '.join(presets.PRESETS)}", file=sys.stderr)
-            return 2
-        print(json.dumps(presets.describe(args.name), indent=2, default=str))
+            name = presets.preset_for_device(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        if name not in presets.PRESETS:
+            raise UsageError(f"unknown preset {name!r}; valid presets: auto, {', '.join(presets.PRESETS)}")
+        print(json.dumps(presets.describe(name), indent=2, default=str))
         return 0
-    width = max(map(len, presets.PRESETS))
-    for name, data in presets.PRESETS.items():
-        print(f"{name.ljust(width)}  {data['description']}")
-    print(f"{'auto'.ljust(width)}  (default) the preset for the example inputs' device")
+    rows = [(name, data["description"]) for name, data in presets.PRESETS.items()]
+    rows.append(("auto", "(default) the preset for the example inputs' device"))
+    if args.json:
+        print(json.dumps(dict(rows), indent=2))
+    else:
+        print(tables.render(("preset", "description"), rows))
     return 0
 
 
@@ -35,118 +47,150 @@ def _dumps(args: argparse.Namespace) -> int:
 
     try:
         index = dumps.read_index(args.path)
-    except FileNotFoundError as e:
-        print(e, file=sys.stderr)
-        return 2
-    print(dumps.format_table(index, sort=args.sort, contains=args.filter))
+    except (FileNotFoundError, ValueError) as e:
+        raise CliError(str(e)) from None
+    if args.json:
+        print(json.dumps(dumps.select(index, sort=args.sort, contains=args.filter), indent=2, default=str))
+    else:
+        print(dumps.format_table(index, sort=args.sort, contains=args.filter))
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
     from inductor_ext import demo
 
-    return demo.main(args.device, args.dump_dir, args.interpret)
+    _check_device(args.device)
+    if not args.json:
+        return demo.main(args.device, args.dump_dir, args.interpret)
+    result = demo.run(args.device, args.dump_dir, args.interpret, out=lambda line: print(line, file=sys.stderr))
+    result["timings"] = {arm: t.text() for arm, t in result["timings"].items()}
+    print(json.dumps(result, indent=2, default=str))
+    return 0 if result["ok"] else 1
 
 
-def _tune(args: argparse.Namespace) -> int:
-    from inductor_ext import tune
-    from inductor_ext.autotune.cache import AutotuneCache
+def _check_device(device: str | None) -> None:
+    """A device the demo was asked for must be here (torch would fail deep inside the compile)."""
+    if device in (None, "cpu"):
+        return
+    import torch
 
-    if args.action == "build":
-        try:
-            cache = tune.build(args.model, args.output, inputs_spec=args.inputs, shapes=args.shapes or (),
-                               preset=args.preset, interpret=args.interpret, train=args.train)
-        except (tune.NothingTuned, ValueError) as e:
-            print(f"inductor-ext tune build: {e}", file=sys.stderr)
-            return 1
-        print(tune.format_entries(cache))
-    elif args.action == "show":
-        print(tune.format_entries(AutotuneCache(args.paths[0])))
-    elif args.action == "merge":
-        print(tune.merge(args.paths[0], args.paths[1], args.output))
-    elif args.action == "export":
-        AutotuneCache(args.paths[0]).export_json(args.output)
-        print(f"wrote {args.output}")
-    elif args.action == "import":
-        print(AutotuneCache(args.output).import_json(args.paths[0]))
-    return 0
+    present = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(),
+               "xpu": hasattr(torch, "xpu") and torch.xpu.is_available()}
+    if not present[device]:
+        here = ", ".join(["cpu", *(d for d, ok in present.items() if ok)])
+        raise CliError(f"no {device} device on this machine (devices here: {here}); "
+                       "leave --device out to use the best one here")
 
 
 def _comms(args: argparse.Namespace) -> int:
-    from inductor_ext.cli import comms_report as report
+    from inductor_ext.cli import comms_report
 
-    return report.main(args.rest)
+    return comms_report.main(args.rest)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from inductor_ext.cli import doctor
+
+    return doctor.main(args)
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("inductor-ext")
+    except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "unknown (not installed)"
+
+
+def _json_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON instead of a table")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inductor-ext", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    from inductor_ext.cli import tune
+
+    parser = argparse.ArgumentParser(prog="inductor-ext", description=__doc__.split("\n")[0],
+                                     epilog="exit codes: 0 success, 1 failure, 2 usage mistake")
+    parser.add_argument("--version", action="version", version=f"inductor-ext {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("presets", help="list the hardware presets, or show one resolved")
-    p.add_argument("action", nargs="?", choices=("list", "show"), default="list")
-    p.add_argument("name", nargs="?", default="auto")
-    p.set_defaults(func=_presets)
+    _json_flag(p, "the list")
+    p.set_defaults(func=_presets, action="list")
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    listing = actions.add_parser("list", help="every preset with its description (the default)")
+    listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                         help="print the list as JSON instead of a table")
+    show = actions.add_parser("show", help="one preset resolved, with the Inductor patches it implies (JSON)")
+    show.add_argument("name", nargs="?", default="auto",
+                      help="a preset name (see `inductor-ext presets`), or auto: the one this machine gets")
 
     d = sub.add_parser("dumps", help="read kernel dumps written with options={'dump_dir': PATH}")
-    d.add_argument("action", choices=("show",))
-    d.add_argument("path")
-    d.add_argument("--sort", default="graph", choices=("graph", "kernel", "template", "reason", "speedup"))
-    d.add_argument("--filter", help="only rows whose entry contains this text")
+    d_actions = d.add_subparsers(dest="action", required=True, metavar="ACTION")
+    d_show = d_actions.add_parser("show", help="every kernel of a dump: template, winner, module, source")
+    d_show.add_argument("path", help="the dump_dir a compile wrote (it holds index.json)")
+    d_show.add_argument("--sort", default="graph", choices=("graph", "kernel", "template", "reason", "speedup"),
+                        help="row order (default %(default)s)")
+    d_show.add_argument("--filter", metavar="TEXT", help="only rows whose entry contains this text")
+    _json_flag(d_show, "the selected index entries")
     d.set_defaults(func=_dumps)
 
-    t = sub.add_parser("tune", help="offline autotune caches: build, show, merge, export, import")
-    t.add_argument("action", choices=("build", "show", "merge", "export", "import"))
-    t.add_argument("paths", nargs="*", help="show DB | merge A B | export DB | import JSON")
-    t.add_argument("--model", help="build: MODULE:FACTORY returning the model")
-    t.add_argument("--inputs", help="build: MODULE:FN returning the example inputs (a tuple)")
-    t.add_argument("--shapes", nargs="+", help="build: input shapes instead of --inputs, e.g. 1x16x64 8x16x64")
-    t.add_argument("--preset", help="build: preset (default: detected from the inputs)")
-    t.add_argument("--interpret", action="store_true",
-                   help="build: a GPU preset's Triton templates in the interpreter on CPU (with --preset, e.g. hopper)")
-    t.add_argument("--train", action="store_true", help="build: tune the backward GEMMs too")
-    t.add_argument("--out", "-o", dest="output", help="build/merge/export/import: the file to write")
-    t.set_defaults(func=_tune)
+    tune.add_parser(sub)
 
     c = sub.add_parser("comms", help="compile-time communication reports (cost-model figures)")
-    c.add_argument("action", choices=("report",))
-    c.add_argument("rest", nargs=argparse.REMAINDER, help="options of the report (see: comms report --help)")
+    c_actions = c.add_subparsers(dest="action", required=True, metavar="ACTION")
+    # its own parser reads the rest (imported only when it runs: it loads torch and the passes)
+    report = c_actions.add_parser("report", add_help=False,
+                                  help="ext's fsdp_overlap against Inductor's own passes, per arm")
+    report.add_argument("rest", nargs=argparse.REMAINDER,
+                        help="options of the report (see: inductor-ext comms report --help)")
     c.set_defaults(func=_comms)
 
     asm.add_parser(sub)
 
+    doc = sub.add_parser("doctor", help="the toolchains and executors found here, and what each preset can do")
+    _json_flag(doc, "the findings")
+    doc.set_defaults(func=_doctor)
+
     m = sub.add_parser("demo", help="compile a small decoder block with backend='ext', check it and time it")
-    m.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    m.add_argument("--dump-dir", help="write the kernel dumps here")
+    m.add_argument("--device", choices=("cpu", "cuda", "mps", "xpu"),
+                   help="where to run it (default: cuda when available, else cpu)")
+    m.add_argument("--dump-dir", metavar="DIR", help="write the kernel dumps here (default: a new temporary folder)")
     m.add_argument("--interpret", action="store_true",
                    help="run the hopper preset's Triton templates on CPU in the Triton interpreter (slow)")
+    m.add_argument("--json", action="store_true",
+                   help="print the results as JSON (the report goes to stderr)")
     m.set_defaults(func=_demo)
     return parser
 
 
-_NEEDS = {"build": ("model", "output"), "show": ("paths",), "merge": ("paths", "output"),
-          "export": ("paths", "output"), "import": ("paths", "output")}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "tune":
-        missing = [n for n in _NEEDS[args.action] if not getattr(args, n)]
-        if args.action == "merge" and len(args.paths) != 2:
-            missing.append("two caches to merge")
-        if missing:
-            parser.error(f"tune {args.action} needs {', '.join(missing)}")
-        if args.action == "build" and args.interpret and os.environ.get("TRITON_INTERPRET") != "1":
-            _restart_with_interpreter()
-    if args.command == "demo" and args.interpret and os.environ.get("TRITON_INTERPRET") != "1":
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version (0) and usage mistakes (2)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    if getattr(args, "interpret", False) and os.environ.get("TRITON_INTERPRET") != "1" and argv is None:
         _restart_with_interpreter()
-    return args.func(args)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        print(f"inductor-ext {_command(args)}: error: {e}", file=sys.stderr)
+        return 2
+    except CliError as e:
+        print(f"inductor-ext {_command(args)}: {e}", file=sys.stderr)
+        return 1
+
+
+def _command(args: Any) -> str:
+    return " ".join(str(p) for p in (args.command, getattr(args, "action", None)) if p)
 
 
 def _restart_with_interpreter() -> None:
     """Triton chooses the interpreter at import: run this command again with it on."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    os.execvpe(sys.executable, [sys.executable, "-m", "inductor_ext.cli", *sys.argv[1:]], env)
+    os.execvpe(sys.executable, [sys.executable, "-m", "inductor_ext", *sys.argv[1:]], env)
 
 
 if __name__ == "__main__":

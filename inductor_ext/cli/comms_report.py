@@ -63,6 +63,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from inductor_ext import tables
 from inductor_ext.comms_passes.capture import (
     CapturedGraph, capture_graphs, fake_world, post_grad, scheduled_order, strip_control_deps,
 )
@@ -445,16 +446,16 @@ def format_table(report: dict[str, Any]) -> str:
     lines = [f"# {report['note']}",
              f"# model: Llama-style, {m['params'] / 1e9:.2f}B params, {m['layers']} layers, vocab {m['vocab']}, "
              f"{m['tokens_per_rank']} tokens/rank, bf16 compute, fp32 {m['fp32_params'] or 'none'}, fp32 reduce; "
-             f"graphs: {', '.join(report['graphs'])}; traced in {report['trace_s']:.1f}s",
-             f"{'arm':<50}{'exposed ms':>11}{'makespan ms':>12}{'colls':>7}{'AG':>5}{'RS':>5}"
-             f"{'in-flight MB':>13}{'peak mem GB':>12}{'fx exposed':>11}  note"]
+             f"graphs: {', '.join(report['graphs'])}; traced in {report['trace_s']:.1f}s"]
+    rows = []
     for name, r in report["arms"].items():
         fx = r.get("fx_level", r)
-        note = "" if fx["valid"] else f"INVALID: {fx['invalid_reason']}"
-        lines.append(f"{name:<50}{r['exposed_comm_ms']:>11.3f}{r['makespan_ms']:>12.3f}{r['collectives']:>7d}"
-                     f"{r['by_kind'].get('all_gather', 0):>5d}{r['by_kind'].get('reduce_scatter', 0):>5d}"
-                     f"{r['peak_in_flight_bytes'] / 2**20:>13.1f}{r['peak_memory_bytes'] / 2**30:>12.3f}"
-                     f"{fx['exposed_comm_ms']:>11.3f}  {note}")
+        rows.append((name, f"{r['exposed_comm_ms']:.3f}", f"{r['makespan_ms']:.3f}", r["collectives"],
+                     r["by_kind"].get("all_gather", 0), r["by_kind"].get("reduce_scatter", 0),
+                     f"{r['peak_in_flight_bytes'] / 2**20:.1f}", f"{r['peak_memory_bytes'] / 2**30:.3f}",
+                     f"{fx['exposed_comm_ms']:.3f}", "" if fx["valid"] else f"INVALID: {fx['invalid_reason']}"))
+    numbers = ("exposed ms", "makespan ms", "colls", "AG", "RS", "in-flight MB", "peak mem GB", "fx exposed")
+    lines.append(tables.render(("arm", *numbers, "note"), rows, right=numbers))
     if report.get("unhideable_comm_ms") is not None:
         lines.append(f"unhideable communication (first gather + last reduce-scatter, any schedule): "
                      f"{report['unhideable_comm_ms']:.3f} ms")
@@ -499,7 +500,7 @@ FULL_LAYERS = 16
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = parser or argparse.ArgumentParser(prog="comms-report", description=__doc__.split("\n")[0])
+    p = parser or argparse.ArgumentParser(prog="inductor-ext comms report", description=__doc__.split("\n")[0])
     p.add_argument("--layers", type=int, default=None,
                    help=f"transformer blocks (default {DEFAULT_LAYERS}; --full: {FULL_LAYERS})")
     p.add_argument("--full", action="store_true", help=f"the {FULL_LAYERS}-layer model (1.5B parameters; "

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import logging
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -23,7 +24,7 @@ from torch._inductor.select_algorithm import ExternKernelCaller, ExternKernelCho
 from torch._inductor.virtualized import V
 
 from inductor_ext import targets
-from inductor_ext.autotune import pdl_policy, policy
+from inductor_ext.autotune import decision_text, pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import decode_attention as decode_attention_kernel
@@ -78,9 +79,12 @@ _caches: dict[str, AutotuneCache] = {}  # one per path per process: a bad file w
 
 def cache_for(config: ExtConfig) -> AutotuneCache:
     path = str(config.autotune_cache or default_cache_path())
-    if path not in _caches:
-        _caches[path] = AutotuneCache(path)
-    return _caches[path]
+    mode = "if-exists" if config.autotune == "cache-only" else "create"  # a read never creates the file
+    cache = _caches.get(path)
+    missing = cache is not None and cache.mode == "if-exists" and cache.in_memory  # was absent when opened
+    if cache is None or (missing and (mode == "create" or os.path.exists(path))):
+        cache = _caches[path] = AutotuneCache(path, mode=mode)
+    return cache
 
 
 class ExtChoices(InductorChoices):
@@ -192,7 +196,8 @@ class ExtChoices(InductorChoices):
         decision.winner, decision.reason = choice.name, reason
         decision.choice_ids = {id(choice): next(i for i, c in enumerate(decision.candidates) if c["name"] == choice.name)}
         decision.key = None
-        autotune_log.debug("%s %s: %s (%s)", decision.node, decision.problem, choice.name, reason)
+        autotune_log.debug("%s", decision_text.decision_line(decision.node, decision.problem, choice.name, reason,
+                                                             decision.candidates))
         _announce(decision)
         return [choice]
 
@@ -258,8 +263,8 @@ class ExtChoices(InductorChoices):
                     decision.candidates[i]["warm_time_us"] = round(warm * 1000, 3)
         winner = decision.candidates[decision.choice_ids[id(chosen)]]
         decision.winner, decision.reason = winner["name"], reason
-        autotune_log.debug("%s %s: %s (%s); %s", decision.node, decision.problem, decision.winner, reason,
-                           {c["name"]: c["time_us"] for c in decision.candidates})
+        autotune_log.debug("%s", decision_text.decision_line(decision.node, decision.problem, decision.winner, reason,
+                                                             decision.candidates))
         if decision.key is not None and not forced_families:
             self._remember(decision, winner, aten_time)
         _announce(decision)

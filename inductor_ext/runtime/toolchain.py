@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+import platformdirs
+
 from inductor_ext.runtime.private_files import holds_what_was_built, private_dir, record_digest
 
 
@@ -131,13 +133,13 @@ def lld_works(path: str) -> bool:
 def user_cache_dir(name: str, env_var: str, override: str | os.PathLike[str] | None = None) -> Path:
     """A cache folder of ours, created private to this user (``private_files``): ``override``,
     else ``$env_var``, else ``$XDG_CACHE_HOME/inductor_ext/<name>`` (``~/.cache`` without
-    XDG_CACHE_HOME)."""
+    XDG_CACHE_HOME; platformdirs' user cache folder, ``~/Library/Caches`` on macOS)."""
     root = override or os.environ.get(env_var)
     if root:
         return private_dir(Path(root), env_var)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    private_dir(Path(base, "inductor_ext"), env_var)
-    return private_dir(Path(base, "inductor_ext", name), env_var)
+    base = Path(platformdirs.user_cache_dir("inductor_ext", appauthor=False))
+    private_dir(base, env_var)
+    return private_dir(base / name, env_var)
 
 
 def tool_cache_dir() -> Path:

@@ -1,0 +1,41 @@
+"""One GEMM decision as text people read (the autotune log, the demo, ``dumps show``).
+
+A decision's winner is the name Inductor gave the chosen kernel (``cpp_CppMicroGemmFP32Vec_0``,
+``triton_tem_fused_mm_3``); what it means is its candidate's family and config
+(``cpp.gemm avx512_8x48x1``), which is what these show.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+
+def problem_text(problem: Mapping[str, Any]) -> str:
+    """``{"op": "addmm", "shapes": [[64], [8, 64], [64, 64]], "dtype": "float32"}`` ->
+    ``addmm 64 8x64 64x64 float32``; other fields as ``name=value``."""
+    shapes = " ".join("x".join(map(str, s)) or "scalar" for s in problem.get("shapes") or [])
+    rest = [str(v) if k == "dtype" else f"{k}={v}" for k, v in problem.items()
+            if k not in ("op", "shapes") and v not in (None, "", [], {})]
+    return " ".join(p for p in (str(problem.get("op", "")), shapes, *rest) if p)
+
+
+def winner_text(winner: str, candidates: Sequence[Mapping[str, Any]]) -> str:
+    """The winner as its template config (``cpp.gemm avx512_8x48x1``); an ATen winner by name."""
+    candidate = next((c for c in candidates if c.get("name") == winner), None)
+    if candidate is not None and candidate.get("kind") != "aten" and candidate.get("config"):
+        return str(candidate["config"])
+    return winner
+
+
+def timings_text(candidates: Sequence[Mapping[str, Any]]) -> str:
+    """``addmm 7.3us, cpp.gemm avx512_8x48x1 11.2us, ...`` for the candidates that were timed."""
+    return ", ".join(f"{winner_text(c['name'], [c])} {c['time_us']:.1f}us" for c in candidates
+                     if c.get("time_us") is not None)
+
+
+def decision_line(node: str, problem: Mapping[str, Any], winner: str, reason: str,
+                  candidates: Sequence[Mapping[str, Any]]) -> str:
+    """``addmm_1 (addmm 32 8x64 64x32 float32): cpp.gemm avx512_16x16x1 (benchmark); timings``."""
+    timed = timings_text(candidates)
+    return (f"{node} ({problem_text(problem)}): {winner_text(winner, candidates)} ({reason})"
+            + (f"; {timed}" if timed else ""))

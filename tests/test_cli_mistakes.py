@@ -1,0 +1,185 @@
+"""Issue 31: user mistakes on the command line end in one line and a fixed exit code (2 usage,
+1 failure), and reading a cache never creates one. No compiles: every case fails before one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inductor_ext import cli, tune
+from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "Warning:" not in err
+    return lines[0]
+
+
+@pytest.fixture()
+def cache_db(tmp_path: Path) -> Path:
+    path = tmp_path / "c.db"
+    key = ProblemKey(op="mm", shapes=[[8, 16], [16, 32]], strides=[[16, 1], [32, 1]], dtypes=["float32"] * 2,
+                     device_name="cpu", arch="cpu")
+    with AutotuneCache(path) as cache:
+        cache.put(Entry(key=key, winner="aten", config={"name": "mm"}, winner_time_us=3.0, aten_time_us=3.0))
+        cache.checkpoint()
+    return path
+
+
+@pytest.mark.parametrize("action", [["show"], ["export", "-o", "OUT/x.json"]])
+def test_reading_a_missing_cache_creates_nothing_and_fails(tmp_path, capsys, action):
+    missing = tmp_path / "no-dir" / "c.db"
+    argv = [a.replace("OUT", str(tmp_path)) for a in action]
+    code, out, err = _run(capsys, "tune", argv[0], str(missing), *argv[1:])
+    assert code == 1 and "no such autotune cache" in _one_line(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither the folder nor the file
+
+
+@pytest.mark.parametrize("content", [b"hello, not a database\n", b""])
+def test_show_of_a_file_that_is_no_cache_is_one_line(tmp_path, capsys, content):
+    bad = tmp_path / "c.db"
+    bad.write_bytes(content)
+    code, _, err = _run(capsys, "tune", "show", str(bad))
+    assert code == 1 and "not a usable autotune cache" in _one_line(err)
+    assert bad.read_bytes() == content and sorted(p.name for p in tmp_path.iterdir()) == ["c.db"]
+
+
+def test_show_reads_without_writing_and_json_lists_the_entries(cache_db, capsys):
+    before = cache_db.read_bytes()
+    code, out, _ = _run(capsys, "tune", "show", str(cache_db), "--json")
+    assert code == 0 and json.loads(out)["entries"][0]["problem"] == "mm 8x32x16 fp32"
+    assert cache_db.read_bytes() == before and sorted(p.name for p in cache_db.parent.iterdir()) == ["c.db"]
+
+
+def test_merge_with_a_missing_input_leaves_nothing(cache_db, tmp_path, capsys):
+    out = tmp_path / "merged.db"
+    code, _, err = _run(capsys, "tune", "merge", str(cache_db), str(tmp_path / "missing.db"), "-o", str(out))
+    assert code == 1 and "missing.db" in _one_line(err)
+    assert not any(p.name.startswith("merged") for p in tmp_path.iterdir())
+
+
+def test_import_of_a_missing_file_is_one_line(tmp_path, capsys):
+    code, _, err = _run(capsys, "tune", "import", str(tmp_path / "nope.json"), "-o", str(tmp_path / "c.db"))
+    assert code == 1 and "nope.json" in _one_line(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cache_only_with_a_missing_cache_warns_once_and_creates_nothing(tmp_path, caplog):
+    missing = tmp_path / "no-dir" / "c.db"
+    with caplog.at_level(logging.WARNING, logger="inductor_ext.autotune"):
+        for _ in range(2):
+            cache = AutotuneCache(missing, mode="if-exists")
+            assert cache.get(ProblemKey(op="mm", shapes=[[1, 1]], strides=[[1, 1]], dtypes=["float32"],
+                                        device_name="cpu", arch="cpu")) is None
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "does not exist" in r.getMessage()]
+    assert len(warned) == 2 and str(missing) in warned[0].getMessage()  # once per cache object
+    assert not (tmp_path / "no-dir").exists()
+
+
+def test_ext_choices_opens_a_cache_only_cache_without_creating_it(tmp_path):
+    from inductor_ext import presets
+    from inductor_ext.lowering import ext_choices
+
+    path = tmp_path / "no-dir" / "c.db"
+    config = presets.resolve({"preset": "cpu", "autotune": "cache-only", "autotune_cache": str(path)})
+    cache = ext_choices.cache_for(config)
+    assert cache.in_memory and not path.parent.exists()
+    assert ext_choices.cache_for(config) is cache  # one object per path: it warned once
+
+
+def test_dumps_show_on_a_corrupt_index_is_one_line(tmp_path, capsys):
+    (tmp_path / "index.json").write_text('{"kernels": [')
+    code, _, err = _run(capsys, "dumps", "show", str(tmp_path))
+    assert code == 1 and "index.json is not valid JSON" in _one_line(err)
+
+
+@pytest.mark.parametrize("argv, code, says", [
+    (["tune", "build", "--model", "nosuchmod:make", "--shapes", "2x4", "-o", "X"], 1, "no module named 'nosuchmod'"),
+    (["tune", "build", "--model", "m:f", "--shapes", "2x4", "--preset", "h100", "-o", "X"], 2, "unknown preset 'h100'"),
+    (["demo", "--device", "foo"], 2, "invalid choice: 'foo'"),
+    (["presets", "show", "nosuch"], 2, "unknown preset 'nosuch'"),
+    (["tune", "show", "X", "--model", "m:f"], 2, "unrecognized arguments: --model"),  # another action's flag
+    (["tune", "merge", "X", "-o", "Y"], 2, "required: B"),
+])
+def test_mistakes_end_in_one_line_with_the_convention_code(tmp_path, capsys, argv, code, says):
+    argv = [str(tmp_path / "out.db") if a == "X" else a for a in argv]
+    got, _, err = _run(capsys, *argv)
+    assert got == code and says in err and "Traceback" not in err
+    assert not (tmp_path / "out.db").exists()
+
+
+@pytest.mark.parametrize("device", ["cuda", "mps"])
+def test_demo_on_a_device_that_is_not_here_is_one_line(capsys, device):
+    import torch
+
+    if {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}[device]:
+        pytest.skip(f"this machine has a {device} device, so the demo would run on it")
+    code, _, err = _run(capsys, "demo", "--device", device)
+    assert code == 1 and f"no {device} device on this machine" in _one_line(err)
+
+
+def test_shapes_inputs_take_the_model_dtype_or_dtype(tmp_path, capsys, monkeypatch):
+    (tmp_path / "bfmodel.py").write_text("import torch\n\ndef make():\n"
+                                         "    return torch.nn.Linear(16, 16).to(torch.bfloat16)\n")
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    monkeypatch.setattr(tune, "_compile_and_run", lambda model, inputs, options, train: seen.append(inputs[0].dtype))
+    for extra, dtype in (([], "torch.bfloat16"), (["--dtype", "float16"], "torch.float16")):
+        seen.clear()
+        code, _, err = _run(capsys, "tune", "build", "--model", "bfmodel:make", "--shapes", "4x16",
+                            "-o", str(tmp_path / "c.db"), *extra)
+        assert code == 1 and "nothing cached" in err  # nothing ran, so nothing was tuned: a clean failure
+        assert {str(d) for d in seen} == {dtype}
+
+
+def test_version_and_python_dash_m():
+    done = subprocess.run([sys.executable, "-m", "inductor_ext", "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("inductor-ext ")
+
+
+def test_every_argument_has_help():
+    parser = cli.build_parser()
+
+    def walk(p):
+        for action in p._actions:
+            if action.dest not in ("help", "version") and not action.help and not hasattr(action, "choices") \
+                    or (action.choices and not isinstance(action.choices, dict) and not action.help):
+                yield f"{p.prog} {action.dest}"
+            if isinstance(getattr(action, "choices", None), dict):
+                for child in action.choices.values():
+                    yield from walk(child)
+
+    assert list(walk(parser)) == []
+
+
+@pytest.mark.parametrize("argv", [["presets", "--json"], ["doctor", "--json"]])
+def test_json_output(capsys, argv):
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0 and json.loads(out)
+
+
+def test_doctor_says_which_presets_can_compile_run_and_verify(capsys):
+    code, out, _ = _run(capsys, "doctor", "--json")
+    report = json.loads(out)
+    assert {t["name"] for t in report["tools"]} >= {"ptxas", "ld.lld", "g++", "SYCL wheels", "flydsl", "helion",
+                                                   "cuda-python"}
+    cpu = next(p for p in report["presets"] if p["preset"] == "cpu")
+    assert cpu["run"] and cpu["verify"]
+    import torch
+
+    hopper = next(p for p in report["presets"] if p["preset"] == "hopper")
+    assert hopper["run"] == torch.cuda.is_available()
