@@ -52,7 +52,8 @@ def test_claimed_pair_shows_its_key_instruction(family, target, instruction, sta
 
 def test_list_has_one_line_per_family_with_its_targets(capsys):
     assert main(["asm", "--list"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    header, *lines = capsys.readouterr().out.strip().splitlines()
+    assert header.split() == ["family", "targets", "kind"]
     by_family = {line.split()[0]: line for line in lines}
     assert len(by_family) == len(lines)
     for family, target, _, _ in CLAIMED:

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inductor_ext import targets
+from inductor_ext import tables, targets
 from inductor_ext.runtime import asm_text
 from inductor_ext.runtime.kernel_source import SUFFIXES
 from inductor_ext.runtime.toolchain import ToolchainMissing
@@ -63,8 +63,7 @@ def listing() -> str:
     rows = [(name, ", ".join(family_targets(m)) or "(none: CPU only)", m.CHOICE_KIND)
             for name, m in sorted(registry.families().items())]
     rows += [(name, ", ".join(claimed), "inductor codegen") for name, claimed in inductor_kinds().items()]
-    width = max(len(r[0]) for r in rows)
-    return "\n".join(f"{name.ljust(width)}  {claimed}  [{kind}]" for name, claimed, kind in rows)
+    return tables.render(("family", "targets", "kind"), [(name, claimed, f"[{kind}]") for name, claimed, kind in rows])
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
