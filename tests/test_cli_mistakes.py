@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import subprocess
@@ -151,19 +152,24 @@ def test_version_and_python_dash_m():
     assert done.returncode == 0 and done.stdout.startswith("inductor-ext ")
 
 
+def _without_help(parser: argparse.ArgumentParser) -> list[str]:
+    missing = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                missing += _without_help(child)
+        elif not action.help:
+            missing.append(f"{parser.prog} {'/'.join(action.option_strings) or action.dest}")
+    return missing
+
+
 def test_every_argument_has_help():
-    parser = cli.build_parser()
+    from inductor_ext.cli import comms_report
 
-    def walk(p):
-        for action in p._actions:
-            if action.dest not in ("help", "version") and not action.help and not hasattr(action, "choices") \
-                    or (action.choices and not isinstance(action.choices, dict) and not action.help):
-                yield f"{p.prog} {action.dest}"
-            if isinstance(getattr(action, "choices", None), dict):
-                for child in action.choices.values():
-                    yield from walk(child)
-
-    assert list(walk(parser)) == []
+    assert _without_help(cli.build_parser()) + _without_help(comms_report.build_parser()) == []
+    bare = argparse.ArgumentParser(prog="p")
+    bare.add_argument("path")
+    assert _without_help(bare) == ["p path"]  # the check itself sees a missing help
 
 
 @pytest.mark.parametrize("argv", [["presets", "--json"], ["doctor", "--json"]])
