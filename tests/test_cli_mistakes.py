@@ -189,3 +189,8 @@ def test_doctor_says_which_presets_can_compile_run_and_verify(capsys):
 
     hopper = next(p for p in report["presets"] if p["preset"] == "hopper")
     assert hopper["run"] == torch.cuda.is_available()
+
+
+def test_export_into_a_missing_folder_is_one_line(cache_db, tmp_path, capsys):
+    code, _, err = _run(capsys, "tune", "export", str(cache_db), "-o", str(tmp_path / "no-dir" / "c.json"))
+    assert code == 1 and "no folder" in _one_line(err) and not (tmp_path / "no-dir").exists()

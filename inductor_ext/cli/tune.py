@@ -106,6 +106,9 @@ def _show(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from inductor_ext.autotune.cache import AutotuneCache
 
+    folder = Path(args.output).parent
+    if not folder.is_dir():
+        raise CliError(f"{args.output}: no folder {str(folder)!r} to write it in")
     with AutotuneCache(args.db, mode="read") as cache:
         cache.export_json(args.output)
     print(f"wrote {args.output}")
