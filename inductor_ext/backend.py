@@ -15,7 +15,7 @@ from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 from torch._inductor.virtualized import V
 
 from inductor_ext import codegen as codegens
-from inductor_ext import dumps, presets, targets
+from inductor_ext import dumps, presets, targets, tracing
 from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
 from inductor_ext.lowering import cold_timing, frozen_params, install, jinja_templates, linear_packing, vec_isa_record
@@ -55,7 +55,7 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     codegen = device_codegen(config)
     if install.uses_triton_interpreter(config, codegen is not None):
         enable_triton_interpreter()
-    patches = {**mode_patches, **install.inductor_patches(config, codegen is not None)}
+    patches = {**mode_patches, **install.inductor_patches(config, codegen is not None, mode_patches)}
     if config.dump_dir:
         patches["trace.provenance_tracking_level"] = 1  # kernel -> FX nodes and user lines
     log.info("ext: preset %s, target %s, passes %s, templates %s, autotune %s",
@@ -138,6 +138,7 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
             stack.enter_context(vec_isa_record.reused(cache_for(config)))
             stack.enter_context(cold_timing.cold_cpu_benchmarks())  # time GEMMs as a decode step runs them
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+    tracing.kernels(lambda: dumps.parse_output_code(getattr(compiled, "source_code", None) or ""))  # tlparse
     if not config.dump_dir:
         return compiled
     kind = "backward" if kwargs.get("is_backward") else ("inference" if kwargs.get("is_inference") else "forward")

@@ -38,6 +38,23 @@ def preset_for_device(device: torch.device) -> str:
     return targets.detect(device)
 
 
+def machine_device() -> torch.device:
+    """The device ``auto`` resolves for on this machine: torch's current accelerator (CUDA or ROCm,
+    MPS, XPU, or any other torch knows) where one is available, else the CPU."""
+    if torch.accelerator.is_available():
+        accelerator = torch.accelerator.current_accelerator()
+        return torch.device(accelerator.type, torch.accelerator.current_device_index())
+    return torch.device("cpu")
+
+
+def machine_preset() -> tuple[str, torch.device]:
+    """What ``auto`` picks for tensors on this machine's device (``inductor-ext presets show
+    auto``), with that device: every device type the target registry knows gets its preset,
+    one it does not know gets 'aten' (with a log line saying why)."""
+    device = machine_device()
+    return preset_for_device(device), device
+
+
 def resolve(options: dict[str, Any] | None = None, example_inputs: Sequence[Any] = (),
             preset: str | None = None) -> ExtConfig:
     """Preset data overlaid with explicit options (validated): the config for one compile."""
@@ -81,7 +98,7 @@ def _without(passes: tuple[str, ...], disabled: tuple[str, ...], preset: str) ->
 
 def _check_known(fields: dict[str, Any], preset: str, target: str, passes: dict[str, Any]) -> None:
     for kind, names, valid in (("pass", fields["passes"], passes),
-                               ("template family", fields["templates"], registry.families())):
+                               ("template family", fields["templates"], registry.names())):
         for n in names:
             if n not in valid:
                 raise ExtOptionError(f"unknown {kind} {n!r}; available: {', '.join(sorted(valid)) or 'none'}")
@@ -104,7 +121,9 @@ def describe(name: str) -> dict[str, Any]:
     return {"description": PRESETS[name]["description"], **{f: getattr(cfg, f) for f in
             ("preset", "device_type", "target", "passes", "templates", "autotune", "pdl", "template_margin",
              "freezing")},
-            "inductor_patches": {k: _show(v) for k, v in sorted(inductor_patches(cfg).items())}}
+            "inductor_patches": {k: _show(v) for k, v in sorted(inductor_patches(cfg).items())},
+            # families of this preset whose toolchain is not installed here (lowering offers ATen)
+            "unavailable_templates": {f: why for f, why in registry.unavailable().items() if f in cfg.templates}}
 
 
 def _show(value: Any) -> Any:

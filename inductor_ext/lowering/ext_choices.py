@@ -31,7 +31,9 @@ from inductor_ext.kernels import decode_attention as decode_attention_kernel
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, packed_weights
 from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, cpp_gemm, cutedsl_nvfp4, ops,
                                    pdl_consumers, subgraph)
+from inductor_ext import tracing
 from inductor_ext.logs import autotune_log
+from inductor_ext.runtime import extras
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
 
@@ -216,18 +218,20 @@ class ExtChoices(InductorChoices):
         return self._only(choices, decision, chosen, "cache")
 
     def _key(self, op_name: str, kernel_inputs: Any) -> ProblemKey:
-        import triton
-
         dtypes = tuple(str(n.get_dtype()).removeprefix("torch.") for n in kernel_inputs.nodes())
         return ProblemKey(
             op=op_name, shapes=kernel_inputs.shapes_hinted(), strides=kernel_inputs.strides_hinted(),
             dtypes=dtypes, device_name=_device_name(kernel_inputs.device()), arch=self.config.target,
-            versions={"torch": torch.__version__, "triton": triton.__version__},
+            versions={"torch": torch.__version__, "triton": extras.installed_version("triton")},
             template_hash=templates_hash(self.config), preset=self.config.preset,
             fp32_precision=ops.problem_fp32_precision(op_name, dtypes))
 
     def override_best_choice(self, best_choice: Any, timings: dict[Any, float]) -> Any:
         decision = _find_decision(timings)
+        for choice in timings if decision is not None else ():  # Inductor's own from a call ext offered
+            if id(choice) not in decision.choice_ids:  # nothing in (max-autotune's Triton addmm): baseline too
+                decision.choice_ids[id(choice)] = len(decision.candidates)
+                decision.candidates.append(_candidate(choice, "aten", "aten", None, None))
         aten = [c for c in timings if _is_aten(c, decision)]
         aten_time = min((timings[c] for c in aten), default=float("inf"))
         chosen, reason = best_choice, "benchmark"
@@ -353,7 +357,7 @@ def unusable_reason(config: ExtConfig, module: ModuleType, device: str) -> str |
     claimed = getattr(module, "TARGETS", ())
     if config.target not in claimed:
         return f"verified for {', '.join(claimed)}, not target {config.target}"
-    missing = getattr(module, "missing", lambda: None)()
+    missing = registry.missing(module)  # a toolchain not installed here, or the family's own missing()
     if missing:
         return f"{module.FAMILY} cannot run here: {missing}"
     if device == "cpu" and not getattr(module, "RUNS_ON_CPU", False):
@@ -459,6 +463,7 @@ def _dropped(decision: Decision, index: int, why: str) -> None:
 
 
 def _announce(decision: Decision) -> None:
+    tracing.decision(decision)  # TORCH_TRACE / tlparse
     for listener in listeners:
         listener(decision)
 

@@ -54,22 +54,39 @@ def autotunes_cpu_kernels(config: ExtConfig) -> bool:
     return config.autotune != "off" and config.device_type == "cpu"
 
 
+def adds_to_inductors_gemms(config: ExtConfig, mode_patches: dict[str, Any]) -> bool:
+    """Whether Inductor's own GEMM candidates stay beside ext's: when the user asked Inductor to
+    autotune GEMMs (``mode="max-autotune"``, ``max_autotune``/``max_autotune_gemm`` in options or
+    config) on a GPU preset, its backends (``ATEN,TRITON`` or what the user set) are kept and ext's
+    templates are added to them. On the cpu preset ext's C++ family is Inductor's CPP template with
+    Inductor's own pick among its configs (lowering/cpp_gemm.py), so ATen plus ext's is the same set."""
+    if config.device_type == "cpu":
+        return False
+    settings = {**mode_patches, **config.inductor}
+    return bool(settings.get("max_autotune", inductor_config.max_autotune)
+                or settings.get("max_autotune_gemm", inductor_config.max_autotune_gemm))
+
+
 def interpret_patches() -> dict[str, Any]:
     """Inductor config for running Triton kernels on CPU tensors (in Triton's interpreter)."""
     return {"cpu_backend": "triton"}
 
 
-def inductor_patches(config: ExtConfig, device_codegen: bool = False) -> dict[str, Any]:
+def inductor_patches(config: ExtConfig, device_codegen: bool = False,
+                     mode_patches: dict[str, Any] | None = None) -> dict[str, Any]:
     """The torch._inductor.config patches for compile_fx (``device_codegen``: one of ext's
-    device codegens generates this compile's kernels)."""
+    device codegens generates this compile's kernels; ``mode_patches``: the Inductor mode's)."""
     ops.load()  # every op module's lowering is registered before Inductor lowers the graph
     patches: dict[str, Any] = {}
     if config.autotune != "off" and config.templates:
         # ExtChoices offers our templates from Inductor's GEMM lowerings whether or not
         # max-autotune is on (turning it on costs compile time for nothing). Inductor's own
-        # Triton GEMM templates stay out so ext's policy decides the candidates, and winners
-        # go through ExtChoices.override_best_choice (ATen margin), not fusion benchmarks.
-        patches.update(max_autotune_gemm_backends="ATEN", benchmark_template_fusion=False)
+        # Triton GEMM templates stay out unless the user asked Inductor to autotune GEMMs (then
+        # ext's are added to them), and winners go through ExtChoices.override_best_choice
+        # (ATen margin), not fusion benchmarks.
+        patches["benchmark_template_fusion"] = False
+        if not adds_to_inductors_gemms(config, mode_patches or {}):
+            patches["max_autotune_gemm_backends"] = "ATEN"
     if autotunes_cpu_kernels(config):
         # ext times CPU choices flushed and warm (cold_timing.py) and caches decisions itself;
         # Inductor's timing cache would hand back timings from another regime (max-autotune's

@@ -1,6 +1,8 @@
 """Finds the template families: every module ``templates/<dsl>/<name>.py`` defining ``FAMILY``.
 
-A new family is one new file; nothing here lists them. Modules without ``FAMILY`` (shared
+A new family is one new file; nothing here lists them. A family whose toolchain is not installed
+(an extra of ``pip install inductor-ext[...]`` left out) is listed by :func:`unavailable` with
+the reason, and the rest load as usual. Modules without ``FAMILY`` (shared
 pieces such as ``triton/launch.py``) are skipped. A module that defines ``FAMILY`` but misses
 part of the protocol (``templates/family.py``) is an error naming what is missing, not a family
 that silently never gets offered.
@@ -11,12 +13,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import json
 import pkgutil
+import re
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import inductor_ext.templates as _package
+from inductor_ext.runtime import extras
 from inductor_ext.templates import allowed
 from inductor_ext.templates.family import CHOICE_KINDS
 
@@ -30,16 +36,74 @@ class FamilyError(TypeError):
     """A template module that claims to be a family but does not follow the protocol."""
 
 
-@functools.lru_cache(maxsize=None)
 def families() -> dict[str, ModuleType]:
-    """Family name -> module, for every family module under ``inductor_ext/templates``."""
+    """Family name -> module, for every family module under ``inductor_ext/templates`` that
+    imports here. Families import their toolchain where they use it, so all of them do; one
+    whose toolchain is not installed is also in :func:`unavailable`."""
+    return _scan()[0]
+
+
+def names() -> set[str]:
+    """Every family name, available here or not (what options and presets may name)."""
+    return set(families()) | set(_scan()[1])
+
+
+def unavailable() -> dict[str, str]:
+    """Family name -> why it cannot be used here: a toolchain it needs is not installed (Triton
+    on macOS, FlyDSL on aarch64, an extra of ``pip install inductor-ext[...]`` left out), with
+    what to install. Its name stays valid in options and presets; lowering offers ATen instead."""
+    out = dict(_scan()[1])
+    for name, module in families().items():
+        reason = missing(module)
+        if reason:
+            out[name] = reason
+    return dict(sorted(out.items()))
+
+
+def missing(module: ModuleType) -> str | None:
+    """None when family ``module``'s kernels can be built here, else why not: a module its DSL
+    package ``REQUIRES`` is not installed, or the family's own ``missing()`` says what is absent."""
+    for name in _required(module.__name__.rpartition(".")[0]):
+        if not _installed(name):
+            return f"needs {name}, which is not installed here: {extras.hint(name)}"
+    own = getattr(module, "missing", None)
+    return own() if own is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def _installed(name: str) -> bool:
+    """Whether top-level module ``name`` can be imported, found without importing it."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a finder that refuses it (tests/_hidden_toolchain_script.py)
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _required(package: str) -> tuple[str, ...]:
+    """The top-level modules a DSL package (``templates/<dsl>/__init__.py``) declares in ``REQUIRES``."""
+    return tuple(getattr(importlib.import_module(package), "REQUIRES", ()))
+
+
+@functools.lru_cache(maxsize=None)
+def _scan() -> tuple[dict[str, ModuleType], dict[str, str]]:
     found: dict[str, ModuleType] = {}
+    failed: dict[str, str] = {}  # a family module importing a toolchain at load, where it is absent
     for dsl in pkgutil.iter_modules(_package.__path__):
         if not dsl.ispkg:
             continue
         package = importlib.import_module(f"{_package.__name__}.{dsl.name}")
         for info in pkgutil.iter_modules(package.__path__):
-            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            try:
+                module = importlib.import_module(f"{package.__name__}.{info.name}")
+            except ImportError as e:
+                reason = extras.missing(e)
+                family = _declared_family(f"{package.__name__}.{info.name}")
+                if reason is None:  # not a missing toolchain: a bug to see, not a family to hide
+                    raise
+                if family is not None:  # a shared helper module is reported through its families
+                    failed[family] = reason
+                continue
             if not hasattr(module, "FAMILY"):
                 continue
             check(module)
@@ -47,7 +111,16 @@ def families() -> dict[str, ModuleType]:
                 raise FamilyError(f"two modules define family {module.FAMILY!r}: "
                                   f"{found[module.FAMILY].__name__} and {module.__name__}")
             found[module.FAMILY] = module
-    return found
+    return found, failed
+
+
+def _declared_family(module_name: str) -> str | None:
+    """The ``FAMILY = "..."`` a module that could not be imported declares, read from its source."""
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or not spec.origin:
+        return None
+    match = re.search(r'^FAMILY\s*=\s*["\']([^"\']+)["\']', Path(spec.origin).read_text(), re.MULTILINE)
+    return match.group(1) if match else None
 
 
 def check(module: ModuleType) -> None:
@@ -69,6 +142,9 @@ def check(module: ModuleType) -> None:
 
 def get(name: str) -> ModuleType:
     known = families()
+    not_loaded = _scan()[1]
+    if name in not_loaded:
+        raise KeyError(f"template family {name!r} is not available here: {not_loaded[name]}")
     if name not in known:
         raise KeyError(f"unknown template family {name!r}; available: {', '.join(sorted(known))}")
     return known[name]

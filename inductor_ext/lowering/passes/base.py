@@ -15,8 +15,8 @@ from typing import ClassVar
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from inductor_ext import tracing
 from inductor_ext.config import ExtConfig
-
 from inductor_ext.logs import passes_log as log
 
 STAGES = ("pre_grad", "joint_pre", "joint_post", "post_grad_pre", "post_grad_post")
@@ -62,6 +62,7 @@ class ExtGraphPass(CustomGraphPass):
         rewrites = self.run(graph)
         applied.append((self.name, self.stage, rewrites))
         log.debug("ext pass %s (%s): %d rewrites", self.name, self.stage, rewrites)
+        tracing.graph_pass(self.name, self.stage, rewrites)  # TORCH_TRACE / tlparse
 
     def uuid(self) -> str:
         source = inspect.getsource(sys.modules[type(self).__module__])
