@@ -79,3 +79,16 @@ def test_auto_on_a_device_no_target_knows_is_aten(monkeypatch: pytest.MonkeyPatc
 
 def test_auto_here_is_the_cpu() -> None:
     assert presets.machine_preset() == ("cpu", torch.device("cpu"))  # these machines have no GPU
+
+
+def test_presets_show_auto_names_the_accelerators_preset(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from inductor_ext.cli import main
+
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("xpu"))
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
+    assert main(["presets", "show", "auto"]) == 0
+    assert json.loads(capsys.readouterr().out)["preset"] == "xpu"  # it knew only cuda and cpu

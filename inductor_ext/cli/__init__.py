@@ -25,10 +25,8 @@ def _presets(args: argparse.Namespace) -> int:
 
     if getattr(args, "action", None) == "show":
         name = args.name
-        if name == "auto":  # what auto picks on this machine
-            import torch
-
-            name = presets.preset_for_device(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        if name == "auto":  # what auto picks on this machine's accelerator, of any device type
+            name, _ = presets.machine_preset()
         if name not in presets.PRESETS:
             raise UsageError(f"unknown preset {name!r}; valid presets: auto, {', '.join(presets.PRESETS)}")
         print(json.dumps(presets.describe(name), indent=2, default=str))
