@@ -172,13 +172,13 @@ FP4_ISA = {  # nvfp4_gemm on sm_100a
     "plain_512": (P4(512, 512, 512), None),
     "plain_512_cfg1": (P4(512, 512, 512), 1),  # the second default config (128x64x256)
     "blocked_bias_gelu_512": (P4(512, 512, 512, bias=True, activation="gelu", scale_layout="blocked"), None),
-    "decode_m1_swap": (P4(1, 4096, 4096), None),  # configs()[0] is the 16x128x256 swap-AB tile
+    "decode_m1_swap": (P4(1, 4096, 4096), None),  # configs()[0] is the 16x128x128 swap-AB tile
     "k_tail_160": (P4(512, 512, 160), C4(128, 128, 128, 8, 4, 3)),  # masked K tail
 }
 FP4_FALLBACK = {"fallback_m64": (P4(512, 512, 512), C4(64, 128, 128, 8, 4, 3))}
 DQ_ISA = {  # nvfp4_dequant_gemm on sm_90a
     "abf16_512": (PD(512, 512, 512), None),
-    "abf16_512_cfg1": (PD(512, 512, 512), 1),  # the second default config (64x128x128, 4 warps)
+    "abf16_512_cfg1": (PD(512, 512, 512), 1),  # the second default config (64x128x64, 4 warps)
     "anvfp4_blocked_bias_silu_512": (PD(512, 512, 512, "nvfp4", bias=True, activation="silu",
                                         scale_layout="blocked"), None),
     "abf16_decode_m1_swap": (PD(1, 4096, 4096), None),

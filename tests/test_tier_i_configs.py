@@ -6,7 +6,12 @@ the decode policy, nvMatmulHeuristics) propose, so each of those configs must ke
 claim: it compiles for the target and shows the key instructions the family names for it
 (``family.key_instructions(problem, config, target)`` where its configs build on different
 instructions, e.g. triton.gemm's decode tiles on mma.sync, else ``KEY_INSTRUCTIONS[target]``, else
-the target's MMA; what ``inductor-ext asm`` shows). The cases are generated from the registry and
+the target's MMA; what ``inductor-ext asm`` shows), and touches no local memory (issue 30: no
+``STL``/``LDL`` in the SASS, no spill counts or scratch instructions in the amdgcn; a family
+refuses a config measured spilling in its ``config_supports``). Triton kernels are compiled as a
+launch on contiguous tensors specialises them (``family.launch_values``: unit strides are
+constants, as in Inductor's frame); without that every element needs its own address and the
+NVFP4 kernels spilled thousands of registers. The cases are generated from the registry and
 the policies over a grid of decode (M = 1..16) and prefill shapes, for every family that claims a
 device target: Triton templates compiled by Triton (sm_90a, sm_100a, gfx950, gfx1250), configs that
 render the same kernel once, in parallel; the families compiled by their own DSL (CuTeDSL, FlyDSL,
@@ -34,6 +39,7 @@ import pytest  # noqa: E402
 from inductor_ext.autotune import policy  # noqa: E402
 from inductor_ext.cli import asm  # noqa: E402
 from inductor_ext.runtime import asm_text  # noqa: E402
+from inductor_ext.runtime.register_use import register_use  # noqa: E402
 from inductor_ext.templates import registry  # noqa: E402
 from inductor_ext.testing import isa  # noqa: E402
 
@@ -116,9 +122,10 @@ def compiled(isa_cache: str | None) -> dict[tuple[str, str], list[tuple[Any, Any
                    if not hasattr(families[claim[0]], "compile_asm")]
 
     def compile_one(job: tuple[Any, ...]) -> Any:
-        (_, target), _, _, ks = job
-        try:
-            return isa.compile_for_target(ks, target, cache=isa_cache)
+        (name, target), problem, _, ks = job
+        try:  # specialised as a launch on contiguous tensors is (unit strides are constants)
+            hints = asm.launch_hints(families[name], problem, ks)
+            return isa.compile_for_target(ks, target, hints=hints, cache=isa_cache)
         except Exception as e:  # reported by the test of its claim
             return e
 
@@ -156,3 +163,21 @@ def test_every_offered_config_shows_its_key_instructions(compiled, name: str, ta
                 top = sorted(asm_text.instruction_counts(result, target, key=stage).items(), key=lambda kv: -kv[1])
                 failures.append(f"{ks.name} ({problem}): no {missing} in {stage}; most frequent: {top[:6]}")
     assert not failures, f"{name} on {target}, {len(failures)} of {len(cases)} kernels:\n" + "\n".join(failures)
+
+
+@pytest.mark.isa
+@pytest.mark.parametrize("name,target", CLAIMS)
+def test_no_offered_config_spills(compiled, name: str, target: str) -> None:
+    """No offered config touches local memory (issue 30): NVIDIA SASS without STL/LDL, amdgcn
+    without spill counts or scratch instructions (``runtime.register_use``). A config that spills
+    is refused by the family's ``config_supports``, with the reason, rather than offered."""
+    failures, unreadable = [], 0
+    for problem, config, ks, result in compiled[name, target]:
+        if isinstance(result, Exception):
+            continue  # reported by test_every_offered_config_shows_its_key_instructions
+        use = register_use(result)
+        if use is None:
+            unreadable += 1
+        elif use.spills:
+            failures.append(f"{ks.name} ({problem}): {use.describe()}")
+    assert not failures, f"{name} on {target}, {len(failures)} kernels spill:\n" + "\n".join(failures)

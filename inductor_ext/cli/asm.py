@@ -4,6 +4,15 @@ compiled with the real toolchain, with the key instructions it found.
     inductor-ext asm --list
     inductor-ext asm triton.nvfp4_gemm --target sm_100a [--shape 128x256x512] [--dtype bfloat16]
                      [--config block_m=128,block_n=64] [--out DIR]
+    inductor-ext asm triton.gemm --target sm_90a --shape 8x4096x4096 --all-configs
+
+``--shape`` compiles the config autotuning would try first for that shape (the policies'
+``autotune.policy.candidates``, less what the family's ``config_supports`` refuses); ``--config``
+changes fields of it; ``--all-configs`` compiles every offered config and prints one line each.
+Triton kernels are compiled as a launch on contiguous tensors specialises them (the family's
+``launch_values``: unit strides become constants). Each result says its registers and
+local-memory spills (``runtime.register_use``: SASS ``STL``/``LDL``, amdgcn spill counts and
+scratch instructions); the exit status is 1 when a key instruction is missing or registers spill.
 
 Families compile through ``compile_asm(problem, config, target)`` when they define it (CuTeDSL,
 FlyDSL, Metal; SYCL returns the SPIR-V its run-time compiler made), else as Triton source
@@ -32,6 +41,7 @@ from typing import Any
 
 from inductor_ext import tables, targets
 from inductor_ext.runtime import asm_text
+from inductor_ext.runtime.register_use import register_use
 from inductor_ext.runtime.kernel_source import SUFFIXES
 from inductor_ext.runtime.toolchain import ToolchainMissing
 from inductor_ext.templates import registry
@@ -144,11 +154,58 @@ def key_patterns(family: ModuleType, target: str, asm: dict[str, str], problem: 
     return {stage: list(dict.fromkeys(p)) for stage, p in found.items() if stage in asm}
 
 
+def launch_hints(family: ModuleType, problem: Any, ks: Any) -> dict[str, int] | None:
+    """The specialisation a launch of a Triton family's kernel gets (``family.launch_values``:
+    the integer arguments for contiguous tensors; unit strides become constants), or None
+    (the compiler's default: only pointers aligned) for a family that does not say."""
+    values = getattr(family, "launch_values", None)
+    if values is None:
+        return None
+    from inductor_ext.runtime.triton_compile import launch_hints as hints
+
+    return hints(ks, {k: v for k, v in values(problem).items() if ks.signature.get(k, "").startswith("i")})
+
+
 def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_SHAPE, dtype: str | None = None,
           config_text: str | None = None) -> dict[str, Any]:
     """Render and compile one kernel; what ``inductor-ext asm`` prints."""
     if family_name.startswith(INDUCTOR_PREFIX):
         return build_inductor(family_name, target, dtype)
+    family = _family(family_name, target)
+    problem = example_problem(family, shape, dtype, target)
+    offered = offered_configs(family, problem, target)
+    if not offered:
+        raise AsmError(f"{family_name} has no config for {problem} on {target}")
+    config = apply_overrides(offered[0], config_text)
+    check = getattr(family, "config_supports", None)
+    reason = check(problem, config, target) if check is not None else None
+    if reason:
+        raise AsmError(f"{family_name} cannot use config {config}: {reason}")
+    return compile_config(family, problem, config, target)
+
+
+def offered_configs(family: ModuleType, problem: Any, target: str) -> list[Any]:
+    """The configs autotuning benchmarks for ``problem`` (every policy's, ``effort="full"``), in
+    the order it tries them, without those the family's ``config_supports`` refuses."""
+    from inductor_ext.autotune import policy
+
+    check = getattr(family, "config_supports", None)
+    return [c.config for c in policy.candidates(family, problem, target, "full")
+            if check is None or not check(problem, c.config, target)]
+
+
+def build_all(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_SHAPE,
+              dtype: str | None = None) -> list[dict[str, Any]]:
+    """``build`` for every config autotuning would try for the shape (``--all-configs``)."""
+    family = _family(family_name, target)
+    problem = example_problem(family, shape, dtype, target)
+    offered = offered_configs(family, problem, target)
+    if not offered:
+        raise AsmError(f"{family_name} has no config for {problem} on {target}")
+    return [compile_config(family, problem, config, target) for config in offered]
+
+
+def _family(family_name: str, target: str) -> ModuleType:
     families = registry.families()
     if family_name not in families:
         raise AsmError(f"unknown template family {family_name!r}; families: {', '.join(sorted(families))}")
@@ -156,30 +213,29 @@ def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_S
     claimed = family_targets(family)
     if target not in claimed:
         raise AsmError(f"{family_name} does not claim target {target!r}; it claims: {', '.join(claimed) or 'none'}")
-    problem = example_problem(family, shape, dtype, target)
-    defaults = family.configs(problem, target)
-    if not defaults:
-        raise AsmError(f"{family_name} has no config for {problem} on {target}")
-    config = apply_overrides(defaults[0], config_text)
-    check = getattr(family, "config_supports", None)
-    reason = check(problem, config, target) if check is not None else None
-    if reason:
-        raise AsmError(f"{family_name} cannot use config {config}: {reason}")
+    return family
+
+
+def compile_config(family: ModuleType, problem: Any, config: Any, target: str) -> dict[str, Any]:
+    """Render and compile one config; the summary ``inductor-ext asm`` prints."""
+    family_name = family.FAMILY
     ks = family.render(problem, config, target)
     if hasattr(family, "compile_asm"):
         asm = family.compile_asm(problem, config, target)
     elif ks.language == "triton" and targets.get(target).triton is not None:
         from inductor_ext.runtime.triton_compile import compile_for_target
 
-        asm = compile_for_target(ks, target)
+        asm = compile_for_target(ks, target, hints=launch_hints(family, problem, ks))
     else:
         raise AsmError(f"{family_name} has no compile_asm() and {ks.language} for {target} is not Triton")
     patterns = key_patterns(family, target, asm, problem, config)
     counts = {stage: asm_text.instruction_counts(asm, target, pats, key=stage) for stage, pats in patterns.items()}
+    use = register_use(asm)
     return {"family": family_name, "target": target, "problem": dataclasses.asdict(problem),
             "config": dataclasses.asdict(config), "kernel": ks.name, "language": ks.language,
             "source": ks.source, "asm": {k: v for k, v in asm.items() if k != "metadata"},
-            "key_instructions": counts}
+            "key_instructions": counts,
+            "registers": None if use is None else {**dataclasses.asdict(use), "spills": use.spills}}
 
 
 def build_inductor(name: str, target: str, dtype: str | None = None) -> dict[str, Any]:
@@ -242,7 +298,39 @@ def format_result(result: dict[str, Any], show: tuple[str, ...] = ("source", "as
     for stage, counts in result["key_instructions"].items():
         for pattern, n in counts.items():
             lines.append(f"{stage:7s} {pattern:55s} x{n}" + ("" if n else "   MISSING"))
+    lines += ["", "==== registers ====", registers_line(result)]
     return "\n".join(lines)
+
+
+def registers_line(result: dict[str, Any]) -> str:
+    """Registers and local-memory (spill) instructions, from the SASS or the amdgcn metadata."""
+    use = result.get("registers")
+    if use is None:
+        return "registers ? (no SASS or amdgcn to read them from)"
+    regs = "?" if use["registers"] is None else use["registers"]
+    line = f"registers {regs}  spill stores {use['spill_stores']}  spill loads {use['spill_loads']}"
+    if use["reported_spills"]:
+        line += f"  compiler-reported spills {use['reported_spills']}"
+    if use["lane_spills"]:
+        line += f"  SGPRs in VGPR lanes {use['lane_spills']} (no memory)"
+    return line + ("   SPILLS" if use["spills"] else "")
+
+
+def format_configs(results: list[dict[str, Any]]) -> str:
+    """``--all-configs``: one line per config with its key instructions, registers and spills."""
+    first = results[0]
+    lines = [f"# {first['family']} for {first['target']}: {len(results)} configs, problem {first['problem']}"]
+    for result in results:
+        keys = ", ".join(f"{p} x{n}" + ("" if n else " MISSING") for counts in result["key_instructions"].values()
+                         for p, n in counts.items())
+        lines.append(f"{result['kernel']}\n    {keys}\n    {registers_line(result)}")
+    return "\n".join(lines)
+
+
+def _failed(result: dict[str, Any]) -> bool:
+    """A key instruction missing, or registers spilling to local memory."""
+    missing = any(not n for counts in result["key_instructions"].values() for n in counts.values())
+    return missing or bool((result.get("registers") or {}).get("spills"))
 
 
 def add_parser(sub: Any) -> None:
@@ -256,6 +344,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dtype", help="operand dtype, e.g. bfloat16 (default: the family's)")
     p.add_argument("--config", help="config overrides, e.g. block_m=64,num_warps=4")
     p.add_argument("--out", help="write source, assembly and a JSON summary to this folder instead of printing them")
+    p.add_argument("--all-configs", action="store_true",
+                   help="compile every config autotuning would try for --shape and print, per config, "
+                        "its key instructions, registers and spills")
     p.set_defaults(func=main)
 
 
@@ -267,6 +358,12 @@ def main(args: argparse.Namespace) -> int:
         print("inductor-ext asm: give FAMILY --target T (or --list)", file=sys.stderr)
         return 2
     try:
+        if args.all_configs:
+            if args.config or args.out:
+                raise AsmError("--all-configs compiles the offered configs: it takes no --config or --out")
+            results = build_all(args.family, args.target, parse_shape(args.shape), args.dtype)
+            print(format_configs(results))
+            return 1 if any(map(_failed, results)) else 0
         result = build(args.family, args.target, parse_shape(args.shape), args.dtype, args.config)
     except (AsmError, ToolchainMissing) as e:
         print(f"inductor-ext asm: {e}", file=sys.stderr)
@@ -277,5 +374,4 @@ def main(args: argparse.Namespace) -> int:
         print(format_result(result, show=()))
     else:
         print(format_result(result))
-    missing = [p for counts in result["key_instructions"].values() for p, n in counts.items() if not n]
-    return 1 if missing else 0
+    return 1 if _failed(result) else 0

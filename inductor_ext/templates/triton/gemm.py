@@ -179,6 +179,34 @@ def key_instructions(problem: GemmProblem, config: GemmConfig, target: str) -> l
     return [(t.asm_key, t.mma_instruction)]
 
 
+# Configs the policies propose that spill registers to local memory (STL + LDL in the SASS), as
+# Triton 3.9 compiles them for contiguous operands (tier I: tests/test_tier_i_configs.py;
+# `inductor-ext asm triton.gemm --target T --shape MxNxK --all-configs`), per target and
+# precision ("ieee": full-fp32 FMAs, whose operand tiles live in registers; "tf32"; "16bit":
+# bf16/fp16). config_supports refuses them, so they are never offered.
+_G = GemmConfig
+SPILLS: dict[tuple[str, str], dict[GemmConfig, int]] = {
+    ("sm_90a", "ieee"): {_G(16, 128, 256, 8, 4, 2): 334, _G(64, 128, 128, 8, 4, 2): 2469,
+                         _G(64, 64, 128, 8, 4, 3): 44, _G(128, 128, 16, 8, 4, 8): 47, _G(128, 128, 32, 8, 4, 7): 80},
+    ("sm_90a", "tf32"): {_G(64, 128, 128, 8, 4, 2): 483, _G(128, 128, 64, 8, 4, 3): 108},
+    ("sm_100a", "ieee"): {_G(16, 128, 256, 8, 4, 2): 211, _G(64, 128, 128, 8, 4, 2): 2417,
+                          _G(128, 128, 16, 8, 4, 8): 10, _G(128, 128, 32, 8, 4, 7): 50, _G(64, 32, 32, 8, 4, 3): 6},
+    ("sm_100a", "tf32"): {_G(64, 128, 128, 8, 4, 2): 391},
+    ("sm_100a", "16bit"): {_G(16, 32, 64, 8, 2, 8): 2},  # at M = 1; 54 registers
+}
+
+
+def config_supports(problem: GemmProblem, config: GemmConfig, target: str) -> str | None:
+    """None when ``config`` may be offered for ``problem`` on ``target``; why not for a config
+    measured spilling registers there (``SPILLS``)."""
+    precision = input_precision(problem, target) if problem.dtype == "float32" else "16bit"
+    count = SPILLS.get((target, precision), {}).get(config)
+    if count is None:
+        return None
+    return (f"{config.name()} spills registers to local memory on {target} for {precision} operands ({count} "
+            "STL/LDL in its SASS, measured with Triton 3.9 by tests/test_tier_i_configs.py); not offered")
+
+
 def pdl_target(target: str) -> bool:
     """Targets with griddepcontrol (programmatic dependent launch), and the interpreter's, where
     ``runtime/triton_interp`` makes the gdc calls no-ops."""
@@ -310,6 +338,17 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> Ker
         signature=signature,
         launch=launch_options(problem, config),
     )
+
+
+def launch_values(problem: GemmProblem) -> dict[str, int]:
+    """The integer arguments ``run`` passes for contiguous A [M, K], B [K, N] and C [M, N],
+    which Triton's launch specialises on (1 -> a constant, multiples of 16 -> aligned): what
+    ``inductor-ext asm`` and tier I compile with, so that the unit strides are constants as on the
+    device (Inductor's frame renders static strides as literals). Without them every element
+    needs its own address and the registers spill."""
+    m, n, k = problem.m, problem.n, problem.k
+    return {"M": m, "N": n, "K": k, "stride_am": k, "stride_ak": 1, "stride_bk": n, "stride_bn": 1,
+            "stride_cm": n, "stride_cn": 1, "stride_bias": 1}
 
 
 def inductor_source() -> str:

@@ -147,6 +147,17 @@ def check_mma_rows(config: Nvfp4TileConfig, minimum: int, why: str) -> str | Non
     return None
 
 
+def spill_reason(config: Nvfp4TileConfig, target: str | None,
+                 spills: dict[str, dict[Any, int]]) -> str | None:
+    """Why ``config`` is not offered on ``target`` when the family measured it spilling registers
+    to local memory (``spills``: target -> {config: STL + LDL count}, from tier I), else None."""
+    count = spills.get(target or "", {}).get(config)
+    if count is None:
+        return None
+    return (f"{config.name()} spills registers to local memory on {target} ({count} STL/LDL in its SASS, "
+            "measured with Triton 3.9 by tests/test_tier_i_configs.py); not offered")
+
+
 def pick_configs(problem: Any, target: str, targets: Sequence[str], cpu: Sequence[ConfigT], gpu: Sequence[ConfigT],
                  small_m: Sequence[ConfigT], usable: Callable[[ConfigT], bool]) -> list[ConfigT]:
     """A family's ``configs()``: all of ``cpu`` in the interpreter; on the GPU target the first
@@ -351,6 +362,20 @@ def kernel_constexprs(problem: Any, config: Nvfp4TileConfig, **operand_flags: bo
         "ACTIVATION": problem.activation,
         "USE_PDL": problem.use_pdl,
     }
+
+
+def launch_values(problem: Any, a_packed: bool) -> dict[str, int]:
+    """The integer arguments ``run_gemm`` passes for contiguous operands (A [M, K] or packed
+    [M, K // 2], B [N, K // 2], C [M, N], plain scales [rows, K // 16] or blocked ones with
+    strides 0), which Triton's launch specialises on (1 -> a constant, multiples of 16 ->
+    aligned): what ``inductor-ext asm`` and tier I compile with, so that the unit K and N strides
+    are constants as on the device. Inductor's frame renders static strides as literals."""
+    m, n, k = problem.m, problem.n, problem.k
+    blocked = problem.scale_layout == "blocked"
+    return {"M": m, "N": n, "K": k, "stride_am": k // 2 if a_packed else k, "stride_ak": 1,
+            "stride_bn": k // 2, "stride_bk": 1, "stride_asm": 0 if blocked else k // 16,
+            "stride_ask": 0 if blocked else 1, "stride_bsn": 0 if blocked else k // 16,
+            "stride_bsk": 0 if blocked else 1, "stride_cm": n, "stride_cn": 1, "stride_bias": 1}
 
 
 def check_render(family: str, targets: Sequence[str], problem: Any, config: Any, target: str,

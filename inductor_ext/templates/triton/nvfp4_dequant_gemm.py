@@ -124,17 +124,37 @@ def check_config(config: Nvfp4DequantGemmConfig, problem: Nvfp4DequantGemmProble
     return None
 
 
+# Configs the policies propose that spill registers to local memory (STL + LDL in the SASS), as
+# Triton 3.9 compiles them with contiguous operands and NVFP4 or bf16 activations (tier I:
+# tests/test_tier_i_configs.py; `inductor-ext asm triton.nvfp4_dequant_gemm --target sm_90a
+# --shape MxNxK --all-configs`): the codes are decoded to bf16 in registers, so wide K tiles and
+# deep pipelines with 4 warps run out of them. config_supports refuses them.
+_C = Nvfp4DequantGemmConfig
+SPILLS: dict[str, dict[Nvfp4DequantGemmConfig, int]] = {"sm_90a": {
+    _C(16, 128, 256, 1, 4, 6, swap_ab=True): 48,
+    _C(64, 128, 128, 1, 4, 6, swap_ab=True): 58,
+    _C(64, 128, 128, 1, 4, 3, swap_ab=True): 58,
+    _C(64, 128, 128, 8, 4, 6): 8,
+    _C(64, 128, 128, 8, 4, 4): 8,
+    _C(128, 128, 128, 8, 4, 8): 348,
+    _C(128, 128, 128, 8, 16, 8): 10,
+    _C(64, 64, 256, 8, 4, 7): 2,
+    _C(128, 64, 128, 8, 4, 8): 5,
+    _C(256, 64, 128, 8, 16, 8): 4,
+}}
+
+
 # sm_90a: wgmma needs >= 64 rows on the MMA's M side (check_config); the decode runs in registers,
 # so BLOCK_K stays at 64..128. For small M the swap_ab configs put N on the M side.
 _SM90_CONFIGS = (
     Nvfp4DequantGemmConfig(128, 128, 128, 8, 8, 3),
-    Nvfp4DequantGemmConfig(64, 128, 128, 8, 4, 4),
+    Nvfp4DequantGemmConfig(64, 128, 64, 8, 4, 4),  # BLOCK_K 128 spills with 4 warps (SPILLS)
     Nvfp4DequantGemmConfig(128, 64, 64, 8, 4, 4),
 )
 _SM90_SMALL_M = (
     Nvfp4DequantGemmConfig(16, 128, 128, 1, 4, 4, swap_ab=True),
     Nvfp4DequantGemmConfig(32, 128, 128, 1, 4, 4, swap_ab=True),
-    Nvfp4DequantGemmConfig(64, 128, 128, 1, 4, 3, swap_ab=True),
+    Nvfp4DequantGemmConfig(64, 128, 64, 1, 4, 3, swap_ab=True),  # BLOCK_K 128 spills (SPILLS)
 )
 # The interpreter runs each program in numpy: few, big tiles are fastest there.
 _CPU_CONFIGS = (Nvfp4DequantGemmConfig(32, 32, 128, 8, 4, 1), Nvfp4DequantGemmConfig(64, 64, 64, 8, 4, 1))
@@ -285,7 +305,14 @@ def constexprs(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig)
 
 
 def config_supports(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig, target: str) -> str | None:
-    return check_config(config, problem, target)
+    """check_config, and no config measured spilling on ``target`` (``SPILLS``; render still
+    renders those, e.g. for ``inductor-ext asm --config``)."""
+    return check_config(config, problem, target) or common.spill_reason(config, target, SPILLS)
+
+
+def launch_values(problem: Nvfp4DequantGemmProblem) -> dict[str, int]:
+    """The integer launch arguments for contiguous operands (``nvfp4_common.launch_values``)."""
+    return common.launch_values(problem, a_packed=problem.a_dtype == "nvfp4")
 
 
 def inductor_kwargs(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig,

@@ -126,8 +126,19 @@ def check_config(config: Nvfp4GemmConfig, target: str | None = None) -> str | No
     return None
 
 
+# Configs the policies propose that touch local memory (STL + LDL in the SASS) as Triton 3.9
+# compiles them with contiguous operands (tier I: tests/test_tier_i_configs.py; `inductor-ext asm
+# triton.nvfp4_gemm --target sm_100a --shape 1x4096x4096 --all-configs`); config_supports refuses them.
+SPILLS: dict[str, dict[Nvfp4GemmConfig, int]] = {"sm_100a": {
+    Nvfp4GemmConfig(16, 128, 256, 1, 4, 4, swap_ab=True): 4,  # at M = 1; 70 registers
+    Nvfp4GemmConfig(16, 128, 256, 1, 4, 3, swap_ab=True): 4,
+}}
+
+
 def config_supports(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str) -> str | None:
-    return check_config(config, target)
+    """check_config, and no config measured touching local memory on ``target`` (``SPILLS``;
+    render still renders those, e.g. for ``inductor-ext asm --config``)."""
+    return check_config(config, target) or common.spill_reason(config, target, SPILLS)
 
 
 # sm_100a: the block16 MMA needs >= 128 rows on the MMA's M side (check_config) and BLOCK_K >= 64.
@@ -138,7 +149,7 @@ _SM100_CONFIGS = (
     Nvfp4GemmConfig(128, 128, 128, 8, 4, 4),
 )
 _SM100_SMALL_M = (
-    Nvfp4GemmConfig(16, 128, 256, 1, 4, 4, swap_ab=True),
+    Nvfp4GemmConfig(16, 128, 128, 1, 4, 4, swap_ab=True),  # BLOCK_K 256 touches local memory (SPILLS)
     Nvfp4GemmConfig(32, 128, 256, 1, 4, 4, swap_ab=True),
     Nvfp4GemmConfig(64, 128, 256, 1, 4, 3, swap_ab=True),
 )
@@ -238,6 +249,11 @@ def kernel_name(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig) -> str:
 def constexprs(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig) -> dict[str, object]:
     """The tl.constexpr values a launch (or an Inductor template choice) needs."""
     return common.kernel_constexprs(problem, config)
+
+
+def launch_values(problem: Nvfp4GemmProblem) -> dict[str, int]:
+    """The integer launch arguments for contiguous operands (``nvfp4_common.launch_values``)."""
+    return common.launch_values(problem, a_packed=True)
 
 
 def inductor_kwargs(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str) -> dict[str, object]:
