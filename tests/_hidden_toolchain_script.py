@@ -4,7 +4,8 @@
 [modules, distributions]: top-level modules made unimportable (a meta-path finder raising
 ImportError, as a missing package does) and distributions made unknown to ``importlib.metadata``
 (the SYCL wheels hold no Python module; ext finds them by their metadata). The first case is
-imported under and compiles a tiny model on the cpu preset; then each case in turn, with the
+imported under and compiles a tiny model on the cpu preset (ext's C++ GEMM family forced, so
+the trace holds one of ext's kernels under any TORCH_TRACE the caller set); then each case in turn, with the
 registry's caches cleared, lists the families the registry calls unavailable and what every
 preset's ``presets.describe`` (``inductor-ext presets show``) says it lacks. No hidden module is
 ever loaded (checked before each case), so hiding one is as good as a fresh process without it.
@@ -68,7 +69,7 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU())
 x = torch.randn(4, 16)
 with torch.no_grad():
     expected = model(x)
-    got = torch.compile(model, backend="ext", options={"preset": "cpu"})(x)
+    got = torch.compile(model, backend="ext", options={"preset": "cpu", "force_template": "cpp.gemm"})(x)
 
 out: dict[str, object] = {"matches": bool(torch.allclose(got, expected, rtol=1e-5, atol=1e-5)), "cases": {}}
 for case in cases:

