@@ -25,7 +25,8 @@ quack.gemm.gemm = _fake_quack_gemm
 
 
 @torch.library.impl("inductor_ext::nvfp4_gemm_cutedsl", "CPU")
-def _cpu(a, b, scale_a, scale_b, alpha, bias, tile_m, tile_n, cluster_m, cluster_n, dynamic_persistent):
+def _cpu(a, b, scale_a, scale_b, alpha, bias, tile_m, tile_n, cluster_m, cluster_n, dynamic_persistent,
+         use_pdl=False):
     config = template.NvFp4GemmConfig(tile_m, tile_n, cluster_m, cluster_n, dynamic_persistent)
     return cutedsl_nvfp4.launch(a, b, scale_a, scale_b, alpha, bias, config)
 

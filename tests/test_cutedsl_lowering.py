@@ -79,7 +79,8 @@ def test_offered_beside_aten_on_sm100(graph, monkeypatch, tmp_path, bias):
     expected = template.configs(template.NvFp4GemmProblem(16, 256, 512, bias=bias is not None), "sm_100a")
     assert [c["config_dict"] for c in decision.candidates[1:]] == [vars(c) for c in expected[:len(ours)]]
     first = ours[0]
-    assert first.kwargs == {**({"bias": None} if bias is None else {}), **vars(expected[0])}
+    # M = 16 under pdl="auto": the op is told to release the kernel after it (issue 30)
+    assert first.kwargs == {**({"bias": None} if bias is None else {}), **vars(expected[0]), "use_pdl": True}
     assert list(first.input_nodes) == nodes
     assert first.to_callable().func is cutedsl_nvfp4.OP
     assert decision.reason == "benchmark"
@@ -203,7 +204,9 @@ def test_compiled_graph_calls_the_winning_config(compiled):
     tile_m, tile_n = tile.split("x")
     cluster_m, cluster_n = cluster.split("x")
     assert f"extern_kernels.{decision['winner']}(" in compiled["code"]
-    for kwarg in (f"tile_m={tile_m}", f"tile_n={tile_n}", f"cluster_m={cluster_m}", f"cluster_n={cluster_n}"):
+    # pdl="auto" (the preset's) at M = 8: the op is told so, which marks the kernel after it (issue 30)
+    for kwarg in (f"tile_m={tile_m}", f"tile_n={tile_n}", f"cluster_m={cluster_m}", f"cluster_n={cluster_n}",
+                  "use_pdl=True"):
         assert kwarg in compiled["code"], kwarg
     assert compiled["quack_calls"] > len(decision["candidates"]) - 1  # benchmarked, then run
 

@@ -19,7 +19,7 @@ FAMILY = cutedsl_nvfp4.FAMILY
 @torch.library.custom_op(cutedsl_nvfp4.EXTERN_OP, mutates_args=())
 def nvfp4_gemm_cutedsl(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, alpha: Tensor,
                        bias: Tensor | None, tile_m: int, tile_n: int, cluster_m: int, cluster_n: int,
-                       dynamic_persistent: bool) -> Tensor:
+                       dynamic_persistent: bool, use_pdl: bool = False) -> Tensor:
     """``alpha * (a @ b) (+ bias)`` in bf16 by quack's kernel; ``b`` is ``_scaled_mm``'s
     [K/2, N] view of a K-major weight."""
     if not a.is_cuda:
@@ -36,7 +36,8 @@ def launch(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, alpha: Tensor
 
 @nvfp4_gemm_cutedsl.register_fake
 def _(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, alpha: Tensor, bias: Tensor | None,
-      tile_m: int, tile_n: int, cluster_m: int, cluster_n: int, dynamic_persistent: bool) -> Tensor:
+      tile_m: int, tile_n: int, cluster_m: int, cluster_n: int, dynamic_persistent: bool,
+      use_pdl: bool = False) -> Tensor:
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
 
 

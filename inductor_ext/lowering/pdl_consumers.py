@@ -40,8 +40,8 @@ def mark(choice: Any) -> None:
     """Record that ``choice`` (a TritonTemplateCaller) releases its dependents early."""
     try:
         setattr(choice.make_kernel_render, _MARK, True)
-    except AttributeError:  # not a Triton template choice (e.g. ext's CuTeDSL extern choices)
-        return
+    except AttributeError:  # an extern choice (CuTeDSL): its node's kwargs carry use_pdl instead
+        pass
     install()
 
 
@@ -49,8 +49,11 @@ def is_ext_pdl_producer(node: Any) -> bool:
     """Whether scheduler node ``node`` is (or fuses an epilogue into) an ext template marked by
     :func:`mark`."""
     from torch._inductor import ir
-    from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
+    from torch._inductor.scheduler import ExternKernelSchedulerNode, FusedSchedulerNode, SchedulerNode
 
+    if isinstance(node, ExternKernelSchedulerNode):  # an ext extern op (CuTeDSL) bound with use_pdl=True
+        op = getattr(node.node, "op_overload", None)
+        return str(op).startswith("inductor_ext.") and getattr(node.node, "kwargs", {}).get("use_pdl") is True
     if isinstance(node, FusedSchedulerNode):
         ir_node = node.get_template_node()
     elif isinstance(node, SchedulerNode):

@@ -26,6 +26,24 @@ once per process. Results are cached on disk (gzip JSON) keyed by everything the
 and the versions of quack, the DSL and this module, under ``$INDUCTOR_EXT_ISA_CACHE`` (default
 ``$XDG_CACHE_HOME/inductor_ext/isa``), and memoised in-process.
 
+Programmatic dependent launch (PDL). quack's sm_100 GEMM is built with PDL (``GemmSm100``'s
+``use_pdl``, True by default, which ``quack.gemm`` never changes): its TMA-load and scheduler
+warps run ``griddepcontrol.wait`` before their first global access, the MMA warp runs
+``griddepcontrol.launch_dependents`` once its last MMA is issued, and the epilogue warps read
+alpha and the bias only after the accumulator barrier (so after the wait); tier I checks that
+order in the PTX (tests/test_cutedsl_pdl.py). The launch carries the programmatic-stream-
+serialization attribute through CuTeDSL's own launch option: quack's host function calls
+``kernel.launch(..., use_pdl=self.use_pdl)``, which CuTeDSL compiles into the launch config
+(``cuda.launch_cfg_programmatic_stream_serialization_allowed``); the compiled function packs
+the TMA descriptors and launches in one call, so there is no Python launch to wrap with
+cuda-python's ``cuLaunchKernelEx``. Waiting on a kernel that releases nothing early costs
+nothing, so this is correct after any producer. ``NvFp4GemmProblem.use_pdl`` (the ``pdl``
+option and ``autotune.pdl_policy`` set it, as for the Triton templates) says whether this GEMM
+releases the kernel after it early: it rides to the op as a kwarg, and
+``lowering.pdl_consumers`` then makes Inductor's kernel reading its output wait on it.
+With ``pdl="off"`` the kernel after it is not marked, but quack's own launch keeps its PDL
+attribute (its compile and its caches have no switch for it).
+
 Imports: the standard library at module level; cutlass and quack only inside the functions that
 compile or launch (importing them costs seconds), torch only in :func:`run`.
 """
@@ -97,6 +115,9 @@ class NvFp4GemmProblem:
     out_dtype: str = one_of(OUT_DTYPES, "bfloat16")
     alpha: str = one_of(ALPHA_MODES, "tensor")  # one of ALPHA_MODES
     bias: bool = flag(False)  # a bf16 bias over N (a Linear's), added after alpha
+    # releases the kernel after it early (see "Programmatic dependent launch" above); the
+    # kernel itself is the same either way, so the compile (and its cache key) ignores it
+    use_pdl: bool = flag(False)
 
 
 @dataclass(frozen=True)
@@ -263,7 +284,7 @@ def {name}(a, b, a_scale, b_scale, alpha=None, bias=None, out=None):
 
 
 def kernel_name(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> str:
-    extras = f"_alpha{problem.alpha}" + ("_bias" if problem.bias else "")
+    extras = f"_alpha{problem.alpha}" + ("_bias" if problem.bias else "") + ("_pdl" if problem.use_pdl else "")
     return f"cutedsl_nvfp4_gemm_{config.name()}{extras}"
 
 
@@ -282,8 +303,31 @@ def render(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str = "sm
 def extern_kwargs(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[str, Any]:
     """The kwargs ``EXTERN_OP`` takes after the op's tensors: the config, and bias=None when
     the problem has none (the op's bias is optional and positional after alpha)."""
-    kwargs: dict[str, Any] = asdict(config)
+    kwargs: dict[str, Any] = {**asdict(config), "use_pdl": problem.use_pdl}
     return kwargs if problem.bias else {"bias": None, **kwargs}
+
+
+def quack_launches_with_pdl() -> bool:
+    """Whether the installed quack builds its sm_100 GEMM with PDL (the premise of the module's
+    PDL section): ``GemmSm100.__init__``'s ``use_pdl`` defaults to True, and neither
+    ``quack.gemm`` nor the compile it calls (``gemm_tvm_ffi_utils``) passes one. Read from the
+    sources (importing quack costs seconds)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("quack")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    root = Path(list(spec.submodule_search_locations)[0])
+    tree = ast.parse((root / "gemm_sm100.py").read_text())
+    init = next((f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "GemmSm100"
+                 for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None:
+        return False
+    args = init.args.args[len(init.args.args) - len(init.args.defaults):]
+    default = {a.arg: d for a, d in zip(args, init.args.defaults)}.get("use_pdl")
+    passed = any("use_pdl" in (root / name).read_text() for name in ("gemm.py", "gemm_tvm_ffi_utils.py"))
+    return isinstance(default, ast.Constant) and default.value is True and not passed
 
 
 def call(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str, a: Any, b: Any, scale_a: Any,
