@@ -18,8 +18,8 @@ from inductor_ext import codegen as codegens
 from inductor_ext import dumps, presets, targets, tracing
 from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
-from inductor_ext.lowering import cold_timing, frozen_params, install, jinja_templates, linear_packing, vec_isa_record
-from inductor_ext.lowering.ext_choices import ExtChoices, cache_for, decisions
+from inductor_ext.lowering import frozen_params, install
+from inductor_ext.lowering.ext_choices import ExtChoices, decisions
 from inductor_ext.runtime.interpret import enable_triton_interpreter
 
 log = logging.getLogger("inductor_ext")
@@ -94,11 +94,7 @@ def _compile(config: ExtConfig, codegen: DeviceCodegen | None, gm: torch.fx.Grap
         stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
     if codegen is not None:
         stack.enter_context(codegen.install(config))
-    if patches.get("freezing") and patches.get("cpp.weight_prepack") is False:
-        # ext's C++ GEMM family serves the linears: Inductor must not pack them into mkldnn ops
-        # (before compile_fx applies the patches: Inductor registers its patterns once, under the
-        # config of the process's first freezing compile, which must be the user's)
-        stack.enter_context(linear_packing.linears_left_as_mm())
+    stack.enter_context(install.freezing_context(patches))  # ext's C++ GEMMs serve the linears
     # Our handler for the whole compile: Inductor would otherwise create one lazily from the
     # patched inductor_choices_class and keep it for every later compile in this thread.
     with stack, V.set_choices_handler(ExtChoices(config)):
@@ -131,12 +127,9 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
     # too: the backward graph is compiled at the first backward(), after ext_backend returned.
     codegen = device_codegen(config)
     with contextlib.ExitStack() as stack, V.set_choices_handler(ExtChoices(config)):
-        stack.enter_context(jinja_templates.compiled_once())  # kernel templates render from compiled sources
+        stack.enter_context(install.compile_context(config))
         if codegen is not None:
             stack.enter_context(codegen.install(config))
-        if install.autotunes_cpu_kernels(config):
-            stack.enter_context(vec_isa_record.reused(cache_for(config)))
-            stack.enter_context(cold_timing.cold_cpu_benchmarks())  # time GEMMs as a decode step runs them
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
     tracing.kernels(lambda: dumps.parse_output_code(getattr(compiled, "source_code", None) or ""))  # tlparse
     if not config.dump_dir:

@@ -219,7 +219,7 @@ def test_cached_winner_comes_back_as_the_one_choice(rocm, case: str) -> None:
                   if cand["family"].startswith(("flydsl", "helion", "triton.topk")))
     timings = {c: 1.0 for c in offered} | {winner: 0.25}
     assert choices.override_best_choice(winner, timings) is winner
-    family = decision.candidates[decision.choice_ids[id(winner)]]["family"]
+    family = decision.candidates[decision.index_of(winner)]["family"]
     entry = ext_choices.cache_for(choices.config).get(decision.key)
     assert entry.winner == family and entry.aten_time_us == 1000.0
     _, again = rocm(target, op, kernel_inputs, aten)

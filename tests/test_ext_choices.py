@@ -27,7 +27,8 @@ def _decide(timings_by_name, default=None, families=None, warm=None, **options):
                             "family": "aten" if n == "aten" else (families or {}).get(n, "triton.gemm"),
                             "time_us": None, "default": n == default}
                            for n in timings_by_name]
-    decision.choice_ids = {id(c): i for i, c in enumerate(choices.values())}
+    for i, c in enumerate(choices.values()):
+        decision.track(c, i)
     ext_choices.decisions.append(decision)
     config = presets.resolve({"preset": "hopper", **options})
     best = min(timings, key=timings.get)
@@ -185,7 +186,8 @@ def _decide_aten(timings, warm=None):
     cold_timing._warm.update({id(choices[n]): ms for n, ms in (warm or {}).items()})
     decision = ext_choices.Decision(node="mm", op="mm", problem={})
     decision.candidates = [{"name": n, "kind": "aten", "family": "aten", "time_us": None} for n in timings]
-    decision.choice_ids = {id(c): i for i, c in enumerate(choices.values())}
+    for i, c in enumerate(choices.values()):
+        decision.track(c, i)
     ext_choices.decisions.append(decision)
     by_choice = {choices[n]: t for n, t in timings.items()}
     try:

@@ -24,7 +24,7 @@ from torch._inductor.select_algorithm import ExternKernelCaller, ExternKernelCho
 from torch._inductor.virtualized import V
 
 from inductor_ext import targets
-from inductor_ext.autotune import decision_text, pdl_policy, policy
+from inductor_ext.autotune import decide, decision_text, pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import decode_attention as decode_attention_kernel
@@ -38,12 +38,6 @@ from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
 
 log = logging.getLogger("inductor_ext.autotune")
-
-# Another micro-kernel replaces Inductor's pick for a GEMM timed in both regimes (the cpu preset)
-# only when at least this much faster warm, and by the margin flushed. Measured in the decoder
-# (bench/cpu_decode.py, decode b1 fp32): a 16x16 vocabulary micro-kernel that beat Inductor's 8x32
-# by 9% flushed and by over 5% warm ran 10% slower inside the graph.
-CPU_CONFIG_MARGIN = 0.15
 
 # The lowering seam, whose text shapes the generated code of every family or how its choices are
 # timed (part of the cache key), with the kernels Inductor compiles from plain torch (subgraph)
@@ -67,8 +61,20 @@ class Decision:
     candidates: list[dict[str, Any]] = field(default_factory=list)
     winner: str = "aten"
     reason: str = "autotune off"
-    choice_ids: dict[int, int] = field(default_factory=dict)  # id(ChoiceCaller) -> candidate index
     key: ProblemKey | None = None  # set when the result should go into the autotune cache
+
+    def track(self, choice: Any, index: int) -> None:
+        """Mark ``choice`` as this decision's candidate ``index``: Inductor hands the timings back
+        keyed by its choices (``override_best_choice``), and the mark leads from them to here."""
+        setattr(choice, _TAG, (self, index))
+
+    def index_of(self, choice: Any) -> int | None:
+        """The index of ``choice`` among this decision's candidates, or None when not one of them."""
+        tag = getattr(choice, _TAG, None)
+        return tag[1] if tag is not None and tag[0] is self else None
+
+
+_TAG = "_inductor_ext_candidate"  # (Decision, candidate index) on each choice a decision offered
 
 
 # Decisions made in this process, in order; dumps and the demo take what a compile added.
@@ -136,13 +142,13 @@ class ExtChoices(InductorChoices):
         if not prepared:
             return self._only(choices, decision, choices[0], decision.reason)
         decision.key = self._key(op_name, kernel_inputs)
-        # force_template picks the family whenever it compiles, whatever won before: a cached
-        # winner (ATen, or another family) must not stand in for benchmarking it
-        cached = None if forced_templates(self.config) else cache_for(self.config).get(decision.key)
+        use_cache = decide.uses_cache(bool(forced_templates(self.config)))
+        cached = cache_for(self.config).get(decision.key) if use_cache else None
+        untimed = decide.untimed(self.config.autotune, cached is not None)
         if cached is not None:
             return self._from_cache(cached, choices, prepared, decision)
-        if self.config.autotune == "cache-only":
-            return self._only(choices, decision, choices[0], "fallback: cache-only and no cache entry")
+        if untimed is not None:
+            return self._only(choices, decision, choices[0], untimed)
         for family, ready in prepared.items():
             module = registry.get(family)
             offered = []
@@ -171,7 +177,8 @@ class ExtChoices(InductorChoices):
                 candidate_guard.guard(choice, functools.partial(_dropped, decision, len(decision.candidates) - 1))
             if module.CHOICE_KIND == "extern":
                 adapters.prebuild_extern(module, ready.problem, offered, self.config.target, kernel_inputs.device_type)
-        decision.choice_ids = {id(c): i for i, c in enumerate(choices)}
+        for i, choice in enumerate(choices):  # one candidate per choice, in order
+            decision.track(choice, i)
         decision.reason = "benchmark"
         return choices
 
@@ -196,7 +203,7 @@ class ExtChoices(InductorChoices):
     def _only(self, choices: list[Any], decision: Decision, choice: Any, reason: str) -> list[Any]:
         """Hand Inductor a single choice: it then uses it without benchmarking anything."""
         decision.winner, decision.reason = choice.name, reason
-        decision.choice_ids = {id(choice): next(i for i, c in enumerate(decision.candidates) if c["name"] == choice.name)}
+        decision.track(choice, next(i for i, c in enumerate(decision.candidates) if c["name"] == choice.name))
         decision.key = None
         autotune_log.debug("%s", decision_text.decision_line(decision.node, decision.problem, choice.name, reason,
                                                              decision.candidates))
@@ -227,118 +234,36 @@ class ExtChoices(InductorChoices):
             fp32_precision=ops.problem_fp32_precision(op_name, dtypes))
 
     def override_best_choice(self, best_choice: Any, timings: dict[Any, float]) -> Any:
-        decision = _find_decision(timings)
+        """Inductor's fastest ``best_choice`` through ext's rules (``autotune/decide.py``); the
+        decision records every time and the winner, and the cache remembers it."""
+        decision = _decision_of(timings)
         for choice in timings if decision is not None else ():  # Inductor's own from a call ext offered
-            if id(choice) not in decision.choice_ids:  # nothing in (max-autotune's Triton addmm): baseline too
-                decision.choice_ids[id(choice)] = len(decision.candidates)
+            if decision.index_of(choice) is None:  # nothing in (max-autotune's Triton addmm): baseline too
                 decision.candidates.append(_candidate(choice, "aten", "aten", None, None))
-        aten = [c for c in timings if _is_aten(c, decision)]
-        aten_time = min((timings[c] for c in aten), default=float("inf"))
-        chosen, reason = best_choice, "benchmark"
+                decision.track(choice, len(decision.candidates) - 1)
+        records = [(choice, _record(choice, t, decision)) for choice, t in timings.items()]
+        choice_of = {id(record): choice for choice, record in records}
+        best = next(r for c, r in records if c is best_choice)
         forced_families = forced_templates(self.config)
-        forced = [c for c in timings if _family_of(c, decision) in forced_families and timings[c] != float("inf")]
-        if forced:
-            chosen = min(forced, key=timings.__getitem__)
-            reason = f"force_template={_family_of(chosen, decision)}"
-        elif not _is_aten(best_choice, decision) and aten and (
-                short := self._short_of_margin(best_choice, aten, timings, warm_may_lose=True)) is not None:
-            # A template must beat ATen by the margin; otherwise ATen is the safer choice.
-            chosen = min(aten, key=timings.__getitem__)
-            reason = f"template {short} ATen"
-        else:
-            # The family's fastest beat ATen; which of its configs serves is a question of its own.
-            # Not the default against ATen: a default within the margin of a config that beat
-            # ATen by it is as good as that config, as far as timings alone can tell (measured:
-            # the decoder's vocabulary GEMM fell back to ATen that way, 19% slower in the graph).
-            chosen, reason = self._prefer_default(best_choice, timings, decision)
-            if chosen is not best_choice and aten and (slower := self._slower_than(chosen, aten, timings)):
-                # the default serves in place of a config that beat ATen, so it must not lose to ATen
-                # (measured: a prefill fp32 GEMM's default, 8% slower than ATen flushed, ran its graph 6% slower)
-                chosen, reason = min(aten, key=timings.__getitem__), f"{reason}, which is {slower} ATen"
-        if not forced and _is_aten(chosen, decision):
-            chosen, reason = self._prefer_packed(chosen, aten, timings, reason)
+        picked, reason = decide.pick(best, [r for _, r in records], self.config.template_margin, forced_families)
+        chosen = choice_of[id(picked)]
         if decision is None:
             return chosen
-        for c, t in timings.items():
-            i = decision.choice_ids.get(id(c))
+        for choice, record in records:
+            i = decision.index_of(choice)
             if i is not None:
-                decision.candidates[i]["time_us"] = round(t * 1000, 3)
-                if (warm := cold_timing.warm_ms(c)) is not None:  # CPU: also timed warm
-                    decision.candidates[i]["warm_time_us"] = round(warm * 1000, 3)
-        winner = decision.candidates[decision.choice_ids[id(chosen)]]
+                decision.candidates[i]["time_us"] = round(record.time_ms * 1000, 3)
+                if record.warm_ms is not None:  # CPU: also timed warm
+                    decision.candidates[i]["warm_time_us"] = round(record.warm_ms * 1000, 3)
+        winner = decision.candidates[decision.index_of(chosen)]
         decision.winner, decision.reason = winner["name"], reason
         autotune_log.debug("%s", decision_text.decision_line(decision.node, decision.problem, decision.winner, reason,
                                                              decision.candidates))
-        if decision.key is not None and not forced_families:
+        if decision.key is not None and decide.uses_cache(bool(forced_families)):
+            aten_time = min((r.time_ms for _, r in records if r.is_aten), default=float("inf"))
             self._remember(decision, winner, aten_time)
         _announce(decision)
         return chosen
-
-    def _prefer_default(self, best: Any, timings: dict[Any, float], decision: Decision | None) -> tuple[Any, str]:
-        """``best``, unless it is another config of a family whose default config (its upstream
-        heuristic's pick) is within the margin of it: a difference that small, timed alone, is
-        no evidence that it is faster inside the graph (measured on the cpu preset: micro-kernels
-        that won by 2-15% alone ran 5-25% slower in a decoder than Inductor's pick). Where the
-        choices were also timed warm (``cold_timing``), ``best`` must beat the default by the
-        margin in both regimes, and warm by at least ``CPU_CONFIG_MARGIN``: each regime alone has
-        ranked micro-kernels that lost in the decoder, and both together one that won by 9%."""
-        if decision is None or id(best) not in decision.choice_ids:
-            return best, "benchmark"
-        family = _family_of(best, decision)
-        defaults = [c for c in timings if id(c) in decision.choice_ids and math.isfinite(timings[c])
-                    and decision.candidates[decision.choice_ids[id(c)]].get("default")
-                    and _family_of(c, decision) == family]
-        if not defaults or best in defaults:
-            return best, "benchmark"
-        default = defaults[0]
-        short = self._short_of_margin(best, [default], timings, config_margin=CPU_CONFIG_MARGIN)
-        if short is not None:
-            return default, f"{family} config {short} its default"
-        return best, "benchmark"
-
-    def _slower_than(self, choice: Any, aten: list[Any], timings: dict[Any, float]) -> str | None:
-        """Why ``choice`` loses to the fastest of ``aten``: slower in Inductor's timings, or where all
-        were also timed warm (cpu), slower there by more than the margin; else None."""
-        fastest = min(aten, key=timings.__getitem__)
-        if timings[choice] > timings[fastest]:
-            return "slower than"
-        warm = cold_timing.warm_ms(choice), cold_timing.warm_ms(fastest)
-        if None not in warm and warm[0] > warm[1] * (1 + self.config.template_margin):
-            return f"over {self.config.template_margin:.0%} slower timed warm than"
-        return None
-
-    def _prefer_packed(self, chosen: Any, aten: list[Any], timings: dict[Any, float], reason: str) -> tuple[Any, str]:
-        """The packed library GEMM offered for a frozen weight (``aten_choices``), unless ``chosen``,
-        another ATen choice, beats it by the margin in both regimes: under freezing Inductor calls
-        the packed GEMM unasked (default and max-autotune alike), so it is ATen's default there.
-        Measured on the decoder's prefill fp32 projections: ATen's mm won flushed by 7-8% where
-        the packed sgemm was as fast or faster warm; ext/max-autotune ran 1.02-1.05 with mm on two
-        or three of them, 0.99-1.02 with the packed sgemm on all four."""
-        packed = [c for c in aten if c.name in aten_choices.PACKED_NAMES and math.isfinite(timings[c])]
-        if not packed or chosen in packed:
-            return chosen, reason
-        default = min(packed, key=timings.__getitem__)
-        short = self._short_of_margin(chosen, [default], timings)
-        return (chosen, reason) if short is None else (default, f"{chosen.name} {short} {default.name}")
-
-    def _short_of_margin(self, challenger: Any, incumbents: list[Any], timings: dict[Any, float], *,
-                         warm_may_lose: bool = False, config_margin: float = 0.0) -> str | None:
-        """None when ``challenger`` beats the fastest of ``incumbents`` by the margin in Inductor's
-        timings and, where all of them were also timed warm (cpu: ``cold_timing``), in those too;
-        else why not, as in "within margin 5% of" or "slower timed warm than".
-
-        Timed warm, the margin is at least ``config_margin``, and with ``warm_may_lose`` the
-        challenger need only not be slower than the incumbent by more than the margin there."""
-        margin = self.config.template_margin
-        if timings[challenger] * (1 + margin) >= min(timings[c] for c in incumbents):
-            return f"within margin {margin:.0%} of"
-        warm = [cold_timing.warm_ms(c) for c in (challenger, *incumbents)]
-        if None in warm:
-            return None
-        margin = max(margin, config_margin)
-        if warm_may_lose:
-            return f"over {margin:.0%} slower timed warm than" if warm[0] > min(warm[1:]) * (1 + margin) else None
-        return f"within margin {margin:.0%}, timed warm, of" if warm[0] * (1 + margin) >= min(warm[1:]) else None
 
     def _remember(self, decision: Decision, winner: dict[str, Any], aten_time_ms: float) -> None:
         is_aten = winner["kind"] == "aten"
@@ -468,25 +393,26 @@ def _announce(decision: Decision) -> None:
         listener(decision)
 
 
-def _find_decision(timings: dict[Any, float]) -> Decision | None:
-    for decision in reversed(decisions):
-        if any(id(c) in decision.choice_ids for c in timings):
-            return decision
+def _decision_of(timings: dict[Any, float]) -> Decision | None:
+    """The decision whose choices Inductor timed (by the mark ``Decision.track`` left on them)."""
+    for choice in timings:
+        tag = getattr(choice, _TAG, None)
+        if tag is not None:
+            return tag[0]
     return None
 
 
-def _is_aten(choice: Any, decision: Decision | None) -> bool:
-    """Whether ``choice`` is ATen's: by the decision's record (ext's CuTeDSL choices are extern
-    kernels too), else by type."""
-    if decision is not None and id(choice) in decision.choice_ids:
-        return decision.candidates[decision.choice_ids[id(choice)]]["kind"] == "aten"
-    return isinstance(choice, ExternKernelCaller)
-
-
-def _family_of(choice: Any, decision: Decision | None) -> str | None:
-    if decision is None or id(choice) not in decision.choice_ids:
-        return None
-    return decision.candidates[decision.choice_ids[id(choice)]]["family"]
+def _record(choice: Any, time_ms: float, decision: Decision | None) -> decide.Candidate:
+    """``choice`` as the decision rules read it: by its decision's record (ext's CuTeDSL choices are
+    extern kernels too), else ATen's or not by its type, of no known family."""
+    i = decision.index_of(choice) if decision is not None else None
+    packed = choice.name in aten_choices.PACKED_NAMES
+    if i is None:
+        kind = "aten" if isinstance(choice, ExternKernelCaller) else "template"
+        return decide.Candidate(choice.name, time_ms, cold_timing.warm_ms(choice), kind, None, False, packed)
+    candidate = decision.candidates[i]
+    return decide.Candidate(choice.name, time_ms, cold_timing.warm_ms(choice), candidate["kind"], candidate["family"],
+                            bool(candidate.get("default")), packed)
 
 
 def choices_factory(config: ExtConfig) -> Callable[[], ExtChoices]:

@@ -29,15 +29,16 @@ and interpret settings, freezing).
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import get_custom_graph_passes
 
 from inductor_ext import targets
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import ops
-from inductor_ext.lowering.ext_choices import choices_factory
+from inductor_ext.lowering import cold_timing, jinja_templates, linear_packing, ops, vec_isa_record
+from inductor_ext.lowering.ext_choices import cache_for, choices_factory
 from inductor_ext.lowering.passes import StagePasses, pass_patches
 
 
@@ -111,3 +112,28 @@ def inductor_patches(config: ExtConfig, device_codegen: bool = False,
         user_passes = [p for p in get_custom_graph_passes(user) if not isinstance(p, StagePasses)]
         patches[slot] = [*user_passes, ext_group] if user_passes else ext_group
     return patches
+
+
+@contextlib.contextmanager
+def compile_context(config: ExtConfig) -> Iterator[None]:
+    """What one graph's compile (forward, backward or inference: ``compile_fx_inner``) runs
+    inside besides the config patches: kernel templates rendered from compiled sources, and where
+    this config autotunes C++ kernels for CPU tensors, the vector ISA probe's outcome reused from
+    ext's cache and GEMMs timed as a decode step runs them (flushed, and warm)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(jinja_templates.compiled_once())
+        if autotunes_cpu_kernels(config):
+            stack.enter_context(vec_isa_record.reused(cache_for(config)))
+            stack.enter_context(cold_timing.cold_cpu_benchmarks())
+        yield
+
+
+def freezing_context(patches: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+    """What the whole compile (``compile_fx``, under ``patches``) runs inside: with freezing and
+    Inductor's weight prepacking off, Inductor's packing patterns kept off the linears so that
+    ext's C++ GEMM family serves them (entered before ``compile_fx`` applies the patches: Inductor
+    registers its patterns once, under the config of the process's first freezing compile, which
+    must be the user's)."""
+    if patches.get("freezing") and patches.get("cpp.weight_prepack") is False:
+        return linear_packing.linears_left_as_mm()
+    return contextlib.nullcontext()

@@ -1,0 +1,138 @@
+"""autotune/decide.py: the rules that pick the winner, on candidate records alone (no Inductor,
+no compile). Each reason string a decision can carry is pinned here; tests/test_ext_choices.py
+checks the same rules through ExtChoices.override_best_choice."""
+
+import pytest
+
+from inductor_ext.autotune import decide
+from inductor_ext.autotune.decide import Candidate
+
+INF = float("inf")
+
+
+def aten(time_ms, warm_ms=None, name="aten", packed=False):
+    return Candidate(name, time_ms, warm_ms, "aten", "aten", packed=packed)
+
+
+def template(name, time_ms, warm_ms=None, default=False, family="triton.gemm"):
+    return Candidate(name, time_ms, warm_ms, "template", family, default=default)
+
+
+def pick(*candidates, margin=0.05, forced=()):
+    best = min(candidates, key=lambda c: c.time_ms)
+    chosen, reason = decide.pick(best, candidates, margin, forced)
+    return chosen.name, reason
+
+
+@pytest.mark.parametrize("template_ms, margin, winner, reason", [
+    (0.90, 0.05, "t0", "benchmark"),                               # 10% faster beats a 5% margin
+    (0.97, 0.05, "aten", "template within margin 5% of ATen"),     # 3% faster does not
+    (1.00, 0.0, "aten", "benchmark"),                              # a tie: ATen is Inductor's best
+    (0.99, 0.0, "t0", "benchmark"),
+    (0.953, 0.05, "aten", "template within margin 5% of ATen"),    # 0.953 * 1.05 >= 1.0
+    (0.95, 0.05, "t0", "benchmark"),                               # just beyond
+])
+def test_a_template_must_beat_aten_by_the_margin(template_ms, margin, winner, reason):
+    assert pick(aten(1.0), template("t0", template_ms), margin=margin) == (winner, reason)
+
+
+def test_a_tie_is_no_win_even_when_inductor_ranks_the_template_first():
+    assert pick(template("t0", 1.0), aten(1.0), margin=0.0) == ("aten", "template within margin 0% of ATen")
+    assert decide.short_of_margin(template("t0", 2.0, 1.0), [aten(4.0, 1.0)], 0.0) == "within margin 0%, timed warm, of"
+
+
+@pytest.mark.parametrize("warm, winner, reason", [
+    ((1.0, 1.04), "t0", "benchmark"),                                        # warm: not slower by over 5%
+    ((1.0, 1.06), "aten", "template over 5% slower timed warm than ATen"),   # warm: slower by over 5%
+    ((None, 2.0), "t0", "benchmark"),                                        # ATen not timed warm: flushed alone
+])
+def test_timed_warm_a_template_must_not_lose_to_aten_there(warm, winner, reason):
+    assert pick(aten(1.0, warm[0]), template("t0", 0.80, warm[1])) == (winner, reason)
+
+
+@pytest.mark.parametrize("other_ms, winner, reason", [
+    (0.80, "t1", "benchmark"),                                                # 20% faster than the default
+    (0.97, "t0", "triton.gemm config within margin 5% of its default"),      # upstream's pick stays
+    (0.953, "t0", "triton.gemm config within margin 5% of its default"),
+    (0.95, "t1", "benchmark"),
+])
+def test_another_config_must_beat_the_familys_default_by_the_margin(other_ms, winner, reason):
+    assert pick(aten(5.0), template("t0", 1.0, default=True), template("t1", other_ms)) == (winner, reason)
+
+
+@pytest.mark.parametrize("warm, winner, reason", [
+    ((1.0, 0.80), "t1", "benchmark"),                                                       # 20% faster warm too
+    ((1.0, 0.90), "t0", "triton.gemm config within margin 15%, timed warm, of its default"),  # warm needs 15%
+    ((1.0, 1.10), "t0", "triton.gemm config within margin 15%, timed warm, of its default"),
+])
+def test_timed_warm_another_config_must_beat_the_default_by_the_cpu_config_margin(warm, winner, reason):
+    candidates = (aten(5.0, 5.0), template("t0", 1.0, warm[0], default=True), template("t1", 0.80, warm[1]))
+    assert pick(*candidates) == (winner, reason)
+
+
+@pytest.mark.parametrize("times, warm, winner, reason", [  # times and warm: ATen, the default t0, t1
+    ((1.0, 0.96, 0.95), (None, None, None), "t0", "triton.gemm config within margin 5% of its default"),
+    ((1.0, 1.2, 0.5), (1.0, 1.0, 0.95), "aten",  # flushed, t1 beat both; warm, it is within 15% of the default
+     "triton.gemm config within margin 15%, timed warm, of its default, which is slower than ATen"),
+    ((1.0, 0.96, 0.80), (1.0, 1.10, 1.0), "aten",
+     "triton.gemm config within margin 15%, timed warm, of its default, which is over 5% slower timed warm than ATen"),
+])
+def test_a_default_serving_for_the_familys_fastest_must_not_lose_to_aten(times, warm, winner, reason):
+    candidates = (aten(times[0], warm[0]), template("t0", times[1], warm[1], default=True),
+                  template("t1", times[2], warm[2]))
+    assert pick(*candidates) == (winner, reason)
+
+
+def test_a_failed_default_does_not_serve():
+    assert pick(aten(5.0), template("t0", INF, default=True), template("t1", 0.99)) == ("t1", "benchmark")
+
+
+def test_the_default_is_of_the_winners_family_only():
+    candidates = (aten(5.0), template("t0", 1.0, default=True, family="cutedsl.gemm"), template("t1", 0.99))
+    assert pick(*candidates) == ("t1", "benchmark")
+
+
+PACKED = "ext_mkl_packed_mm"
+
+
+@pytest.mark.parametrize("times, warm, winner, reason", [
+    ((0.93, 1.0), (1.0, 0.97), PACKED, f"aten within margin 5%, timed warm, of {PACKED}"),  # faster flushed only
+    ((0.97, 1.0), (0.90, 1.0), PACKED, f"aten within margin 5% of {PACKED}"),               # within flushed
+    ((0.90, 1.0), (0.90, 1.0), "aten", "benchmark"),                                        # beyond in both
+    ((0.90, 1.0), (None, None), "aten", "benchmark"),                                       # flushed alone
+    ((1.0, 0.98), (None, None), PACKED, "benchmark"),                                       # the packed was fastest
+    ((0.5, INF), (None, None), "aten", "benchmark"),                                        # it failed
+])
+def test_mm_must_beat_the_packed_gemm_freezing_would_call_by_the_margin(times, warm, winner, reason):
+    assert pick(aten(times[0], warm[0]), aten(times[1], warm[1], name=PACKED, packed=True)) == (winner, reason)
+
+
+def test_a_template_that_loses_to_aten_falls_to_the_packed_gemm_by_the_same_rule():
+    candidates = (aten(0.97), aten(1.0, name=PACKED, packed=True), template("t0", 0.96))
+    assert pick(*candidates) == (PACKED, f"aten within margin 5% of {PACKED}")
+
+
+def test_force_template_picks_the_forced_familys_fastest_even_when_slower():
+    candidates = (aten(1.0), template("t0", 3.0), template("t1", 2.0), template("c0", 0.5, family="cutedsl.gemm"))
+    assert pick(*candidates, forced=("triton.gemm",)) == ("t1", "force_template=triton.gemm")
+
+
+def test_force_template_falls_back_to_the_rules_when_every_forced_candidate_failed():
+    assert pick(aten(1.0), template("t0", INF), forced=("triton.gemm",)) == ("aten", "benchmark")
+
+
+def test_candidates_are_told_apart_by_identity_not_by_equal_fields():
+    twin_a, twin_b = template("t", 1.0), template("t", 1.0)
+    chosen, _ = decide.pick(twin_b, [aten(5.0), twin_a, twin_b], 0.05)
+    assert chosen is twin_b
+
+
+@pytest.mark.parametrize("autotune, cached, reason", [
+    ("full", True, "cache"), ("cache-only", True, "cache"), ("cache-only", False, "fallback: cache-only and no cache entry"),
+    ("full", False, None), ("default", False, None)])
+def test_the_cache_decides_without_timing(autotune, cached, reason):
+    assert decide.untimed(autotune, cached) == reason
+
+
+def test_a_forced_compile_neither_reads_nor_writes_the_cache():
+    assert decide.uses_cache(forced=False) and not decide.uses_cache(forced=True)
