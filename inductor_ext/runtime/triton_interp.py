@@ -42,6 +42,13 @@ wrong that our kernels rely on:
 Each fix wraps or adds one small interpreter function. A fix whose patch point
 is missing (other Triton versions) is skipped with a logged warning.
 
+It stays one module past 600 lines on purpose: the six fixes share one patch
+protocol (each ``_fix_*`` returns (owner, name, replacement) triples, which
+``apply_interpreter_fixes`` installs under one lock, recording the originals that
+``remove_interpreter_fixes`` puts back), and what makes it long is libdevice's
+table, one entry per function; split, each fix would import that bookkeeping
+back from a sibling.
+
 Note: ``TRITON_INTERPRET`` is read when ``@triton.jit`` *decorates* a kernel,
 so it must be set before the module defining the kernels is imported.
 """
