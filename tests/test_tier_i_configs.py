@@ -84,8 +84,11 @@ def _cases(name: str, target: str) -> list[tuple[Any, Any, Any]]:
             ks = family.render(problem, cand.config, target)
             # A DSL family's kernel is compiled once per config (with the first problem offering
             # it): its compiles are costly and its instructions follow the tile, not the sizes.
+            # A Triton kernel is one compile per distinct launch specialisation too (M = 1 is a
+            # constant, M = 16 aligned, M = 2..8 neither): each can allocate registers differently.
             key = (repr(cand.config),) if hasattr(family, "compile_asm") else (ks.source, repr(sorted(ks.constexprs.items())), repr(sorted(ks.launch.items())),
-                   repr(asm.key_patterns(family, target, {"ptx": "", "amdgcn": ""}, problem, cand.config)))
+                   repr(asm.key_patterns(family, target, {"ptx": "", "amdgcn": ""}, problem, cand.config)),
+                   repr(asm.launch_hints(family, problem, ks)))
             if key not in seen:
                 seen.add(key)
                 cases.append((problem, cand.config, ks))

@@ -34,7 +34,7 @@ Rules (``decode_tiles`` implements them, in this order):
    fp32 4, bf16/fp16 2, fp8 1, NVFP4 0.5 bytes, scales ignored), between 2 and 6.
 8. Duplicates are dropped, first kept. ``DecodePolicy.propose`` maps every tile through
    ``family.config_from_tile`` and drops those the family cannot express (e.g. triton.gemm has
-   neither split-K nor swap-AB, so it keeps only the plain small-M tiles).
+   no split-K, so it keeps the swap-AB and the plain small-M tiles).
 
 These are rules of thumb for choosing what to benchmark, not a performance model: the
 autotuner measures every candidate against ATen.

@@ -18,6 +18,11 @@ on the problem, not the config, because it is decided by where the GEMM sits in 
 whether the next kernel reads its output: ``inductor_ext.autotune.pdl_policy.use_pdl``), the same
 for every candidate config; the autotune cache stores configs keyed by shapes, which do not
 say who consumes the output. NVIDIA sm_90+ only (``render`` refuses it for AMD targets).
+
+Decode on tensor cores: a ``swap_ab`` config renders ``BODY_SWAP``, which accumulates
+C^T = B^T A^T, so N (>= 64 rows) sits on the wgmma / tcgen05 M side and a decode M of 1..16 on
+its N side; a plain BLOCK_M 16 tile would run Ampere's mma.sync (``key_instructions`` says
+which). The decode policy proposes the swap-AB tiles first for M <= 64.
 """
 
 from __future__ import annotations
@@ -76,9 +81,13 @@ class GemmConfig:
     group_m: int = integer(8, low=1, high=64)
     num_warps: int = integer(4, low=1, high=32, power_of_two=True)
     num_stages: int = integer(3, low=1, high=16)
+    # compute C^T = B^T A^T: N on the MMA's M side (>= 64 rows for wgmma / tcgen05), the small
+    # M on its N side (16 is enough): decode on tensor cores (BODY_SWAP)
+    swap_ab: bool = flag(False)
 
     def name(self) -> str:
-        return f"{self.block_m}x{self.block_n}x{self.block_k}_g{self.group_m}_w{self.num_warps}_s{self.num_stages}"
+        swap = "_swap" if self.swap_ab else ""
+        return f"{self.block_m}x{self.block_n}x{self.block_k}_g{self.group_m}_w{self.num_warps}_s{self.num_stages}{swap}"
 
 
 Problem, Config = GemmProblem, GemmConfig
@@ -134,10 +143,11 @@ def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
 
 
 def config_from_tile(tile: Tile) -> GemmConfig | None:
-    """A policy's tile as this template's config; None for split-K or swap-AB (not supported)."""
-    if tile.split_k != 1 or tile.swap_ab:
+    """A policy's tile as this template's config; None for split-K (not supported)."""
+    if tile.split_k != 1:
         return None
-    return GemmConfig(tile.block_m, tile.block_n, tile.block_k, 8, tile.num_warps, tile.num_stages)
+    return GemmConfig(tile.block_m, tile.block_n, tile.block_k, 8, tile.num_warps, tile.num_stages,
+                      swap_ab=tile.swap_ab)
 
 
 def acc_type(problem: GemmProblem) -> str:
@@ -154,9 +164,10 @@ def input_precision(problem: GemmProblem, target: str) -> str:
 
 # What an NVIDIA kernel of this template drives instead of the target's MMA (wgmma on sm_90a,
 # tcgen05.mma on sm_100a), as Triton 3.9 compiles it (measured: tests/test_tier_i_configs.py):
-# full-fp32 ("ieee") dots have no tensor-core path and become FMAs; a tile of fewer than one
-# warpgroup's 64 rows (the decode tiles), fewer than 4 warps, or on sm_100a more than 8 warps
-# (nvMatmulHeuristics proposes 16 for prefill) runs on Ampere's mma.sync.
+# full-fp32 ("ieee") dots have no tensor-core path and become FMAs; fewer than one warpgroup's
+# 64 rows on the MMA's M side (BLOCK_M, or BLOCK_N with swap_ab: the plain decode tiles), fewer
+# than 4 warps, or on sm_100a more than 8 warps (nvMatmulHeuristics proposes 16 for prefill) runs
+# on Ampere's mma.sync. The swap-AB decode tiles (BLOCK_N >= 64 rows) run wgmma / tcgen05.
 TC_MIN_BLOCK_M = 64
 _TC_WARPS = {"sm_90a": (4, 8, 16, 32), "sm_100a": (4, 8)}
 _MMA_SYNC = r"mma\.sync\.aligned\.m16n8k\d+"
@@ -174,7 +185,8 @@ def key_instructions(problem: GemmProblem, config: GemmConfig, target: str) -> l
     if t.vendor == "nvidia":
         if problem.dtype == "float32" and input_precision(problem, target) == "ieee":
             return [(t.asm_key, _FMA)]
-        if config.block_m < TC_MIN_BLOCK_M or config.num_warps not in _TC_WARPS.get(target, (4, 8)):
+        rows = config.block_n if config.swap_ab else config.block_m  # the MMA's M side
+        if rows < TC_MIN_BLOCK_M or config.num_warps not in _TC_WARPS.get(target, (4, 8)):
             return [(t.asm_key, _MMA_SYNC)]
     return [(t.asm_key, t.mma_instruction)]
 
@@ -186,14 +198,27 @@ def key_instructions(problem: GemmProblem, config: GemmConfig, target: str) -> l
 # bf16/fp16). config_supports refuses them, so they are never offered.
 _G = GemmConfig
 SPILLS: dict[tuple[str, str], dict[GemmConfig, int]] = {
-    ("sm_90a", "ieee"): {_G(16, 128, 256, 8, 4, 2): 334, _G(64, 128, 128, 8, 4, 2): 2469,
+    ("sm_90a", "ieee"): {_G(16, 128, 256, 8, 4, 2): 334, _G(64, 128, 128, 8, 4, 2): 2469, _G(64, 64, 64, 8, 4, 3): 2,
                          _G(64, 64, 128, 8, 4, 3): 44, _G(128, 128, 16, 8, 4, 8): 47, _G(128, 128, 32, 8, 4, 7): 80},
     ("sm_90a", "tf32"): {_G(64, 128, 128, 8, 4, 2): 483, _G(128, 128, 64, 8, 4, 3): 108},
     ("sm_100a", "ieee"): {_G(16, 128, 256, 8, 4, 2): 211, _G(64, 128, 128, 8, 4, 2): 2417,
                           _G(128, 128, 16, 8, 4, 8): 10, _G(128, 128, 32, 8, 4, 7): 50, _G(64, 32, 32, 8, 4, 3): 6},
     ("sm_100a", "tf32"): {_G(64, 128, 128, 8, 4, 2): 391},
-    ("sm_100a", "16bit"): {_G(16, 32, 64, 8, 2, 8): 2},  # at M = 1; 54 registers
+    ("sm_90a", "16bit"): {_G(16, 32, 64, 8, 2, 8): 2, _G(16, 128, 256, 8, 4, 2): 2},  # M = 2..16; mma.sync tiles
+    ("sm_100a", "16bit"): {_G(16, 32, 64, 8, 2, 8): 2, _G(16, 128, 256, 8, 4, 2): 2},  # 54 / 126 registers
 }
+# swap-AB tiles: the same wide fp32 tiles, transposed
+for (_target, _precision), _tiles in {
+    ("sm_90a", "ieee"): {_G(16, 128, 256, 8, 4, 2, swap_ab=True): 379, _G(64, 128, 128, 8, 4, 2, swap_ab=True): 2392,
+                         _G(64, 64, 128, 8, 4, 3, swap_ab=True): 30},
+    ("sm_90a", "tf32"): {_G(16, 128, 256, 8, 4, 2, swap_ab=True): 1546, _G(16, 64, 256, 8, 4, 2, swap_ab=True): 118,
+                         _G(64, 128, 128, 8, 4, 2, swap_ab=True): 507},
+    ("sm_100a", "ieee"): {_G(16, 128, 256, 8, 4, 2, swap_ab=True): 190, _G(64, 128, 128, 8, 4, 2, swap_ab=True): 2383},
+    ("sm_100a", "tf32"): {_G(16, 128, 256, 8, 4, 2, swap_ab=True): 2010, _G(16, 64, 256, 8, 4, 2, swap_ab=True): 346,
+                          _G(64, 128, 128, 8, 4, 2, swap_ab=True): 390},
+}.items():
+    SPILLS.setdefault((_target, _precision), {}).update(_tiles)
+del _target, _precision, _tiles
 
 
 def config_supports(problem: GemmProblem, config: GemmConfig, target: str) -> str | None:
@@ -242,6 +267,25 @@ BODY = PROGRAM_TILE + """\
     idx_n = rn[None, :]
     mask = (idx_m < M) & (idx_n < N)
 """
+
+
+def _swapped(body: str) -> str:
+    """BODY with swap-AB: the accumulator is C^T [BLOCK_N, BLOCK_M] = B^T A^T, so N sits on the
+    MMA's M side and a decode M of 1..16 on its N side; transposed back before the epilogue."""
+    for old, new in (
+        ("    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_TYPE)\n",
+         "    acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=ACC_TYPE)  # swap-AB: C^T = B^T A^T\n"),
+        ("        acc += tl.dot(a, b, input_precision=INPUT_PRECISION, out_dtype=ACC_TYPE)\n",
+         "        acc_t = tl.dot(tl.trans(b), tl.trans(a), acc_t, input_precision=INPUT_PRECISION, out_dtype=ACC_TYPE)\n"),
+        ("    idx_m = rm[:, None]\n", "    acc = tl.trans(acc_t)\n    idx_m = rm[:, None]\n"),
+    ):
+        if body.count(old) != 1:
+            raise AssertionError(f"triton.gemm BODY changed: {old.strip()!r} is no longer there once")
+        body = body.replace(old, new)
+    return body
+
+
+BODY_SWAP = _swapped(BODY)
 
 _STANDALONE = """\
 import triton
@@ -308,6 +352,7 @@ def inductor_kwargs(problem: GemmProblem, config: GemmConfig, target: str) -> di
     kwargs: dict[str, object] = constexprs(problem, config, target)
     kwargs["INPUT_PRECISION"] = repr(kwargs["INPUT_PRECISION"])  # strings need quotes, dtypes not
     kwargs["ACC_TYPE"] = acc_type(problem)
+    kwargs["SWAP_AB"] = config.swap_ab  # picks the body in inductor_source()'s jinja
     return kwargs
 
 
@@ -331,7 +376,7 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> Ker
     }
     return KernelSource(
         name=name,
-        source=_STANDALONE.format(name=name, body=BODY, acc_type=acc_type(problem)),
+        source=_STANDALONE.format(name=name, body=BODY_SWAP if config.swap_ab else BODY, acc_type=acc_type(problem)),
         template=FAMILY,
         config=asdict(config),
         constexprs=consts,
@@ -357,7 +402,7 @@ def inductor_source() -> str:
     For addmm the lowering passes the bias as a prefix input and Inductor's epilogue_fn applies
     it in store_output, so the body is the same for mm and addmm.
     """
-    return _INDUCTOR.format(body=BODY)
+    return _INDUCTOR.format(body="{% if SWAP_AB %}\n" + BODY_SWAP + "{% else %}\n" + BODY + "{% endif %}\n")
 
 
 def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.Tensor | None" = None,
