@@ -82,7 +82,8 @@ def _installed(name: str) -> bool:
 @functools.lru_cache(maxsize=None)
 def _required(package: str) -> tuple[str, ...]:
     """The top-level modules a DSL package (``templates/<dsl>/__init__.py``) declares in ``REQUIRES``."""
-    return tuple(getattr(importlib.import_module(package), "REQUIRES", ()))
+    # a family module outside a DSL package (a test's own family) declares nothing
+    return tuple(getattr(importlib.import_module(package), "REQUIRES", ())) if package else ()
 
 
 @functools.lru_cache(maxsize=None)
