@@ -4,6 +4,7 @@ odd shapes, padded rows, tensor- and row-wise fp8 scales)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -162,3 +163,16 @@ def test_interp_fp8_scaled_mm(scaling: str, m: int, n: int, k: int, bias: bool) 
         c = tt.run(problem, tt.INTERPRETER_CONFIGS[0], "gfx1250", a, w.t(), sa, sb, bias_t)
     ref = scaled_mm_reference(a, w, alpha=sa * sb, bias=bias_t, out_dtype=torch.bfloat16)
     torch.testing.assert_close(c.float(), ref.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_swap_ab_configs_are_refused():
+    """GemmConfig is shared with triton.gemm, whose decode configs swap A and B; this family has
+    no swap-AB body, so such a config (a policy tile, a shared cache entry) is never offered."""
+    from inductor_ext.templates.base import Tile
+    from inductor_ext.templates.triton import tdm_gemm
+
+    problem = tdm_gemm.example_problem(8, 4096, 4096)
+    swapped = dataclasses.replace(tdm_gemm.configs(problem, "gfx1250")[-1], swap_ab=True)
+    assert tdm_gemm.config_supports(problem, swapped, "gfx1250") == "triton.tdm_gemm has no swap-AB body (swap_ab=True)"
+    assert tdm_gemm.config_supports(problem, dataclasses.replace(swapped, swap_ab=False), "gfx1250") is None
+    assert tdm_gemm.config_from_tile(Tile(16, 128, 256, swap_ab=True)) is None

@@ -47,7 +47,20 @@ _FP = {**FP, "float8_e4m3fn": "fp8e4nv"}
 TdmGemmProblem = linear.LinearProblem
 TdmGemmConfig = GemmConfig
 Problem, Config = TdmGemmProblem, TdmGemmConfig
-config_from_tile = gemm.config_from_tile
+
+
+def config_from_tile(tile: Any) -> GemmConfig | None:
+    """A policy's tile as this template's config; None for split-K and swap-AB tiles (this
+    template has no swap-AB body)."""
+    return None if getattr(tile, "swap_ab", False) else gemm.config_from_tile(tile)
+
+
+def config_supports(problem: TdmGemmProblem, config: GemmConfig, target: str) -> str | None:
+    """A swap-AB config (triton.gemm's decode body, e.g. from a shared cache entry) is refused:
+    rendered here it would run the plain body under the swapped config's name."""
+    return "triton.tdm_gemm has no swap-AB body (swap_ab=True)" if config.swap_ab else None
+
+
 KEY_INSTRUCTIONS = amd.key_instructions({"gfx1250": ("tdm_load", "tdm_wait", "wmma_bf16")})
 
 
@@ -229,6 +242,6 @@ def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any)
 
 
 __all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TdmGemmProblem",
-           "TdmGemmConfig", "KEY_INSTRUCTIONS", "problem_for", "supports", "configs", "config_from_tile", "constexprs",
+           "TdmGemmConfig", "KEY_INSTRUCTIONS", "problem_for", "supports", "config_supports", "configs", "config_from_tile", "constexprs",
            "example_problem",
            "render", "inductor_source", "inductor_kwargs", "run"]
