@@ -12,6 +12,11 @@ import sys
 if "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# CLI tables wrap to $COLUMNS (inductor_ext/tables.py): pytest-xdist's workers inherit COLUMNS=80
+# from execnet, so the CLI's tests would read wrapped rows there and whole rows in a plain run.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 # Autotune results must not leak between runs (a cached winner skips the benchmarks tests
 # look at), so each session gets its own autotune cache directory; subprocesses inherit it.
 import tempfile  # noqa: E402

@@ -31,6 +31,13 @@ HERE = Path(__file__).parent
 FAMILIES = sorted(registry.families())
 
 
+def shown(value: Any) -> str:
+    """A value as the skip message shows it: its repr, cut at 120 characters (an attack string
+    holds pytest's tmp path, longer than that under some runs)."""
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 def attack(marker: Path) -> str:
     return f"4 if __import__('os').system('touch {marker}') == 0 else 4"
 
@@ -193,9 +200,7 @@ def test_tune_import_skips_every_attacked_field_with_one_line_each(configs, tmp_
     assert len(lines) == len(cases)
     for (name, field, _, config), line in zip(cases, lines):
         rule = allowed.declared(registry.get(name).Config)[field]
-        # the value as the message shows it: cut at 120 characters (the attack's path may be longer)
-        shown = repr(config[field]) if len(repr(config[field])) <= 120 else repr(config[field])[:117] + "..."
-        assert f"{name} Config.{field} = {shown} is not allowed: {rule.describe()}" in line, line
+        assert f"{name} Config.{field} = {shown(config[field])} is not allowed: {rule.describe()}" in line, line
     with AutotuneCache(tmp_path / "c.db") as cache:
         assert cache.entries() == sorted(valid, key=lambda e: e.key.digest())
     # the report counts them, for a caller of the API too
@@ -229,9 +234,7 @@ def test_sqlite_rows_rewritten_in_place_are_skipped_on_lookup(configs, tmp_path)
         assert len(lines) == len(cases)
         for (name, field, _, config), line in zip(cases, lines):
             rule = allowed.declared(registry.get(name).Config)[field]
-            # the value as the message shows it: cut at 120 characters (the attack's path may be longer)
-        shown = repr(config[field]) if len(repr(config[field])) <= 120 else repr(config[field])[:117] + "..."
-        assert f"{name} Config.{field} = {shown} is not allowed: {rule.describe()}" in line, line
+            assert f"{name} Config.{field} = {shown(config[field])} is not allowed: {rule.describe()}" in line, line
         cache.get(key(0))  # looked up again: counted, not said again
         assert len(skip_lines(caught)) == len(cases) and cache.invalid == len(cases) + 1
         assert len(cache.entries()) == 1  # tune show / export / merge see only the untouched one
