@@ -1,8 +1,7 @@
 """What every template family shares: the rendered kernel and the problem it was rendered for.
 
-A template family is one module (one DSL x one op family) exposing
-``render(problem, config) -> KernelSource``, ``configs(problem, target)``, ``TARGETS`` and
-``supports(problem) -> str | None`` (a reason when it does not).
+The family protocol itself is described in ``templates/family.py``; the targets a family may
+claim are those of ``inductor_ext/targets``.
 """
 
 from __future__ import annotations
@@ -13,9 +12,6 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from inductor_ext.runtime.kernel_source import KernelSource  # noqa: F401  (what render() returns)
-
-# Targets a template may claim, each only once it passes tier I (see design.md).
-KNOWN_TARGETS = ("sm_90a", "sm_100a", "gfx950", "gfx1250", "mps", "xpu", "cpu")
 
 
 def module_source_hash(module: ModuleType) -> str:

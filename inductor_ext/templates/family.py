@@ -4,9 +4,10 @@ and ``OpSpec``, the plain-data description of one op instance that lowering hand
 A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/scaled_mm.py``::
 
     FAMILY = "metal.scaled_mm"           # "<dsl>.<op family>"; the name users write in options
-    TARGETS = ("mps",)                   # targets claimed: each passed tier I there (tier C for
-                                         # Metal and SYCL, which have no ISA to inspect here)
-    OPS = ("_scaled_mm",)                # the Inductor lowerings it serves (OpSpec.op values)
+    TARGETS = ("mps",)                   # targets claimed (names in inductor_ext/targets): each
+                                         # passed tier I there (tier C for Metal and SYCL)
+    OPS = ("scaled_mm",)                 # the ops it serves (OpSpec.op values: the lowering's
+                                         # name, "mm", "addmm", "scaled_mm", "grouped_mm", ...)
     CHOICE_KIND = "extern"               # how lowering offers it: "triton_template" (Inductor
                                          # renders inductor_source() and can fuse epilogues),
                                          # "extern" (a compiled kernel called through call()) or
@@ -34,25 +35,37 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
                         graph runs (through runtime/ launchers: the device, or on CPU tensors the
                         CPU executor), and ALL_CONFIGS, every config it may be called with
                         (registered by name at import so cached graphs find them; config.name(),
-                        or else its fields, names each). A family with its own torch op sets EXTERN_OP ("ns::op") and
-                        extern_kwargs(problem, config) instead of being called through call().
+                        or else its fields, names each). A family with its own torch op sets
+                        EXTERN_OP ("ns::op") and extern_kwargs(problem, config) instead of being
+                        called through call().
     "inductor_template": INDUCTOR_TEMPLATE, the name of the Inductor template that lowering
                         configures with this family's configs and hands to Inductor's autotuning
                         (``lowering/adapters.py`` maps names to Inductor glue, e.g.
-                        "cpp_gemm" -> ``lowering/cpp_gemm.py``); the family stays plain data.
+                        "cpp_gemm" -> ``lowering/cpp_gemm.py``, whose optional
+                        ``default_config(family, prepared, target)`` names Inductor's own pick);
+                        the family stays plain data.
 
-Optional: ``config_supports(problem, config, target) -> str | None`` (a config the family cannot
-render for this problem); ``missing() -> str | None`` (None when its kernels can run here, else
-what to install: lowering then offers ATen alone, with that reason); for "extern" families
-``prebuild(pairs, target, device_type)``, called once per autotune decision with every
-(problem, config) pair about to be benchmarked and the device type of the tensors ("cpu" in
-interpret mode), so a family whose compiler has a large fixed cost per run (SYCL) builds them all
-in one run before ``call()`` needs them (a failure is logged and each ``call()`` builds its own);
-``config_from_tile(tile) -> Config | None`` lets the generic candidate policies
-(nvMatmulHeuristics, the decode policy) propose tiles to the family; ``CPU_EXECUTOR``
-names what runs its kernels on CPU tensors under ``options={"interpret": True}`` (e.g. "the
-Triton interpreter"; none: it runs only on its device); ``RUNS_ON_CPU = True`` for a family whose
-kernels are CPU kernels (no interpreter needed).
+Optional, for lowering and autotuning: ``config_supports(problem, config, target) -> str | None``
+(a config the family cannot render for this problem); ``missing() -> str | None`` (None when its
+kernels can run here, else what to install: lowering then offers ATen alone, with that reason);
+for "extern" families ``prebuild(pairs, target, device_type)``, called once per autotune decision
+with every (problem, config) pair about to be benchmarked and the device type of the tensors
+("cpu" in interpret mode), so a family whose compiler has a large fixed cost per run (SYCL) builds
+them all in one run before ``call()`` needs them (a failure is logged and each ``call()`` builds
+its own); ``config_from_tile(tile) -> Config | None`` lets the generic candidate policies
+(nvMatmulHeuristics, the decode policy) propose ``templates/base.py: Tile`` s to the family;
+``CPU_EXECUTOR`` names what runs its kernels on CPU tensors under ``options={"interpret": True}``
+(e.g. "the Triton interpreter"; none: it runs only on its device); ``RUNS_ON_CPU = True`` for a
+family whose kernels are CPU kernels (no interpreter needed).
+
+Optional, for ``inductor-ext asm`` (``cli/asm.py``) and tier I: ``example_problem(m, n, k, dtype)
+-> Problem | str`` (the problem for an MxNxK shape; without it, the plain "mm" of that shape);
+``KEY_INSTRUCTIONS = {target: [(asm stage, regex), ...]}``, the instructions its kernels must
+contain (without it, the target's MMA instruction), or ``key_instructions(problem, config, target)``
+when they depend on the problem; ``compile_asm(problem, config, target) -> {stage: text}`` for a
+family whose kernels are not Triton (Triton ones are compiled by ``runtime/triton_compile.py``);
+``launch_values(problem) -> {arg: int}``, the integer launch arguments, for the specialisation
+(unit strides become constants) a real launch gets.
 
 Rules every family keeps: no ``torch._inductor`` import (templates run on the lent GPU machine's
 older torch), torch imported lazily (Triton picks its interpreter at first import), ``render``
@@ -63,10 +76,7 @@ exception. ``templates/registry.py`` finds families; adding one is one new file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from inductor_ext.templates.base import KernelSource
+from typing import Any
 
 CHOICE_KINDS = ("triton_template", "extern", "inductor_template")
 
@@ -93,8 +103,8 @@ class TensorSpec:
 class OpSpec:
     """One op instance as lowering sees it, in the op's own argument order.
 
-    ``op`` is the lowering's name ("mm", "addmm", "bmm", "_scaled_mm", "_grouped_mm",
-    "nvfp4_gemm", "softmax"); ``inputs`` its tensor arguments (None where an optional one is
+    ``op`` is the op's name as ``lowering/ops/`` and the passes spell it ("mm", "addmm", "bmm",
+    "scaled_mm", "grouped_mm", "nvfp4_gemm", "softmax", "rms_norm", "topk", "decode_attention"); ``inputs`` its tensor arguments (None where an optional one is
     absent); ``scalars`` its non-tensor arguments by name (alpha, beta, out_dtype, activation,
     dim...); ``device_type`` where the tensors live ("cuda", "mps", "xpu", "cpu").
     """
@@ -104,21 +114,3 @@ class OpSpec:
     out: TensorSpec
     scalars: dict[str, Any] = field(default_factory=dict)
     device_type: str = "cpu"
-
-
-@runtime_checkable
-class TemplateFamily(Protocol):
-    """The module-level names a family exposes (checked by ``templates/registry.py``)."""
-
-    FAMILY: str
-    TARGETS: tuple[str, ...]
-    OPS: tuple[str, ...]
-    CHOICE_KIND: str
-
-    def problem_for(self, spec: OpSpec) -> Any: ...
-
-    def supports(self, problem: Any) -> str | None: ...
-
-    def configs(self, problem: Any, target: str) -> list[Any]: ...
-
-    def render(self, problem: Any, config: Any, target: str) -> "KernelSource": ...  # not "inductor_template"
