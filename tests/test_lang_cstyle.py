@@ -1,11 +1,11 @@
-"""templates/lang: the C-style dialect tables (SYCL now; MSL is meant to be a few-line subclass)."""
+"""templates/lang: the C-style dialect tables (SYCL and MSL, each a small subclass)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from inductor_ext.templates.lang import SYCL, CStyleLanguage
+from inductor_ext.templates.lang import MSL, SYCL
 
 
 def test_sycl_types_casts_and_vectors() -> None:
@@ -47,23 +47,24 @@ def test_kernel_signature_is_an_nd_range_free_function() -> None:
                     "[[sycl::reqd_sub_group_size(16)]] void k(const float* __restrict__ x, int64_t n)")
 
 
-def test_another_dialect_is_a_few_table_entries() -> None:
-    """What an MSL dialect needs beyond the shared rules (the Metal codegen's own module will
-    hold the real one)."""
-
-    class MslLike(CStyleLanguage):
-        name = "msl"
-        type_names = {**CStyleLanguage.type_names, "float16": "half", "bfloat16": "bfloat", "int64": "long"}
-        math_prefix = "metal::precise::"
-        math_names = {"erf": None, "fabs": "metal::fabs"}
-        bitcast_format = "as_type<{type}>({x})"
-        infinity = "HUGE_VALF"
-
-    msl = MslLike()
-    assert msl.cast("x", "float16") == "static_cast<half>(x)"
-    assert msl.bitcast("x", "int32") == "as_type<int>(x)"
-    assert msl.vector_type("float16", 4) == "half4"
-    assert msl.math("exp", "x") == "metal::precise::exp(x)" and msl.math("fabs", "x") == "metal::fabs(x)"
-    assert msl.literal(float("-inf"), "float32") == "-HUGE_VALF" and msl.literal(0.25) == "0.25f"
-    with pytest.raises(NotImplementedError, match="no erf"):
-        msl.math("erf", "x")
+def test_msl_dialect_spells_what_the_metal_templates_write() -> None:
+    """The MSL subclass (templates/lang/msl.py): a few tables plus Metal's buffer and
+    threadgroup-memory spelling; the Metal families' goldens pin the kernels built from it."""
+    assert MSL.cast("x", "bfloat16") == "bfloat(x)" and MSL.cast("x", torch.float16) == "half(x)"
+    assert MSL.bitcast("x", "int32") == "as_type<int>(x)"
+    assert MSL.vector_type("float16", 4) == "half4"
+    assert MSL.literal(float("-inf"), "float32") == "-INFINITY" and MSL.literal(0.0) == "0.0f"
+    assert MSL.math("exp", "x") == "exp(x)" and MSL.math("fma", "a", "b", "c") == "fma(a, b, c)"
+    with pytest.raises(NotImplementedError, match="msl has no erf"):
+        MSL.math("erf", "x")
+    with pytest.raises(ValueError, match="msl has no type for dtype 'float64'"):
+        MSL.type_name("float64")
+    # bf16 and e4m3 are read as their bits, written as their type
+    assert MSL.pointer_param("bfloat16", "x", const=True) == "const device ushort* x"
+    assert MSL.pointer_param("float8_e4m3fn", "a", const=True) == "const device uchar* a"
+    assert MSL.pointer_param("bfloat16", "out", const=False) == "device bfloat* out"
+    assert MSL.scalar_param("int64", "N") == "constant long& N"
+    assert MSL.kernel_params([MSL.scalar_param("int64", "N")], [MSL.attribute("uint", "lane", "thread_index_in_simdgroup")]) \
+        == "constant long& N [[buffer(0)]],\n    uint lane [[thread_index_in_simdgroup]]"
+    assert MSL.local_array("float16", "As", 16, 32) == "threadgroup half As[16][32];"
+    assert MSL.barrier() == "threadgroup_barrier(mem_flags::mem_threadgroup);"

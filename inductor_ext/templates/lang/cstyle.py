@@ -1,7 +1,7 @@
 """One renderer of C-like kernel text, driven by tables; each dialect is a subclass that changes
-a few tables (the shape tinygrad's ``renderer/cstyle.py`` uses). SYCL (``lang/sycl.py``) is the
-one so far: Metal's device codegen is Inductor's own, and the Metal templates still spell MSL in
-``templates/metal/_msl.py`` (an MSL subclass here is where they would move).
+a few tables (the shape tinygrad's ``renderer/cstyle.py`` uses): SYCL (``lang/sycl.py``, for the
+SYCL codegen and template) and MSL (``lang/msl.py``, for the Metal templates; Metal's device
+codegen is Inductor's own).
 
 What a dialect decides: scalar type names, how a cast and a bit cast are written, float literals
 and infinities, where math functions live, vector types, the kernel's barrier and work-group

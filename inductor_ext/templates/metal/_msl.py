@@ -2,7 +2,9 @@
 float, activation epilogues, and the SIMD-group gemv body (one row block x a block of columns per
 threadgroup, the 32 lanes of a SIMD group splitting K, ``simd_sum`` at the end).
 
-Element types by torch dtype name, as kernels see the bytes:
+Types, casts, buffers and threadgroup memory are spelled by the MSL dialect (``templates/lang/msl.py``);
+this module holds the text the families share. Element types by torch dtype name, as kernels see
+the bytes:
 - float32 ``float``, float16 ``half``;
 - bfloat16 read as ``ushort`` bits (``<< 16`` is the float), written as ``bfloat`` (rounds to
   nearest even, as torch does);
@@ -16,14 +18,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from inductor_ext.templates.lang.msl import MSL
+
 if TYPE_CHECKING:
     from inductor_ext.templates.base import KernelSource
 
 # What runs these families' kernels on CPU tensors under options={"interpret": True}.
 CPU_EXECUTOR = "the Metal-on-CPU executor"
-
-STORAGE = {"float32": "float", "float16": "half", "bfloat16": "ushort", "float8_e4m3fn": "uchar"}
-OUT_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat"}
 
 HEADER = """\
 #include <metal_stdlib>
@@ -66,18 +67,20 @@ static inline float4 load4(const device uchar* p) {
 ACTIVATIONS = {
     None: "{x}",
     "relu": "max({x}, 0.0f)",
-    "gelu": "0.5f * {x} * (1.0f + erf_approx({x} * 0.70710678118654752f))",
-    "silu": "{x} / (1.0f + exp(-{x}))",
+    "gelu": "0.5f * {x} * (1.0f + erf_approx({x} * 0.70710678118654752f))",  # MSL has no erf
+    "silu": "{x} / (1.0f + " + MSL.math("exp", "-{x}") + ")",
 }
 
-
-def storage(dtype: str) -> str:
-    return STORAGE[dtype]
+# The position parameters every gemv-shaped Metal kernel takes after its buffers.
+POSITION = [MSL.attribute("uint3", "tgpos", "threadgroup_position_in_grid"),
+            MSL.attribute("uint", "sg", "simdgroup_index_in_threadgroup"),
+            MSL.attribute("uint", "lane", "thread_index_in_simdgroup"),
+            MSL.attribute("uint", "tid", "thread_index_in_threadgroup")]
 
 
 def store(dtype: str, value: str) -> str:
     """MSL expression converting float ``value`` to the output element type."""
-    return f"{OUT_TYPE[dtype]}({value})"
+    return MSL.cast(value, dtype)
 
 
 def activation(name: str | None, x: str) -> str:
@@ -97,7 +100,7 @@ def gemv_body(*, rows: int, columns: int, vec: int) -> str:
     return f"""\
   float acc[{rows}][{columns}];
   for (int r = 0; r < {rows}; r++)
-    for (int c = 0; c < {columns}; c++) acc[r][c] = 0.0f;
+    for (int c = 0; c < {columns}; c++) acc[r][c] = {MSL.literal(0.0)};
   // Lanes take {vec} consecutive k at a time, the SIMD group {32 * vec} per step; the tail is scalar.
   for (long k = long(lane) * {vec}; k < K; k += {32 * vec}) {{
     if (k + {vec} <= K) {{
@@ -125,10 +128,7 @@ def gemv_body(*, rows: int, columns: int, vec: int) -> str:
 
 def signature(params: list[str]) -> str:
     """Kernel parameters with buffer indices in order, then the position attributes."""
-    bound = [f"{p} [[buffer({i})]]" for i, p in enumerate(params)]
-    attrs = ["uint3 tgpos [[threadgroup_position_in_grid]]", "uint sg [[simdgroup_index_in_threadgroup]]",
-             "uint lane [[thread_index_in_simdgroup]]", "uint tid [[thread_index_in_threadgroup]]"]
-    return ",\n    ".join(bound + attrs)
+    return MSL.kernel_params(params, POSITION)
 
 
 def compile_asm(ks: "KernelSource") -> dict[str, str]:

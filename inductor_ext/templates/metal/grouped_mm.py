@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from inductor_ext.templates.allowed import integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
 
 if TYPE_CHECKING:
@@ -95,9 +96,9 @@ def configs(problem: Problem, target: str) -> list[Config]:
 
 def _source(problem: Problem, c: Config) -> str:
     t, o = problem.dtype, problem.result_dtype
-    params = [f"device {_msl.OUT_TYPE[o]}* out", f"const device {_msl.storage(t)}* a",
-              f"const device {_msl.storage(t)}* b", "const device int* offs"]
-    params += [f"constant long& {s}" for s in ("G", "N", "K", "stride_am", "stride_bg", "stride_bn", "stride_om")]
+    params = [MSL.pointer_param(o, "out", const=False), MSL.pointer_param(t, "a", const=True),
+              MSL.pointer_param(t, "b", const=True), MSL.pointer_param("int32", "offs", const=True)]
+    params += [MSL.scalar_param("int64", s) for s in ("G", "N", "K", "stride_am", "stride_bg", "stride_bn", "stride_om")]
     body = _msl.gemv_body(rows=1, columns=c.columns, vec=c.vec)
     return f"""{_msl.HEADER}
 // {FAMILY}: one row per threadgroup row, {c.simdgroups} SIMD groups x {c.columns} columns, {c.vec} k per lane.
@@ -111,11 +112,11 @@ kernel void grouped_mm_gemv(
   if (g == G) {{
     if (lane == 0)
       for (int c = 0; c < {c.columns}; c++)
-        if (n_first + c < N) out[row * stride_om + n_first + c] = {_msl.store(o, "0.0f")};
+        if (n_first + c < N) out[row * stride_om + n_first + c] = {_msl.store(o, MSL.literal(0.0))};
     return;
   }}
-  const device {_msl.storage(t)}* arow[1] = {{a + row * stride_am}};
-  const device {_msl.storage(t)}* bcol[{c.columns}];
+  {MSL.pointer(t, "arow[1]")} = {{a + row * stride_am}};
+  {MSL.pointer(t, f"bcol[{c.columns}]")};
   // Columns past N compute on column N - 1 and are never stored.
   for (int c = 0; c < {c.columns}; c++) bcol[c] = b + g * stride_bg + {_msl.clamp_column('n_first + c')} * stride_bn;
 {body}\

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
 
 if TYPE_CHECKING:
@@ -98,13 +99,13 @@ def configs(problem: Problem, target: str) -> list[Config]:
 
 def _source(problem: Problem, c: Config) -> str:
     t = problem.dtype
-    params = [f"device {_msl.OUT_TYPE[t]}* out", f"const device {_msl.storage(t)}* x",
-              f"const device {_msl.storage(t)}* w"]
+    params = [MSL.pointer_param(t, "out", const=False), MSL.pointer_param(t, "x", const=True),
+              MSL.pointer_param(t, "w", const=True)]
     if problem.bias:
-        params.append(f"const device {_msl.storage(t)}* bias")
-    params += [f"constant long& {s}" for s in ("N", "K", "stride_xm", "stride_wn", "stride_om")]
+        params.append(MSL.pointer_param(t, "bias", const=True))
+    params += [MSL.scalar_param("int64", s) for s in ("N", "K", "stride_xm", "stride_wn", "stride_om")]
     if problem.bias:
-        params.append("constant long& stride_bias")
+        params.append(MSL.scalar_param("int64", "stride_bias"))
     value = "acc[r][c]"
     if problem.bias:
         value = f"{value} + load1(bias + n * stride_bias)"
@@ -115,8 +116,8 @@ def _source(problem: Problem, c: Config) -> str:
 kernel void linear_gemv(
     {_msl.signature(params)}) {{
   const long n_first = (long(tgpos.x) * {c.simdgroups} + sg) * {c.columns};
-  const device {_msl.storage(t)}* arow[{problem.m}];
-  const device {_msl.storage(t)}* bcol[{c.columns}];
+  {MSL.pointer(t, f"arow[{problem.m}]")};
+  {MSL.pointer(t, f"bcol[{c.columns}]")};
   for (int r = 0; r < {problem.m}; r++) arow[r] = x + r * stride_xm;
   // Columns past N compute on column N - 1 and are never stored.
   for (int c = 0; c < {c.columns}; c++) bcol[c] = w + {_msl.clamp_column('n_first + c')} * stride_wn;

@@ -21,6 +21,7 @@ from inductor_ext.targets.apple import THREADGROUP_MEMORY_BYTES
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec, TensorSpec
+from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ CHOICE_KIND = "extern"
 CPU_EXECUTOR = _msl.CPU_EXECUTOR
 
 OUT_DTYPES = ("bfloat16", "float16", "float32")
+_E4M3 = "float8_e4m3fn"  # A and B
 GEMV_MAX_M = 4
 
 
@@ -174,15 +176,16 @@ def _epilogue(problem: Problem, row: str, col: str, acc: str) -> str:
 
 
 def _params(problem: Problem, strides: list[str]) -> list[str]:
-    params = [f"device {_msl.OUT_TYPE[problem.out_dtype]}* out", "const device uchar* a", "const device uchar* b",
-              "const device float* scale_a", "const device float* scale_b"]
+    params = [MSL.pointer_param(problem.out_dtype, "out", const=False), MSL.pointer_param(_E4M3, "a", const=True),
+              MSL.pointer_param(_E4M3, "b", const=True), MSL.pointer_param("float32", "scale_a", const=True),
+              MSL.pointer_param("float32", "scale_b", const=True)]
     if problem.bias:
-        params.append(f"const device {_msl.storage(problem.out_dtype)}* bias")
-    params += [f"constant long& {s}" for s in ["M", "N", "K", *strides]]
+        params.append(MSL.pointer_param(problem.out_dtype, "bias", const=True))
+    params += [MSL.scalar_param("int64", s) for s in ["M", "N", "K", *strides]]
     if problem.scaling == "rowwise":
-        params += ["constant long& stride_sa", "constant long& stride_sb"]
+        params += [MSL.scalar_param("int64", "stride_sa"), MSL.scalar_param("int64", "stride_sb")]
     if problem.bias:
-        params.append("constant long& stride_bias")
+        params.append(MSL.scalar_param("int64", "stride_bias"))
     return params
 
 
@@ -194,8 +197,8 @@ def _render_gemv(problem: Problem, c: Config) -> str:
 kernel void scaled_mm_gemv(
     {_msl.signature(params)}) {{
   const long n_first = (long(tgpos.x) * {c.simdgroups} + sg) * {c.columns};
-  const device uchar* arow[{problem.m}];
-  const device uchar* bcol[{c.columns}];
+  {MSL.pointer(_E4M3, f"arow[{problem.m}]")};
+  {MSL.pointer(_E4M3, f"bcol[{c.columns}]")};
   for (int r = 0; r < {problem.m}; r++) arow[r] = a + r * stride_am;
   // Columns past N compute on column N - 1 and are never stored.
   for (int c = 0; c < {c.columns}; c++) bcol[c] = b + {_msl.clamp_column('n_first + c')} * stride_bn;
@@ -218,13 +221,13 @@ def _render_tiled(problem: Problem, c: Config) -> str:
 // {FAMILY} tiled: {c.block_m}x{c.block_n} outputs per threadgroup of {c.threads} threads, {c.thread_m}x{c.thread_n} each, k steps of {c.block_k}.
 kernel void scaled_mm_tiled(
     {_msl.signature(params)}) {{
-  threadgroup float As[{c.block_k}][{c.block_m}];
-  threadgroup float Bs[{c.block_k}][{c.block_n}];
+  {MSL.local_array("float32", "As", c.block_k, c.block_m)}
+  {MSL.local_array("float32", "Bs", c.block_k, c.block_n)}
   const long m0 = long(tgpos.y) * {c.block_m}, n0 = long(tgpos.x) * {c.block_n};
   const uint tx = tid % {tn}, ty = tid / {tn};
   float acc[{c.thread_m}][{c.thread_n}];
   for (int i = 0; i < {c.thread_m}; i++)
-    for (int j = 0; j < {c.thread_n}; j++) acc[i][j] = 0.0f;
+    for (int j = 0; j < {c.thread_n}; j++) acc[i][j] = {MSL.literal(0.0)};
   for (long k0 = 0; k0 < K; k0 += {c.block_k}) {{
     // Decode this k step's tiles of A and B (zeros outside the matrices), k fastest.
     for (uint i = tid; i < {c.block_m * c.block_k}; i += {c.threads}) {{
@@ -237,15 +240,15 @@ kernel void scaled_mm_tiled(
       const long gn = n0 + nn, gk = k0 + kk;
       Bs[kk][nn] = (gn < N && gk < K) ? e4m3_to_float(b[gk * stride_bk + gn * stride_bn]) : 0.0f;
     }}
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    {MSL.barrier()}
     for (uint kk = 0; kk < {c.block_k}; kk++) {{
       float av[{c.thread_m}], bv[{c.thread_n}];
       for (int i = 0; i < {c.thread_m}; i++) av[i] = As[kk][ty * {c.thread_m} + i];
       for (int j = 0; j < {c.thread_n}; j++) bv[j] = Bs[kk][tx * {c.thread_n} + j];
       for (int i = 0; i < {c.thread_m}; i++)
-        for (int j = 0; j < {c.thread_n}; j++) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+        for (int j = 0; j < {c.thread_n}; j++) acc[i][j] = {MSL.math("fma", "av[i]", "bv[j]", "acc[i][j]")};
     }}
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    {MSL.barrier()}
   }}
   for (int i = 0; i < {c.thread_m}; i++)
     for (int j = 0; j < {c.thread_n}; j++) {{
@@ -265,9 +268,9 @@ def _render_mma(problem: Problem, c: Config) -> str:
 // {sub_m}x{sub_n} ({fm}x{fn} 8x8 accumulators each), k steps of {c.block_k}; e4m3 -> half is exact.
 kernel void scaled_mm_mma(
     {_msl.signature(params)}) {{
-  threadgroup half As[{c.block_m} * {c.block_k}];  // [m][k]
-  threadgroup half Bs[{c.block_k} * {c.block_n}];  // [k][n]
-  threadgroup float Cs[{c.block_m} * {c.block_n}];
+  {MSL.local_array("float16", "As", f"{c.block_m} * {c.block_k}")}  // [m][k]
+  {MSL.local_array("float16", "Bs", f"{c.block_k} * {c.block_n}")}  // [k][n]
+  {MSL.local_array("float32", "Cs", f"{c.block_m} * {c.block_n}")}
   const long m0 = long(tgpos.y) * {c.block_m}, n0 = long(tgpos.x) * {c.block_n};
   const uint wm = sg / {c.warps_n}, wn = sg % {c.warps_n};
   simdgroup_float8x8 acc[{fm}][{fn}];
@@ -277,14 +280,14 @@ kernel void scaled_mm_mma(
     for (uint i = tid; i < {c.block_m * c.block_k}; i += {c.threads}) {{
       const uint kk = i % {c.block_k}, mm = i / {c.block_k};
       const long gm = m0 + mm, gk = k0 + kk;
-      As[mm * {c.block_k} + kk] = half((gm < M && gk < K) ? e4m3_to_float(a[gm * stride_am + gk * stride_ak]) : 0.0f);
+      As[mm * {c.block_k} + kk] = {MSL.cast("(gm < M && gk < K) ? e4m3_to_float(a[gm * stride_am + gk * stride_ak]) : 0.0f", "float16")};
     }}
     for (uint i = tid; i < {c.block_n * c.block_k}; i += {c.threads}) {{
       const uint kk = i % {c.block_k}, nn = i / {c.block_k};
       const long gn = n0 + nn, gk = k0 + kk;
-      Bs[kk * {c.block_n} + nn] = half((gn < N && gk < K) ? e4m3_to_float(b[gk * stride_bk + gn * stride_bn]) : 0.0f);
+      Bs[kk * {c.block_n} + nn] = {MSL.cast("(gn < N && gk < K) ? e4m3_to_float(b[gk * stride_bk + gn * stride_bn]) : 0.0f", "float16")};
     }}
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    {MSL.barrier()}
     for (uint kk = 0; kk < {c.block_k}; kk += 8) {{
       simdgroup_half8x8 fa[{fm}], fb[{fn}];
       for (int i = 0; i < {fm}; i++) simdgroup_load(fa[i], As, {c.block_k}, ulong2(kk, wm * {sub_m} + 8 * i));
@@ -292,12 +295,12 @@ kernel void scaled_mm_mma(
       for (int i = 0; i < {fm}; i++)
         for (int j = 0; j < {fn}; j++) simdgroup_multiply_accumulate(acc[i][j], fa[i], fb[j], acc[i][j]);
     }}
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    {MSL.barrier()}
   }}
   for (int i = 0; i < {fm}; i++)
     for (int j = 0; j < {fn}; j++)
       simdgroup_store(acc[i][j], Cs, {c.block_n}, ulong2(wn * {sub_n} + 8 * j, wm * {sub_m} + 8 * i));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
+  {MSL.barrier()}
   for (uint i = tid; i < {c.block_m * c.block_n}; i += {c.threads}) {{
     const long gm = m0 + i / {c.block_n}, gn = n0 + i % {c.block_n};
     if (gm < M && gn < N) out[gm * stride_om + gn] = {_epilogue(problem, "gm", "gn", "Cs[i]")};

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from inductor_ext.templates.allowed import integer, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
 
 if TYPE_CHECKING:
@@ -131,38 +132,42 @@ static inline float2 threadgroup_combine(float m, float s, threadgroup float* pm
 
 def _source(problem: Problem, c: Config) -> str:
     t, o = problem.dtype, problem.result_dtype
-    x_in = f"const device {_msl.storage(t)}* x"
-    out = f"device {_msl.OUT_TYPE[o]}* out"
-    attrs = ("uint2 tgpos [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]], "
-             "uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]], "
-             "uint nsg [[simdgroups_per_threadgroup]]")
+    x_in = MSL.pointer_param(t, "x", const=True)
+    out = MSL.pointer_param(o, "out", const=False)
+    attrs = ", ".join([MSL.attribute("uint2", "tgpos", "threadgroup_position_in_grid"),
+                       MSL.attribute("uint", "tid", "thread_index_in_threadgroup"),
+                       MSL.attribute("uint", "sg", "simdgroup_index_in_threadgroup"),
+                       MSL.attribute("uint", "lane", "thread_index_in_simdgroup"),
+                       MSL.attribute("uint", "nsg", "simdgroups_per_threadgroup")])
+    n, stride_x, stride_o = (MSL.scalar_param("int64", name) for name in ("N", "stride_x", "stride_o"))
+    partial = MSL.pointer_param("float32", "partial", const=False)
     load = "load1(xr + i)"
     head = f"{_msl.HEADER}{_HELPERS}\n// {FAMILY}: {c.threads} threads per threadgroup, {c.chunks} threadgroup(s) per row.\n"
     if c.chunks == 1:
         return head + f"""kernel void softmax_row(
-    {out} [[buffer(0)]], {x_in} [[buffer(1)]],
-    constant long& N [[buffer(2)]], constant long& stride_x [[buffer(3)]], constant long& stride_o [[buffer(4)]],
+    {MSL.bind(out, 0)}, {MSL.bind(x_in, 1)},
+    {MSL.bind(n, 2)}, {MSL.bind(stride_x, 3)}, {MSL.bind(stride_o, 4)},
     {attrs}) {{
   threadgroup float pm[32], ps[32];
-  const device {_msl.storage(t)}* xr = x + long(tgpos.y) * stride_x;
-  float m = -INFINITY, s = 0.0f;
+  {MSL.pointer(t, "xr")} = x + long(tgpos.y) * stride_x;
+  float m = {MSL.literal(float("-inf"))}, s = {MSL.literal(0.0)};
   for (long i = tid; i < N; i += {c.threads}) online(m, s, {load});
   const float2 tot = threadgroup_combine(m, s, pm, ps, sg, lane, nsg);
   for (long i = tid; i < N; i += {c.threads})
-    out[long(tgpos.y) * stride_o + i] = {_msl.store(o, f"exp({load} - tot.x) / tot.y")};
+    out[long(tgpos.y) * stride_o + i] = {_msl.store(o, MSL.math("exp", f"{load} - tot.x") + " / tot.y")};
 }}
 """
     return head + f"""// The chunk of a row threadgroup (chunk, row) owns.
 static inline long chunk_begin(long chunk, long N) {{ return min(N, chunk * ((N + {c.chunks - 1}) / {c.chunks})); }}
 
 kernel void softmax_partials(
-    device float* partial [[buffer(0)]], {x_in} [[buffer(1)]],
-    constant long& N [[buffer(2)]], constant long& stride_x [[buffer(3)]],
+    {MSL.bind(partial, 0)}, {MSL.bind(x_in, 1)},
+    {MSL.bind(n, 2)}, {MSL.bind(stride_x, 3)},
     {attrs}) {{
   threadgroup float pm[32], ps[32];
-  const device {_msl.storage(t)}* xr = x + long(tgpos.y) * stride_x;
+  {MSL.pointer(t, "xr")} = x + long(tgpos.y) * stride_x;
   const long end = chunk_begin(tgpos.x + 1, N);
-  float m = -INFINITY, s = 0.0f;
+  float m = {MSL.literal(float("-inf"))}, s = {MSL.literal(0.0)};
   for (long i = chunk_begin(tgpos.x, N) + tid; i < end; i += {c.threads}) online(m, s, {load});
   const float2 tot = threadgroup_combine(m, s, pm, ps, sg, lane, nsg);
   if (tid == 0) {{
@@ -172,19 +177,19 @@ kernel void softmax_partials(
 }}
 
 kernel void softmax_normalize(
-    {out} [[buffer(0)]], {x_in} [[buffer(1)]], const device float* partial [[buffer(2)]],
-    constant long& N [[buffer(3)]], constant long& stride_x [[buffer(4)]], constant long& stride_o [[buffer(5)]],
+    {MSL.bind(out, 0)}, {MSL.bind(x_in, 1)}, {MSL.bind(MSL.pointer_param("float32", "partial", const=True), 2)},
+    {MSL.bind(n, 3)}, {MSL.bind(stride_x, 4)}, {MSL.bind(stride_o, 5)},
     {attrs}) {{
   // Every thread combines its row's {c.chunks} pairs (a few dozen loads, from cache).
-  const device float* pr = partial + 2 * long(tgpos.y) * {c.chunks};
+  {MSL.pointer("float32", "pr")} = partial + 2 * long(tgpos.y) * {c.chunks};
   float tm = -INFINITY;
   for (int j = 0; j < {c.chunks}; j++) tm = max(tm, pr[2 * j]);
   float ts = 0.0f;
   for (int j = 0; j < {c.chunks}; j++) ts += rescaled(pr[2 * j], pr[2 * j + 1], tm);
-  const device {_msl.storage(t)}* xr = x + long(tgpos.y) * stride_x;
+  {MSL.pointer(t, "xr")} = x + long(tgpos.y) * stride_x;
   const long end = chunk_begin(tgpos.x + 1, N);
   for (long i = chunk_begin(tgpos.x, N) + tid; i < end; i += {c.threads})
-    out[long(tgpos.y) * stride_o + i] = {_msl.store(o, f"exp({load} - tm) / ts")};
+    out[long(tgpos.y) * stride_o + i] = {_msl.store(o, MSL.math("exp", f"{load} - tm") + " / ts")};
 }}
 """
 
