@@ -74,7 +74,7 @@ class Check:
     target: str
     shapes: tuple[tuple[int, int, int], ...]
     configs: dict[tuple[int, int, int], list[Any]]
-    pdl: bool  # the family takes use_pdl on a Triton launch (PDL on/off is timed)
+    pdl: bool  # the family takes use_pdl (PDL on/off is timed): every NVIDIA family, CuTeDSL's too
     tf32: bool  # the family's TF32 semantics are checked
 
 
@@ -106,7 +106,7 @@ def build_checks(target: str) -> tuple[list[Check], dict[str, str]]:
             continue
         shapes = tuple((m, N, K) for m in DECODE_M + PREFILL_M)
         configs = {s: offered(family, _problem(family, *s), target) for s in shapes}
-        checks.append(Check(name, target, shapes, configs, pdl=family is not cutedsl_nvfp4, tf32=family is gemm))
+        checks.append(Check(name, target, shapes, configs, pdl=True, tf32=family is gemm))
     return checks, skipped
 
 
@@ -181,7 +181,7 @@ class Operands:
         if self.family == nvfp4_gemm.FAMILY:
             return nvfp4_gemm.run(self.a, self.w, config, scale_layout="blocked", target=t, use_pdl=use_pdl)
         sa, sb, alpha = self.scales
-        return cutedsl_nvfp4.run(*self.codes, sa, sb, config, alpha=alpha)
+        return cutedsl_nvfp4.run(*self.codes, sa, sb, config, alpha=alpha, use_pdl=use_pdl)
 
 
 def consumer(x: Any, use_pdl: bool) -> Any:

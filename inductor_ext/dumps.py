@@ -250,7 +250,7 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
     described = {e["properties"].get("provenance") for e in entries}
     for key, (nodes, locations) in (provenance or {}).items():
         if key.rsplit(":", 1)[0] not in generated and key not in described and key.startswith("extern_kernels."):
-            entries.append({"kernel": key, "language": "extern", "template": "aten", "config": {},
+            entries.append({"kernel": key, "language": "extern", "template": "aten", "config": _ext_op_kwargs(code, key),
                             "fx_nodes": nodes, "aten_ops": [], "file": None, "graph": graph_name,
                             "user_source": locations, "modules": _modules_of(nodes, modules),
                             "decision": next((d for d in decisions if d.node in nodes), None)})
@@ -266,6 +266,19 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
                                                 "candidates": d.candidates}
     _extend_index(root, entries)
     return entries
+
+
+# An ext extern op's call, `extern_kernels.ext_<family>_<config>(..., tile_m=128, use_pdl=True)`:
+# its constant kwargs are the choice's config and launch (the CuTeDSL NVFP4 GEMM's use_pdl).
+_KWARG_RE = re.compile(r"\b(\w+)=(True|False|-?\d+)(?=[,)])")
+
+
+def _ext_op_kwargs(code: str, key: str) -> dict[str, Any]:
+    call = key.rsplit(":", 1)[0] + "("
+    if not call.startswith("extern_kernels.ext_"):
+        return {}
+    line = next((line for line in code.splitlines() if call in line), "")
+    return {k: v == "True" if v in ("True", "False") else int(v) for k, v in _KWARG_RE.findall(line.partition(call)[2])}
 
 
 def _modules_of(nodes: Iterable[str], modules: dict[str, str]) -> list[str]:

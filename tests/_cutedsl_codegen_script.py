@@ -9,26 +9,25 @@ wrapper calls the op with the winning config, and the numbers are the reference'
 
 import json
 
-import quack.gemm
 import torch
 from torch._inductor.utils import run_and_get_code
 
 from inductor_ext.lowering import cutedsl_nvfp4, ext_choices
 from inductor_ext.templates.cutedsl import nvfp4_gemm as template
-from test_cutedsl_lowering import _fake_quack_gemm
+from test_cutedsl_lowering import _fake_launch_quack
 from _nvfp4_e2e_script import NvFp4Linear, reference_scaled_mm
 
 template.DEVICE_TYPES = ("cuda", "cpu")
 template.RUNS_ON_CPU = True  # this process's CPU kernel of the op (below) stands in for the GPU
-_fake_quack_gemm.calls = []
-quack.gemm.gemm = _fake_quack_gemm
+_fake_launch_quack.calls = []
+template._launch_quack = _fake_launch_quack
 
 
 @torch.library.impl("inductor_ext::nvfp4_gemm_cutedsl", "CPU")
 def _cpu(a, b, scale_a, scale_b, alpha, bias, tile_m, tile_n, cluster_m, cluster_n, dynamic_persistent,
          use_pdl=False):
     config = template.NvFp4GemmConfig(tile_m, tile_n, cluster_m, cluster_n, dynamic_persistent)
-    return cutedsl_nvfp4.launch(a, b, scale_a, scale_b, alpha, bias, config)
+    return cutedsl_nvfp4.launch(a, b, scale_a, scale_b, alpha, bias, config, use_pdl=use_pdl)
 
 
 def main() -> dict:
@@ -51,7 +50,8 @@ def main() -> dict:
         "code": "\n".join(codes),
         "decisions": [{"op": d.op, "winner": d.winner, "reason": d.reason,
                        "candidates": [c["name"] for c in d.candidates]} for d in ext_choices.decisions[first:]],
-        "quack_calls": len(_fake_quack_gemm.calls),
+        "quack_calls": len(_fake_launch_quack.calls),
+        "quack_use_pdl": sorted({c["use_pdl"] for c in _fake_launch_quack.calls}),
     }
 
 

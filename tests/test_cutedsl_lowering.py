@@ -11,7 +11,7 @@ from torch._inductor import ir
 from torch._inductor.graph import GraphLowering
 from torch._inductor.virtualized import V
 
-from inductor_ext import presets
+from inductor_ext import dumps, presets
 from inductor_ext.kernels import nvfp4_ops
 from inductor_ext.kernels.nvfp4 import e2m1_to_float, from_blocked, quantize_nvfp4, to_blocked, unpack_e2m1
 from inductor_ext.lowering import adapters, cutedsl_nvfp4, ext_choices
@@ -143,11 +143,10 @@ def test_op_says_it_needs_a_gpu():
                                          torch.ones((), dtype=torch.float32), None, 128, 64, 1, 1, False)
 
 
-def _fake_quack_gemm(A, B, D, C, semaphore, tile_M, tile_N, cluster_M, cluster_N, *, rowvec_bias=None,
-                     alpha=1.0, SFA=None, SFB=None, bs_format_a=None, bs_format_b=None, **kwargs):
-    """quack.gemm.gemm's contract for NVFP4, in plain torch: D = alpha * (A @ B^T) + rowvec_bias,
-    A (M, K/2) and B (N, K/2) K-major fp4, SFA/SFB 5-D blocked e4m3 scales."""
-    assert (bs_format_a, bs_format_b) == ("nvfp4", "nvfp4") and C is None
+def _fake_launch_quack(problem, config, A, B, D, SFA, SFB, epi_values):
+    """The template's quack launch (``_launch_quack``) for NVFP4, in plain torch:
+    D = alpha * (A @ B^T) + bias, A (M, K/2) and B (N, K/2) K-major fp4, SFA/SFB 5-D blocked e4m3
+    scales, epi_values quack's epilogue values (alpha, the (1, N) bias row)."""
     assert A.stride(-1) == 1 and B.stride(-1) == 1, "quack reads both operands K-major"
     assert SFA.dim() == 5 and SFB.dim() == 5 and SFA.shape[2:] == (32, 4, 4)
 
@@ -157,22 +156,24 @@ def _fake_quack_gemm(A, B, D, C, semaphore, tile_M, tile_N, cluster_M, cluster_N
         scales = from_blocked(sf.reshape(-1), rows, k // 16).float()
         return (values.view(rows, -1, 16) * scales.unsqueeze(-1)).view(rows, k)
 
-    acc = dequant(A, SFA) @ dequant(B, SFB).t()
-    out = acc * (alpha.float() if isinstance(alpha, torch.Tensor) else alpha)
-    if rowvec_bias is not None:
-        out = out + rowvec_bias.float()
+    alpha, bias = epi_values["alpha"], epi_values["mRowVecBroadcast"]
+    out = dequant(A, SFA) @ dequant(B, SFB).t()
+    out = out * (alpha.float() if isinstance(alpha, torch.Tensor) else 1.0 if alpha is None else alpha)
+    if bias is not None:
+        out = out + bias.float()
     D.copy_(out.to(D.dtype))
-    _fake_quack_gemm.calls.append(dict(tile=(tile_M, tile_N, cluster_M, cluster_N), **kwargs))
+    _fake_launch_quack.calls.append({"tile": (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n),
+                                     "use_pdl": problem.use_pdl})
 
 
-@pytest.mark.parametrize("m, n, k, has_bias", [(1, 64, 64, False), (16, 136, 96, True), (130, 256, 512, True)])
-def test_launch_hands_quack_the_ops_gemm(monkeypatch, m, n, k, has_bias):
+@pytest.mark.parametrize("m, n, k, has_bias, use_pdl", [(1, 64, 64, False, False), (16, 136, 96, True, True),
+                                                        (130, 256, 512, True, False)])
+def test_launch_hands_quack_the_ops_gemm(monkeypatch, m, n, k, has_bias, use_pdl):
     """The op's _scaled_mm-order arguments reach quack as the same GEMM: the result through
-    quack's contract equals the op's reference (B transposed back, scales, alpha, bias)."""
-    import quack.gemm
-
-    _fake_quack_gemm.calls = []
-    monkeypatch.setattr(quack.gemm, "gemm", _fake_quack_gemm)
+    quack's contract equals the op's reference (B transposed back, scales, alpha, bias), and
+    use_pdl picks the build."""
+    _fake_launch_quack.calls = []
+    monkeypatch.setattr(template, "_launch_quack", _fake_launch_quack)
     gen = torch.Generator().manual_seed(m * n + k)
     a_q, b_q = quantize_nvfp4(torch.randn(m, k, generator=gen)), quantize_nvfp4(torch.randn(n, k, generator=gen))
     fp4 = torch.float4_e2m1fn_x2
@@ -181,10 +182,10 @@ def test_launch_hands_quack_the_ops_gemm(monkeypatch, m, n, k, has_bias):
     alpha = (a_q.global_scale * b_q.global_scale * 1.25).reshape(()).float()
     bias = torch.randn(n, generator=gen).to(torch.bfloat16) if has_bias else None
     config = template.NvFp4GemmConfig(128, 64, 1, 2)
-    out = cutedsl_nvfp4.launch(a, b, sa, sb, alpha, bias, config)
+    out = cutedsl_nvfp4.launch(a, b, sa, sb, alpha, bias, config, use_pdl=use_pdl)
     expected = nvfp4_ops.reference(a, b, sa, sb, alpha, bias, "none", torch.bfloat16, torch.float32)
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
-    assert _fake_quack_gemm.calls[0]["tile"] == (128, 64, 1, 2)
+    assert _fake_launch_quack.calls == [{"tile": (128, 64, 1, 2), "use_pdl": use_pdl}]
     assert out.shape == (m, n) and out.dtype == torch.bfloat16
 
 
@@ -209,6 +210,10 @@ def test_compiled_graph_calls_the_winning_config(compiled):
                   "use_pdl=True"):
         assert kwarg in compiled["code"], kwarg
     assert compiled["quack_calls"] > len(decision["candidates"]) - 1  # benchmarked, then run
+    assert compiled["quack_use_pdl"] == [True]  # benchmarked and run as the PDL build
+    # the dumps index gives the call's config and PDL with it (dumps.write's entry for the call)
+    kwargs = dumps._ext_op_kwargs(compiled["code"], f"extern_kernels.{decision['winner']}:1")
+    assert kwargs["use_pdl"] is True and kwargs["tile_m"] == int(tile_m), kwargs
 
 
 def test_compiled_graph_gives_the_reference_numbers(compiled):

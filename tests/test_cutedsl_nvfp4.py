@@ -91,7 +91,7 @@ def test_render_is_a_launcher_module():
 def test_compile_environment():
     env = nv._worker_env("/tmp/x")
     assert "TRITON_INTERPRET" not in env
-    assert env["CUTE_DSL_ARCH"] == "sm_100a" and env["CUTE_DSL_KEEP"] == "ptx,cubin"
+    assert env["CUTE_DSL_ARCH"] == "sm_100a" and env["CUTE_DSL_KEEP"] == "ptx,cubin,ir"
 
 
 # ----------------------------------------------------------------------------- PTX analysis
@@ -322,17 +322,19 @@ def test_cache_returns_the_same_texts(compiled, isa_cache):
 
 
 @pytest.mark.isa
-def test_run_launches_the_verified_kernel(monkeypatch):
-    """``run()`` goes through ``quack.gemm.gemm``; on CPU tensors, with quack told the GPU is an
-    sm_100, it reaches quack's compile with exactly the arguments the ISA tests compiled with."""
+@pytest.mark.parametrize("use_pdl", [False, True])
+def test_run_launches_the_verified_kernel(monkeypatch, use_pdl):
+    """``run()`` goes through quack's generic host path; on CPU tensors, with quack told the GPU
+    is an sm_100, it reaches quack's compile with exactly the arguments the ISA tests compiled
+    with, ``use_pdl`` included (set on the GEMM object, part of quack's jit-cache key)."""
     torch = pytest.importorskip("torch")
-    quack_gemm = pytest.importorskip("quack.gemm")
+    host = pytest.importorskip("quack.gemm_runtime.host")
     from quack.cute_dsl_utils import _get_device_capacity_cached
 
     class Reached(Exception):
         pass
 
-    compile_gemm = quack_gemm._compile_gemm
+    compile_gemm = host._compile_gemm_epi
     seen = {}
 
     def record(*args, **kwargs):
@@ -340,7 +342,8 @@ def test_run_launches_the_verified_kernel(monkeypatch):
         raise Reached
 
     monkeypatch.setenv("QUACK_ARCH", "100")
-    monkeypatch.setattr(quack_gemm, "_compile_gemm", record)
+    monkeypatch.setattr(host, "_compile_gemm_epi", record)
+    monkeypatch.setattr(nv, "_plans", {})
     _get_device_capacity_cached.cache_clear()
     try:
         m, n, k = 8, 256, 512
@@ -350,9 +353,11 @@ def test_run_launches_the_verified_kernel(monkeypatch):
         sa = torch.empty(128 * (k // 16), dtype=torch.float8_e4m3fn)  # M padded to 128 rows
         sb = torch.empty(256 * (k // 16), dtype=torch.float8_e4m3fn)
         with pytest.raises(Reached):
-            nv.run(a, b, sa, sb, config, alpha=torch.ones(1), bias=torch.zeros(n, dtype=torch.bfloat16))
+            nv.run(a, b, sa, sb, config, alpha=torch.ones(1), bias=torch.zeros(n, dtype=torch.bfloat16),
+                   use_pdl=use_pdl)
     finally:
         _get_device_capacity_cached.cache_clear()
     defaults = {p.name: p.default for p in inspect.signature(compile_gemm.__wrapped__).parameters.values()}
-    expected = nv._quack_compile_kwargs(P(m, n, k, alpha="tensor", bias=True), config)
+    expected = nv._quack_compile_kwargs(P(m, n, k, alpha="tensor", bias=True, use_pdl=use_pdl), config)
     assert {**defaults, **seen} == expected
+    assert seen["post_init_attrs"] == (("use_pdl", use_pdl),)

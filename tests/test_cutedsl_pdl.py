@@ -6,13 +6,16 @@
   barrier, which the MMA warp arrives on only after the loads); ``launch_dependents`` comes once,
   after the last MMA and before the output's TMA stores. Warp roles are branches of one entry,
   so the order is checked on the control-flow graph, not on the text's order.
-- the launch: quack builds the kernel with ``use_pdl`` (CuTeDSL's own launch option); the
-  problem's ``use_pdl`` rides to the op as a kwarg and marks the extern node as a PDL producer.
+- the launch: ``NvFp4GemmProblem.use_pdl`` decides the build (quack's ``use_pdl``, set through
+  its ``post_init_attrs``): the host function's launch config carries
+  ``programmatic_stream_serialization_allowed`` 1 with it and 0 without it (the host IR, read
+  at tier I), and without it the PTX has no ``griddepcontrol`` at all; the two builds have
+  different cache keys. The problem's ``use_pdl`` rides to the op as a kwarg and marks the
+  extern node as a PDL producer.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
@@ -22,8 +25,10 @@ from inductor_ext.templates.cutedsl import nvfp4_gemm as nv
 P, C = nv.NvFp4GemmProblem, nv.NvFp4GemmConfig
 # Kernels tests/test_cutedsl_nvfp4.py compiles as well (one compile for both: the ISA cache):
 # the decode config with alpha in device memory, and the prefill config with a bias.
-KERNELS = {"decode_alpha": (P(8, 4096, 4096), nv.configs(P(8, 4096, 4096), "sm_100a")[0]),
-           "prefill_bias": (P(128, 256, 512, bias=True), nv.configs(P(128, 256, 512), "sm_100a")[0])}
+# Kernels built with PDL, and one without (the decode kernel tests/test_cutedsl_nvfp4.py compiles).
+PDL_KERNELS = {"decode_alpha": (P(8, 4096, 4096, use_pdl=True), nv.configs(P(8, 4096, 4096), "sm_100a")[0]),
+               "prefill_bias": (P(128, 256, 512, bias=True, use_pdl=True), nv.configs(P(128, 256, 512), "sm_100a")[0])}
+KERNELS = {**PDL_KERNELS, "decode_alpha_off": (P(8, 4096, 4096), nv.configs(P(8, 4096, 4096), "sm_100a")[0])}
 
 _WAIT = "griddepcontrol.wait"
 _LAUNCH = "griddepcontrol.launch_dependents"
@@ -134,11 +139,52 @@ def assert_pdl_order(ptx_text: str) -> dict[str, int]:
     return {"waits": len(waits), "tma_loads": len(loads), "global_reads": len(reads)}
 
 
+def launch_pdl_attribute(host_launch: str) -> int:
+    """The value the compiled host function sets for the PDL launch attribute: CuTeDSL's
+    ``cuda.launch_cfg.programmatic_stream_serialization_allowed[%cfg] %c<value>_i32`` (its
+    operand is a constant, which MLIR's printer names by value)."""
+    lines = [line for line in host_launch.splitlines() if PDL_OP in line]
+    assert len(lines) == 1, f"expected one {PDL_OP} in the host launch, got {lines}"
+    value = re.search(r"\]\s+%c(\d+)_i32\b", lines[0])
+    assert value, f"the PDL attribute is not a constant: {lines[0]}"
+    return int(value.group(1))
+
+
+# CuTeDSL's MLIR op for the attribute (cutlass._mlir.dialects.cuda ..OPERATION_NAME; checked below),
+# lowered to CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION on the cuLaunchKernelEx config.
+PDL_OP = "cuda.launch_cfg.programmatic_stream_serialization_allowed"
+
+
 @pytest.mark.isa
-@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("name", list(PDL_KERNELS))
 def test_kernel_waits_before_reading_and_releases_after_its_mmas(compiled, name: str) -> None:
     counts = assert_pdl_order(compiled[name]["ptx"])
     assert counts["waits"] >= 2  # seen: the TMA-load warp and the scheduler warp
+    assert launch_pdl_attribute(compiled[name]["host_launch"]) == 1  # launched with the attribute
+
+
+@pytest.mark.isa
+def test_without_pdl_nothing_waits_and_the_launch_has_no_attribute(compiled) -> None:
+    """pdl="off" (use_pdl False) is a different build: no griddepcontrol in the kernel and the
+    attribute 0 on the launch (quack's own default would launch with PDL)."""
+    asm = compiled["decode_alpha_off"]
+    assert "griddepcontrol" not in asm["ptx"]
+    assert launch_pdl_attribute(asm["host_launch"]) == 0
+    assert asm["host_launch"].count("cuda.launch_cfg.create") == 1  # one kernel launch, the GEMM's
+
+
+def test_pdl_op_is_cutedsl_s() -> None:
+    """The op name the launch check reads is CuTeDSL's own (the DSL's generated op class)."""
+    gen = pytest.importorskip("cutlass._mlir.dialects._cuda_ops_gen",
+                              reason="nvidia-cutlass-dsl is not installed, so there is no CuTeDSL NVFP4 kernel")
+    assert gen.LaunchCfgProgrammaticStreamSerializationAllowedOp.OPERATION_NAME == PDL_OP
+
+
+def test_launch_attribute_check_reads_the_value() -> None:
+    line = "cuda.launch_cfg.programmatic_stream_serialization_allowed[%104] %c{}_i32 : !cuda.launch_cfg<max_attrs = 17>, i32"
+    assert launch_pdl_attribute(line.format(1)) == 1 and launch_pdl_attribute(line.format(0)) == 0
+    with pytest.raises(AssertionError, match="expected one"):
+        launch_pdl_attribute("cuda.launch_cfg.cooperative[%104] %c0_i32")
 
 
 def test_order_check_catches_a_load_before_the_wait() -> None:
@@ -183,20 +229,15 @@ def test_inline_asm_labels_resolve_in_their_own_scope() -> None:
     assert ptx.succ[2] == [0] and ptx.succ[4] == [3]  # each `bra LAB_WAIT` loops in its own block
 
 
-def test_quack_launches_its_sm100_gemm_with_pdl() -> None:
-    """The premise of the family's PDL: quack's sm_100 GEMM defaults to use_pdl=True (CuTeDSL's
-    launch option: programmatic stream serialization) and quack's dense entry never turns it off."""
-    if importlib.util.find_spec("quack") is None:  # (not imported: that costs seconds)
-        pytest.skip("quack-kernels is not installed, so there is no CuTeDSL NVFP4 kernel")
-    assert nv.quack_launches_with_pdl()
-
-
-def test_use_pdl_rides_to_the_op_and_leaves_the_compile_alone() -> None:
+def test_use_pdl_rides_to_the_op_and_is_its_own_build() -> None:
     config = C(128, 64)
     on, off = P(8, 4096, 4096, use_pdl=True), P(8, 4096, 4096)
     assert nv.extern_kwargs(on, config)["use_pdl"] is True and nv.extern_kwargs(off, config)["use_pdl"] is False
     assert nv.kernel_name(on, config).endswith("_pdl") and not nv.kernel_name(off, config).endswith("_pdl")
-    assert nv._cache_key(on, config) == nv._cache_key(off, config)  # one kernel: quack's, with PDL
+    assert nv._cache_key(on, config) != nv._cache_key(off, config)  # two kernels, never mixed up
+    assert nv._post_init_attrs(on) == (("use_pdl", True),) and nv._post_init_attrs(off) == (("use_pdl", False),)
+    assert "USE_PDL = True" in nv.render(on, config).source and "USE_PDL = False" in nv.render(off, config).source
+    assert nv.render(on, config).launch["use_pdl"] is True
 
 
 def test_extern_node_with_use_pdl_marks_its_consumer() -> None:

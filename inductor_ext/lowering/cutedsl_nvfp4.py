@@ -25,13 +25,15 @@ def nvfp4_gemm_cutedsl(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, a
     if not a.is_cuda:
         raise RuntimeError(f"{FAMILY} runs only on an sm_100 GPU; got tensors on {a.device}")
     return launch(a, b, scale_a, scale_b, alpha, bias,
-                  cutedsl_nvfp4.NvFp4GemmConfig(tile_m, tile_n, cluster_m, cluster_n, dynamic_persistent))
+                  cutedsl_nvfp4.NvFp4GemmConfig(tile_m, tile_n, cluster_m, cluster_n, dynamic_persistent),
+                  use_pdl=use_pdl)
 
 
 def launch(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, alpha: Tensor, bias: Tensor | None,
-           config: cutedsl_nvfp4.NvFp4GemmConfig) -> Tensor:
-    """The op's arguments (``_scaled_mm``'s) as the template's ``call`` takes them."""
-    return cutedsl_nvfp4.call(None, config, "sm_100a", a, b, scale_a, scale_b, alpha, bias)
+           config: cutedsl_nvfp4.NvFp4GemmConfig, use_pdl: bool = False) -> Tensor:
+    """The op's arguments (``_scaled_mm``'s) as the template's ``call`` takes them; ``use_pdl``
+    picks the PDL build of the kernel and its launch attribute."""
+    return cutedsl_nvfp4.call(None, config, "sm_100a", a, b, scale_a, scale_b, alpha, bias, use_pdl=use_pdl)
 
 
 @nvfp4_gemm_cutedsl.register_fake

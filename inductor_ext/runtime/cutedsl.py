@@ -6,7 +6,9 @@ and returns ``(compiled, metadata)``: ``compiled`` is what ``cute.compile`` retu
 :func:`compile_jobs` runs every job in one subprocess (``runtime.harness``; CuTeDSL reads its
 settings from the environment once per process, and its imports take most of a cold compile),
 with the environment set for the target, and returns one asm dict per job: ``ptx``, ``sass``
-(``cuobjdump -sass`` of the cubin) and ``metadata`` (JSON).
+(``cuobjdump -sass`` of the cubin), ``host_launch`` (the ``cuda.launch_cfg`` lines of the host
+function's IR: how the compiled function launches its kernel, e.g. with or without the PDL
+attribute, ``programmatic_stream_serialization_allowed``) and ``metadata`` (JSON).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from inductor_ext.runtime import toolchain
 from inductor_ext.runtime.harness import run_in_subprocess, worker_env as _harness_env
 
 
+# The host IR's launch-config ops (cuda.launch_cfg.create, .cluster_dim, ...programmatic_stream_
+# serialization_allowed): what the compiled function sets on its cuLaunchKernelEx config.
+_LAUNCH_CFG = "cuda.launch_cfg."
+
+
 class CuteDslCompileError(RuntimeError):
     """A CuTeDSL kernel could not be compiled on this machine (missing package, DSL error)."""
 
@@ -35,7 +42,8 @@ def worker_env(dump_dir: str, arch: str = "sm_100a") -> dict[str, str]:
     return _harness_env(drop_prefixes=("CUTE_DSL_", "QUACK_"), set={
         "CUTE_DSL_ARCH": arch,  # the compile target (cutlass / quack read it at import)
         "QUACK_ARCH": arch.removeprefix("sm_").rstrip("a"),  # quack's dispatch arch without a GPU
-        "CUTE_DSL_KEEP": "ptx,cubin",  # keep the artifacts so the compiled function carries them
+        # keep the artifacts so the compiled function carries them; "ir" dumps the host IR
+        "CUTE_DSL_KEEP": "ptx,cubin,ir",
         "CUTE_DSL_DUMP_DIR": dump_dir,
         "CUTE_DSL_DISABLE_FILE_CACHING": "1",  # a cache hit would carry no PTX
         "QUACK_CACHE_ENABLED": "0",  # likewise quack's .o cache
@@ -82,13 +90,19 @@ def _artifacts(compiled: Any, meta: dict[str, Any], *, arch: str) -> dict[str, s
     """The PTX, SASS and metadata of one compiled CuTeDSL function."""
     ptx, cubin = compiled.__ptx__, compiled.__cubin__
     dump = os.environ["CUTE_DSL_DUMP_DIR"]
-    for name in os.listdir(dump):  # read by now; the next job writes files of the same names
+    host_launch = []
+    for name in sorted(os.listdir(dump)):  # read now: the next job writes files of the same names
+        if name.endswith("_clean.mlir"):
+            with open(os.path.join(dump, name)) as f:
+                host_launch += [line.strip() for line in f if _LAUNCH_CFG in line]
         os.unlink(os.path.join(dump, name))
     if not isinstance(ptx, str) or ".target" not in ptx:
         raise CuteDslCompileError(f"CuTeDSL returned no PTX (got {str(ptx)[:200]!r})")
     if not isinstance(cubin, (bytes, bytearray)) or not cubin.startswith(b"\x7fELF"):
         raise CuteDslCompileError(f"CuTeDSL returned no cubin (got {str(cubin)[:200]!r})")
-    asm = {"ptx": ptx}
+    if not host_launch:
+        raise CuteDslCompileError(f"CuTeDSL dumped no host IR with {_LAUNCH_CFG} lines (CUTE_DSL_KEEP=ir)")
+    asm = {"ptx": ptx, "host_launch": "\n".join(host_launch)}
     meta = {**meta, "target": arch,
             "entries": [line.split()[2].split("(")[0] for line in ptx.splitlines()
                         if line.startswith(".visible .entry") or line.startswith(".entry")],

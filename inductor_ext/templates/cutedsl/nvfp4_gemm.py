@@ -26,23 +26,27 @@ once per process. Results are cached on disk (gzip JSON) keyed by everything the
 and the versions of quack, the DSL and this module, under ``$INDUCTOR_EXT_ISA_CACHE`` (default
 ``$XDG_CACHE_HOME/inductor_ext/isa``), and memoised in-process.
 
-Programmatic dependent launch (PDL). quack's sm_100 GEMM is built with PDL (``GemmSm100``'s
-``use_pdl``, True by default, which ``quack.gemm`` never changes): its TMA-load and scheduler
-warps run ``griddepcontrol.wait`` before their first global access, the MMA warp runs
-``griddepcontrol.launch_dependents`` once its last MMA is issued, and the epilogue warps read
-alpha and the bias only after the accumulator barrier (so after the wait); tier I checks that
-order in the PTX (tests/test_cutedsl_pdl.py). The launch carries the programmatic-stream-
-serialization attribute through CuTeDSL's own launch option: quack's host function calls
-``kernel.launch(..., use_pdl=self.use_pdl)``, which CuTeDSL compiles into the launch config
-(``cuda.launch_cfg_programmatic_stream_serialization_allowed``); the compiled function packs
-the TMA descriptors and launches in one call, so there is no Python launch to wrap with
-cuda-python's ``cuLaunchKernelEx``. Waiting on a kernel that releases nothing early costs
-nothing, so this is correct after any producer. ``NvFp4GemmProblem.use_pdl`` (the ``pdl``
-option and ``autotune.pdl_policy`` set it, as for the Triton templates) says whether this GEMM
-releases the kernel after it early: it rides to the op as a kwarg, and
-``lowering.pdl_consumers`` then makes Inductor's kernel reading its output wait on it.
-With ``pdl="off"`` the kernel after it is not marked, but quack's own launch keeps its PDL
-attribute (its compile and its caches have no switch for it).
+Programmatic dependent launch (PDL). ``NvFp4GemmProblem.use_pdl`` (the ``pdl`` option and
+``autotune.pdl_policy`` set it, as for the Triton templates) decides it, through quack's own
+switch: ``GemmSm100.use_pdl``, set by ``post_init_attrs=(("use_pdl", ...),)`` of quack's generic
+host path (``quack.gemm_runtime.host``: ``_compile_gemm_epi`` to compile, ``build_gemm_epi_plan`` /
+``run_gemm_epi_plan`` to launch; ``quack.gemm.gemm`` has no such argument and always builds with
+PDL). With it on, the TMA-load and scheduler warps run ``griddepcontrol.wait`` before their first
+global access, the MMA warp runs ``griddepcontrol.launch_dependents`` once its last MMA is issued,
+the epilogue warps read alpha and the bias only after the accumulator barrier, and the host
+function quack's ``__call__`` compiles launches with ``kernel.launch(..., use_pdl=True)``, which
+CuTeDSL lowers to ``cuda.launch_cfg.programmatic_stream_serialization_allowed`` on the
+``cuLaunchKernelEx`` config it builds; with it off, none of these is emitted and the launch
+attribute is 0. Both are checked at tier I without a GPU (tests/test_cutedsl_pdl.py): the PTX's
+order, and the host IR's launch-config lines (``host_launch`` in the compiled texts).
+Why CuTeDSL's option and not cuda-python's ``cuLaunchKernelEx``: the compiled function packs the
+TMA descriptors, the tile scheduler's arguments and the cluster shape and launches in one native
+call; there is no Python launch to wrap, and rebuilding it with cuda-python would mean
+re-deriving quack's kernel parameters by hand. ``use_pdl`` is part of the compile (the kernel
+body differs), so it is in this module's cache key and in quack's (``post_init_attrs`` is an
+argument of its jit-cached compile and of its plan key): a PDL and a non-PDL build never mix.
+The op carries it as a kwarg, and ``lowering.pdl_consumers`` makes Inductor's kernel reading the
+output wait on it; the dumps index shows it in the kernel's config (``use_pdl``).
 
 Imports: the standard library at module level; cutlass and quack only inside the functions that
 compile or launch (importing them costs seconds), torch only in :func:`run`.
@@ -96,7 +100,7 @@ ALPHA_MODES = {"none": 0, "scalar": 1, "tensor": 2}  # quack's scalar modes (gem
 # Packages whose versions change what is compiled (part of the cache key).
 _VERSIONED = ("quack-kernels", "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base",
               "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu12", "apache-tvm-ffi")
-_CACHE_FORMAT = 1  # bump when what is stored changes
+_CACHE_FORMAT = 2  # bump when what is stored changes (2: host_launch, quack's generic host path)
 
 
 # ------------------------------------------------------------------------------ problem, config
@@ -115,8 +119,8 @@ class NvFp4GemmProblem:
     out_dtype: str = one_of(OUT_DTYPES, "bfloat16")
     alpha: str = one_of(ALPHA_MODES, "tensor")  # one of ALPHA_MODES
     bias: bool = flag(False)  # a bf16 bias over N (a Linear's), added after alpha
-    # releases the kernel after it early (see "Programmatic dependent launch" above); the
-    # kernel itself is the same either way, so the compile (and its cache key) ignores it
+    # waits on its producer, releases the kernel after it early and launches with the PDL
+    # attribute (see "Programmatic dependent launch" above): a different build
     use_pdl: bool = flag(False)
 
 
@@ -276,10 +280,11 @@ _LAUNCHER = '''\
 from inductor_ext.templates.cutedsl.nvfp4_gemm import NvFp4GemmConfig, run
 
 CONFIG = {config!r}
+USE_PDL = {use_pdl!r}  # programmatic dependent launch: waits on its producer, releases its dependents
 
 
 def {name}(a, b, a_scale, b_scale, alpha=None, bias=None, out=None):
-    return run(a, b, a_scale, b_scale, CONFIG, alpha=alpha, bias=bias, out=out)
+    return run(a, b, a_scale, b_scale, CONFIG, alpha=alpha, bias=bias, out=out, use_pdl=USE_PDL)
 '''
 
 
@@ -295,9 +300,10 @@ def render(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str = "sm
         raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
     name = kernel_name(problem, config)
     source = _LAUNCHER.format(family=FAMILY, config_name=config.name(), problem=problem,
-                              config=config, name=name)
+                              config=config, name=name, use_pdl=problem.use_pdl)
     return KernelSource(name=name, source=source, template=FAMILY, config=asdict(config),
-                        launch={"cluster": (config.cluster_m, config.cluster_n, 1)}, language="cutedsl")
+                        launch={"cluster": (config.cluster_m, config.cluster_n, 1), "use_pdl": problem.use_pdl},
+                        language="cutedsl")
 
 
 def extern_kwargs(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[str, Any]:
@@ -307,66 +313,73 @@ def extern_kwargs(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[st
     return kwargs if problem.bias else {"bias": None, **kwargs}
 
 
-def quack_launches_with_pdl() -> bool:
-    """Whether the installed quack builds its sm_100 GEMM with PDL (the premise of the module's
-    PDL section): ``GemmSm100.__init__``'s ``use_pdl`` defaults to True, and neither
-    ``quack.gemm`` nor the compile it calls (``gemm_tvm_ffi_utils``) passes one. Read from the
-    sources (importing quack costs seconds)."""
-    import ast
-    import importlib.util
-
-    spec = importlib.util.find_spec("quack")
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    root = Path(list(spec.submodule_search_locations)[0])
-    tree = ast.parse((root / "gemm_sm100.py").read_text())
-    init = next((f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "GemmSm100"
-                 for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
-    if init is None:
-        return False
-    args = init.args.args[len(init.args.args) - len(init.args.defaults):]
-    default = {a.arg: d for a, d in zip(args, init.args.defaults)}.get("use_pdl")
-    passed = any("use_pdl" in (root / name).read_text() for name in ("gemm.py", "gemm_tvm_ffi_utils.py"))
-    return isinstance(default, ast.Constant) and default.value is True and not passed
-
-
-def call(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str, a: Any, b: Any, scale_a: Any,
-         scale_b: Any, alpha: Any, bias: Any = None) -> Any:
+def call(problem: NvFp4GemmProblem | None, config: NvFp4GemmConfig, target: str, a: Any, b: Any, scale_a: Any,
+         scale_b: Any, alpha: Any, bias: Any = None, *, use_pdl: bool | None = None) -> Any:
     """What a compiled graph runs: the op's arguments (``_scaled_mm``'s) as :func:`run` takes
-    them, B back to its [N, K/2] rows."""
-    return run(a, b.t(), scale_a, scale_b, config, alpha=alpha, bias=bias)
+    them, B back to its [N, K/2] rows. ``use_pdl`` defaults to the problem's (the op, which
+    has no problem, passes its kwarg)."""
+    if use_pdl is None:
+        use_pdl = problem.use_pdl if problem is not None else False
+    return run(a, b.t(), scale_a, scale_b, config, alpha=alpha, bias=bias, use_pdl=use_pdl)
 
 
 # ------------------------------------------------------------------------------------ compile
 
 
+def _epi_key_overrides(problem: NvFp4GemmProblem) -> dict[str, Any]:
+    """Every epilogue op of quack's ``GemmDefaultSm100`` -> its compile key for ``problem``: alpha
+    in ``problem.alpha``'s mode, the bias as an (l=1, N) bf16 row vector, everything else absent
+    (None leaves an op out). Passed to quack at launch too, so the key cannot depend on the
+    call's values."""
+    from cutlass import BFloat16
+    from quack.gemm_default_epi import GemmDefaultSm100
+
+    keys: dict[str, Any] = {}
+    for op in GemmDefaultSm100._epi_ops:
+        if op.name == "alpha":
+            keys[op.name] = op.host_key_for_mode(ALPHA_MODES[problem.alpha])
+        elif op.name == "mRowVecBroadcast":
+            keys[op.name] = (BFloat16, 2) if problem.bias else None  # RowVecLoad's (dtype, ndim)
+        else:
+            keys[op.name] = op.host_arg_key(None)
+    return keys
+
+
 def _quack_compile_kwargs(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[str, Any]:
-    """The arguments ``quack.gemm.gemm`` passes to ``_compile_gemm`` for what :func:`run` launches:
-    2-D K-major fp4 A and B, n-major bf16 D, no C, unbatched (5-D) e4m3 scale factors."""
+    """The arguments quack's ``build_gemm_epi_plan`` passes to its compile entry
+    ``_compile_gemm_epi`` for what :func:`run` launches: 2-D K-major fp4 A and B, n-major bf16 D,
+    no C, unbatched (5-D) e4m3 scale factors, and ``use_pdl`` set on the GEMM object."""
     from cutlass import BFloat16, Float4E2M1FN, Float8E4M3FN
     from quack.gemm_config import SplitKMode
-    from quack.rounding import RoundingMode
+    from quack.gemm_default_epi import GemmDefaultSm100
+    from quack.gemm_runtime.identity import static_gemm_class_ref
 
+    epi_keys = tuple(sorted((name, key) for name, key in _epi_key_overrides(problem).items() if key is not None))
     return dict(
+        gemm_cls_ref=static_gemm_class_ref(GemmDefaultSm100), device_capacity=(10, 0),
         a_dtype=Float4E2M1FN, b_dtype=Float4E2M1FN, d_dtype=BFloat16, c_dtype=None,
         a_major="k", b_major="k", d_major="n", c_major=None,
         tile_shape_mn=(config.tile_m, config.tile_n),
         cluster_shape_mnk=(config.cluster_m, config.cluster_n, 1),
         pingpong=False, persistent=True, is_dynamic_persistent=config.dynamic_persistent,
-        rowvec_dtype=BFloat16 if problem.bias else None, colvec_dtype=None, colvec_ndim=0,
-        alpha_mode=ALPHA_MODES[problem.alpha], beta_mode=0, add_to_output=False,
-        concat_layout=(), varlen_m=False, varlen_k=False, gather_A=False, use_tma_gather=False,
-        has_batch_idx_permute=False, device_capacity=(10, 0), rounding_mode=RoundingMode.RN,
-        sr_seed_mode=0, num_warps=None, sf_dtype=Float8E4M3FN, sf_vec_size=SF_VEC_SIZE,
-        split_k=1, split_k_mode=SplitKMode.SERIAL, batched=False, b_kn=False, sf_batched=False,
-        sfd_dtype=None, sfd_norm_const_mode=0, sfd_col_dtype=None,
-        a_mma_dtype=Float4E2M1FN, b_mma_dtype=Float4E2M1FN, has_ag=False,
+        varlen_m=False, gather_A=False, batched=False, b_kn=False, epi_keys=epi_keys, swap_ab=False,
+        use_tma_gather=False, concat_layout=(), sf_dtype=Float8E4M3FN, sf_vec_size=SF_VEC_SIZE,
+        sf_batched=False, a_mma_dtype=Float4E2M1FN, b_mma_dtype=Float4E2M1FN,
+        post_init_attrs=_post_init_attrs(problem), packed_cd=None, has_ag=False,
+        split_k=1, split_k_mode=SplitKMode.SERIAL, transform_a_ref=None, transform_dims=None,
     )
+
+
+def _post_init_attrs(problem: NvFp4GemmProblem) -> tuple[tuple[str, Any], ...]:
+    """Set on quack's GEMM object before it is traced: ``use_pdl`` both ways (quack defaults to
+    on), so it is always part of quack's compile and plan keys."""
+    return (("use_pdl", problem.use_pdl),)
 
 
 def _compile_key_fields(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> dict[str, Any]:
     """What the compile depends on. M, N and K do not: quack's fake tensors keep them symbolic."""
-    return {"out_dtype": problem.out_dtype, "alpha": problem.alpha, "bias": problem.bias, **asdict(config)}
+    return {"out_dtype": problem.out_dtype, "alpha": problem.alpha, "bias": problem.bias,
+            "use_pdl": problem.use_pdl, **asdict(config)}
 
 
 def package_versions() -> dict[str, str]:
@@ -467,7 +480,7 @@ def _compile_in_subprocess(jobs: list[tuple[NvFp4GemmProblem, NvFp4GemmConfig]],
 
 def _build(job: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Builder for ``runtime.cutedsl`` (runs in its subprocess): quack's compile of one job."""
-    import quack.gemm
+    from quack.gemm_runtime import host
 
     problem, config = NvFp4GemmProblem(**job["problem"]), NvFp4GemmConfig(**job["config"])
     reason = config_supports(problem, config)
@@ -476,7 +489,7 @@ def _build(job: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     kwargs = _quack_compile_kwargs(problem, config)
     # quack's jit_cache wrapper may hand back a function loaded from a cached .o, which carries
     # no PTX: call the compile itself.
-    compile_gemm = getattr(quack.gemm._compile_gemm, "__wrapped__", quack.gemm._compile_gemm)
+    compile_gemm = getattr(host._compile_gemm_epi, "__wrapped__", host._compile_gemm_epi)
     t0 = time.perf_counter()
     fn = compile_gemm(**kwargs)
     return fn, {"family": FAMILY, "problem": asdict(problem), "config": asdict(config),
@@ -503,23 +516,28 @@ def _blocked_scale(scale: Any, rows: int, k: int, name: str) -> Any:
     return scale.view(rm, rk, 32, 4, 4)
 
 
+# (tensor metadata, config, alpha mode, use_pdl) -> quack's GemmEpiPlan: a warm call skips
+# validation and the compile-cache lookup, as quack.gemm.gemm's own plan cache does.
+_plans: dict[tuple[Any, ...], Any] = {}
+
+
 def run(a: Any, b: Any, a_scale: Any, b_scale: Any, config: NvFp4GemmConfig, *,
-        alpha: Any = None, bias: Any = None, out: Any = None) -> Any:
+        alpha: Any = None, bias: Any = None, out: Any = None, use_pdl: bool = False) -> Any:
     """Launch the kernel on an sm_100 GPU (tier D): ``alpha * (a @ b^T) (+ bias)`` in bf16.
 
     ``a`` (M, K/2) and ``b`` (N, K/2) are ``torch.float4_e2m1fn_x2``; ``a_scale``/``b_scale``
     e4m3 blocked scales (see :func:`_blocked_scale`); ``alpha`` an fp32 tensor of one element
-    (compiled as alpha="tensor"), a float (alpha="scalar"; quack compiles 1.0 as "none") or None;
-    ``bias`` (N,) bf16.
+    (compiled as alpha="tensor"), a float (alpha="scalar") or None; ``bias`` (N,) bf16.
+    ``use_pdl`` builds and launches the PDL kernel (see "Programmatic dependent launch").
     """
     import torch
-    import quack.gemm
 
     if a.dtype != torch.float4_e2m1fn_x2 or b.dtype != torch.float4_e2m1fn_x2:
         raise TypeError(f"a and b must be torch.float4_e2m1fn_x2, got {a.dtype} and {b.dtype}")
     (m, k2), n = a.shape, b.shape[0]
     problem = NvFp4GemmProblem(m, n, 2 * k2, alpha="tensor" if isinstance(alpha, torch.Tensor)
-                               else "none" if alpha is None else "scalar", bias=bias is not None)
+                               else "none" if alpha is None else "scalar", bias=bias is not None,
+                               use_pdl=bool(use_pdl))
     reason = config_supports(problem, config)
     if reason:
         raise ValueError(reason)
@@ -527,13 +545,35 @@ def run(a: Any, b: Any, a_scale: Any, b_scale: Any, config: NvFp4GemmConfig, *,
         raise TypeError(f"alpha must be one fp32 value, got {alpha.dtype} with {alpha.numel()} elements")
     if out is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
-    quack.gemm.gemm(
-        a, b, out, None, None, config.tile_m, config.tile_n, config.cluster_m, config.cluster_n,
-        persistent=True, is_dynamic_persistent=config.dynamic_persistent,
-        rowvec_bias=None if bias is None else bias.view(1, n),
-        alpha=1.0 if alpha is None else alpha,
-        SFA=_blocked_scale(a_scale, m, problem.k, "a_scale"),
-        SFB=_blocked_scale(b_scale, n, problem.k, "b_scale"),
-        bs_format_a="nvfp4", bs_format_b="nvfp4",
-    )
+    sfa = _blocked_scale(a_scale, m, problem.k, "a_scale")
+    sfb = _blocked_scale(b_scale, n, problem.k, "b_scale")
+    epi_values = {"alpha": alpha, "mRowVecBroadcast": None if bias is None else bias.view(1, n)}
+    _launch_quack(problem, config, a, b, out, sfa, sfb, epi_values)
     return out
+
+
+def _launch_quack(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, a: Any, b: Any, out: Any,
+                  sfa: Any, sfb: Any, epi_values: dict[str, Any]) -> None:
+    """quack's generic host path for ``GemmDefaultSm100``: the plan (validation, then the compile
+    :func:`_quack_compile_kwargs` describes, ``use_pdl`` included) and its launch."""
+    from quack.cute_dsl_utils import get_device_capacity
+    from quack.gemm_default_epi import GemmDefaultSm100
+    from quack.gemm_runtime.host import build_gemm_epi_plan, run_gemm_epi_plan
+    from quack.gemm_tvm_ffi_utils import resolve_blockscaled_formats, tensor_key, validate_blockscaled_sf
+
+    key = (tuple(tensor_key(t) for t in (a, b, out, sfa, sfb, epi_values["mRowVecBroadcast"])), a.device,
+           config, problem.alpha, problem.use_pdl)
+    plan = _plans.get(key)
+    if plan is None:
+        device_capacity = get_device_capacity(a.device)
+        fmt_a, fmt_b = resolve_blockscaled_formats("nvfp4", "nvfp4")
+        sf_dtype, sf_vec_size = validate_blockscaled_sf(a, b, sfa, sfb, device_capacity, fmt_a=fmt_a, fmt_b=fmt_b)
+        plan = build_gemm_epi_plan(
+            GemmDefaultSm100, device_capacity, a, b, out, None, epi_values=epi_values,
+            epi_key_overrides=_epi_key_overrides(problem), tile_M=config.tile_m, tile_N=config.tile_n,
+            cluster_M=config.cluster_m, cluster_N=config.cluster_n, persistent=True,
+            is_dynamic_persistent=config.dynamic_persistent, sf_dtype=sf_dtype, sf_vec_size=sf_vec_size,
+            sf_batched=sfa.ndim == 6, a_mma_dtype=fmt_a.to_cutlass_dtype(), b_mma_dtype=fmt_b.to_cutlass_dtype(),
+            post_init_attrs=_post_init_attrs(problem))
+        _plans[key] = plan
+    run_gemm_epi_plan(plan, a, b, out, None, epi_values, SFA=sfa, SFB=sfb)
