@@ -35,17 +35,23 @@ Rules (``decode_tiles`` implements them, in this order):
 8. Duplicates are dropped, first kept. ``DecodePolicy.propose`` maps every tile through
    ``family.config_from_tile`` and drops those the family cannot express (e.g. triton.gemm has
    no split-K, so it keeps the swap-AB and the plain small-M tiles).
+9. On sm_90a and sm_100a a plain tile with BLOCK_M < 64 runs on mma.sync while its swap-AB twin
+   runs on wgmma / tcgen05.mma: ``propose`` keeps it only where ``decode_mma_model`` says it
+   ties the twin (memory-bound even at mma.sync's rate), and only drops it when the family can
+   express the twin (16-bit operands; see that module for the model).
 
-These are rules of thumb for choosing what to benchmark, not a performance model: the
-autotuner measures every candidate against ATen.
+Rules 1-8 are rules of thumb for choosing what to benchmark and rule 9 a deliberately small
+model, not a prediction of the winner: the autotuner measures every candidate against ATen.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
+import dataclasses
 from typing import Any
 
 from inductor_ext import targets
+from inductor_ext.autotune import decode_mma_model
 from inductor_ext.autotune.nvmmh_policy import operand_dtypes
 from inductor_ext.templates.base import Tile
 
@@ -144,5 +150,16 @@ class DecodePolicy:
 
     def propose(self, family: ModuleType, problem: Any, target: str) -> list[Any]:
         tiles = decode_tiles(problem, target, self.num_sms, family)
+        tiles = [t for t in tiles if not self._mma_sync_loses(t, family, problem, target)]
         configs = (family.config_from_tile(t) for t in tiles)
         return list(dict.fromkeys(c for c in configs if c is not None))
+
+    def _mma_sync_loses(self, tile: Tile, family: Any, problem: Any, target: str) -> bool:
+        """Rule 9: an mma.sync tile the model puts behind its swap-AB twin, which the family offers."""
+        if not decode_mma_model.runs_on_mma_sync(tile, target):
+            return False
+        a_dtype, b_dtype, _ = operand_dtypes(problem, family)
+        a_bytes, b_bytes = _ELEMENT_BYTES.get(a_dtype or "", 2.0), _ELEMENT_BYTES.get(b_dtype or "", 2.0)
+        twin = dataclasses.replace(tile, swap_ab=True)
+        return (family.config_from_tile(twin) is not None and not decode_mma_model.mma_sync_ties(
+            tile, problem, target, sm_count(target, self.num_sms), a_bytes, b_bytes))
