@@ -4,6 +4,7 @@ and shows its key instruction; bad input is a one-line error naming what is allo
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -98,3 +99,13 @@ def test_out_writes_source_assembly_and_summary(tmp_path, capsys):
     assert summary["key_instructions"]["amdgcn"]["v_mfma"] > 0
     assert next(tmp_path.glob("*.amdgcn")).read_text().count("v_mfma") > 0
     assert "key instructions" in capsys.readouterr().out
+
+
+@pytest.mark.isa
+def test_cutedsl_shows_its_launch_config():
+    """The CuTeDSL kernel's host launch config is printed (PDL off for the example problem:
+    programmatic stream serialization 0)."""
+    result = asm.build("cutedsl.nvfp4_gemm", "sm_100a", SHAPES.get("cutedsl.nvfp4_gemm", asm.DEFAULT_SHAPE))
+    shown = asm.format_result(result)
+    assert "==== host_launch ====" in shown
+    assert re.search(r"programmatic_stream_serialization_allowed\[%\w+\] %c0_i32", shown), shown[-2000:]

@@ -292,7 +292,8 @@ def format_result(result: dict[str, Any], show: tuple[str, ...] = ("source", "as
         lines += ["", f"==== source ({result['language']}) ====", result["source"].rstrip()]
     if "asm" in show:
         for stage, text in result["asm"].items():
-            if stage in ("ptx", "sass", "amdgcn", "isa", "executor", "spirv"):
+            # host_launch: a CuTeDSL kernel's launch config (the PDL attribute among it)
+            if stage in ("ptx", "sass", "amdgcn", "isa", "executor", "spirv", "host_launch"):
                 lines += ["", f"==== {stage} ====", text.rstrip()]
     lines += ["", "==== key instructions ===="]
     for stage, counts in result["key_instructions"].items():
