@@ -13,9 +13,9 @@ applied to the fp32 accumulator in the epilogue, before the bias add and the bf1
 The kernel is quack's ``GemmDefaultSm100`` (a persistent, warp-specialised tcgen05 GEMM with
 TMA loads, scale factors copied to tensor memory, and quack's linear epilogue
 ``D = alpha * acc + rowvec``). This module picks its parameters (NVFP4 operands/scales, bf16 D,
-alpha mode, bias, tile and cluster shape) and calls quack's own compile entry for dense GEMMs
-(``quack.gemm._compile_gemm``, the function ``quack.gemm.gemm`` compiles through), so the kernel
-proven here is the one :func:`run` launches.
+alpha mode, bias, tile and cluster shape, PDL) and calls quack's own compile entry for that class
+(``quack.gemm_runtime.host._compile_gemm_epi``, the one ``build_gemm_epi_plan`` compiles through
+when :func:`run` launches), so the kernel proven here is the one :func:`run` launches.
 
 Tier I (no GPU): :func:`compile_for_sm100` runs ``cute.compile`` on quack's fake tensors (symbolic
 M, N, K: one binary serves every shape a config supports) for ``sm_100a`` and returns the PTX,
