@@ -114,7 +114,7 @@ def extern_template_kernels(code: str) -> list[KernelInfo]:
         handle = _HANDLE_RE.search(header)
         found.append(KernelInfo(f"{match.group('name')}.{match.group('out')}", source.language, source.source,
                                 source.suffix, {"provenance": handle.group(1)} if handle else {}, header,
-                                family.FAMILY, registry.config_to_dict(config)))
+                                family.name, registry.config_to_dict(config)))
     return found
 
 
@@ -304,8 +304,8 @@ def _inlined_winner(kernel: dict[str, Any], decisions: list[Any]) -> tuple[Any, 
 
 
 def _is_inlined(family: str) -> bool:
-    module = registry.families().get(family)
-    return module is not None and getattr(module, "INDUCTOR_TEMPLATE", None) == "subgraph"
+    found = registry.families().get(family)
+    return found is not None and registry.Family.of(found).inductor_template == "subgraph"
 
 
 def _extend_index(root: Path, entries: list[dict[str, Any]]) -> None:

@@ -13,6 +13,7 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 from inductor_ext.lowering import cutedsl_nvfp4, ext_choices
+from inductor_ext.templates import registry
 from inductor_ext.templates.cutedsl import nvfp4_gemm as template
 from test_cutedsl_lowering import _fake_launch_quack
 from _nvfp4_e2e_script import NvFp4Linear, reference_scaled_mm
@@ -21,6 +22,7 @@ template.DEVICE_TYPES = ("cuda", "cpu")
 template.RUNS_ON_CPU = True  # this process's CPU kernel of the op (below) stands in for the GPU
 _fake_launch_quack.calls = []
 template._launch_quack = _fake_launch_quack
+registry._scan.cache_clear()  # the registry reads each family module once: read the stand-in
 
 
 @torch.library.impl("inductor_ext::nvfp4_gemm_cutedsl", "CPU")

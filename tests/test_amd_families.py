@@ -35,7 +35,7 @@ def test_the_family_scan_loads_no_compiler() -> None:
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_protocol(name: str) -> None:
-    family = registry.get(name)
+    family = registry.get(name).module
     registry.check(family)
     assert family.FAMILY.split(".")[0] == family.__name__.split(".")[-2]  # the DSL first
     assert set(family.OPS) <= LOWERING_OPS, family.OPS
@@ -70,4 +70,4 @@ def test_presets_list_the_families_that_claim_their_target(preset: str, expected
     data = amd.PRESETS[preset]
     assert data["templates"] == expected
     for name in expected:
-        assert data["target"] in registry.get(name).TARGETS, name
+        assert data["target"] in registry.get(name).targets, name

@@ -177,7 +177,7 @@ def test_each_family_is_offered_beside_aten_with_its_configs(rocm, case: str) ->
         assert got == _expected_configs(family, kernel_inputs, op, target), family
     for choice, candidate in zip(offered, decision.candidates):
         assert choice.name == candidate["name"]
-        if candidate["family"] != "aten" and registry.get(candidate["family"]).CHOICE_KIND == "extern":
+        if candidate["family"] != "aten" and registry.get(candidate["family"]).choice_kind == "extern":
             # extern: a registered, callable kernel
             assert choice.name.startswith(f"ext_{candidate['family'].replace('.', '_')}_")
             # the op's inputs, in its order (addmm's bias as a broadcast view of the same buffer)
@@ -242,7 +242,7 @@ def test_flydsl_is_not_offered_for_cpu_tensors_even_in_interpret_mode() -> None:
     assert "no CPU executor" in ext_choices.unusable_reason(interpret, registry.get("flydsl.gemm"), "cpu")
     assert ext_choices.unusable_reason(interpret, registry.get("helion.rmsnorm"), "cpu") is None  # the interpreter
     assert ext_choices.unusable_reason(interpret, registry.get("triton.gemm"), "cpu") is None
-    assert [f.FAMILY for f in ext_choices.offered_families(interpret, "mm", "cpu")] == ["triton.gemm"]
+    assert [f.name for f in ext_choices.offered_families(interpret, "mm", "cpu")] == ["triton.gemm"]
     plain = presets.resolve({"preset": "gfx950"})
     assert "options={'preset': 'gfx950', 'interpret': True}" in ext_choices.unusable_reason(
         plain, registry.get("helion.rmsnorm"), "cpu")

@@ -90,7 +90,7 @@ def produced_configs(module: types.ModuleType) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def configs() -> dict[str, list[Any]]:
-    return {name: produced_configs(registry.get(name)) for name in FAMILIES}
+    return {name: produced_configs(registry.get(name).module) for name in FAMILIES}
 
 
 def test_every_field_of_every_family_declares_what_it_allows():
@@ -106,7 +106,7 @@ def test_a_family_with_an_undeclared_field_is_refused():
         num_stages: int = 3
 
     module = types.ModuleType("fake_family")
-    vars(module).update({k: v for k, v in vars(registry.get("triton.gemm")).items() if not k.startswith("__")})
+    vars(module).update({k: v for k, v in vars(registry.get("triton.gemm").module).items() if not k.startswith("__")})
     module.Config = Config
     with pytest.raises(registry.FamilyError, match=r"fields Config\.num_stages declare no allowed values"):
         registry.check(module)
@@ -254,7 +254,7 @@ def test_extern_call_checks_the_problem_and_config_it_rebuilds(tmp_path):
 
     marker = tmp_path / "marker"
     module = registry.get("sycl.gemm")
-    config = dataclasses.asdict(module.ALL_CONFIGS[0])
+    config = dataclasses.asdict(module.all_configs[0])
     problem = registry.problem_json(module.Problem(8, 8, 8))
     with pytest.raises(allowed.InvalidField, match=r"sycl\.gemm Config\.kind = "):
         adapters._call_family("sycl.gemm", {**config, "kind": attack(marker)}, problem=problem, target="xpu")

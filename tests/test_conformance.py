@@ -55,7 +55,7 @@ TOLERANCES = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rto
 
 def cpu_executable(family: Any) -> bool:
     """Whether a family's kernels run on CPU tensors here (natively or in an executor)."""
-    return bool(getattr(family, "RUNS_ON_CPU", False) or getattr(family, "CPU_EXECUTOR", None))
+    return family.runs_on_cpu or family.cpu_executor is not None
 
 
 def grid() -> list[tuple[str, str, str]]:
@@ -65,8 +65,8 @@ def grid() -> list[tuple[str, str, str]]:
     for preset, data in sorted(targets.presets().items()):
         for name in data["templates"]:
             family = registry.get(name)
-            if cpu_executable(family) and data["target"] in family.TARGETS:
-                cases += [(preset, op, name) for op in family.OPS]
+            if cpu_executable(family) and data["target"] in family.targets:
+                cases += [(preset, op, name) for op in family.ops]
     return sorted(cases)
 
 
@@ -339,7 +339,7 @@ def test_every_op_a_family_claims_has_a_builder():
 def test_the_grid_covers_every_preset_with_a_cpu_executor():
     presets = {preset for preset, _, _ in GRID}
     expected = {p for p, data in targets.presets().items()
-                if any(cpu_executable(registry.get(f)) and data["target"] in registry.get(f).TARGETS
+                if any(cpu_executable(registry.get(f)) and data["target"] in registry.get(f).targets
                        for f in data["templates"])}
     assert presets == expected and {"cpu", "hopper", "blackwell", "gfx1250", "mps", "xpu"} <= presets
 
@@ -356,7 +356,7 @@ def test_conformance(preset: str, op: str, family_name: str, want: str, data: An
     builder = BUILDERS.get(op)
     assert builder is not None, f"no conformance builder for op {op!r}: add one to BUILDERS"
     family = registry.get(family_name)
-    missing = getattr(family, "missing", lambda: None)()
+    missing = family.missing() if family.missing is not None else None
     if want == "accepted" and missing:
         pytest.skip(f"{family_name} cannot run on this machine: {missing}")
     freezing = bool(targets.presets()[preset].get("freezing", False))

@@ -51,7 +51,7 @@ def _spec(q, k, v, dtype="float32", scale=0.125, device="cpu"):
 
 
 def test_family_follows_the_protocol_and_claims_the_cpu_only():
-    assert registry.get("cpp.decode_attention") is family
+    assert registry.get("cpp.decode_attention").module is family
     assert family.CHOICE_KIND == "inductor_template" and family.TARGETS == ("cpu",) and family.RUNS_ON_CPU
     assert family.FORMS == kernel.FORMS  # the family names the kernel's forms without importing torch
 

@@ -20,7 +20,7 @@ def test_dry_run_imports_and_plans_every_nvidia_family() -> None:
     assert set(plans) == {"sm_90a", "sm_100a"}
     from inductor_ext.templates import registry
 
-    nvidia = {name for name, f in registry.families().items() if {"sm_90a", "sm_100a"} & set(f.TARGETS)}
+    nvidia = {name for name, f in registry.families().items() if {"sm_90a", "sm_100a"} & set(f.targets)}
     for target, plan in plans.items():
         planned = set(plan["checks"]) | set(plan["skipped"])
         assert planned == nvidia, (target, planned ^ nvidia)  # a new NVIDIA family joins the check

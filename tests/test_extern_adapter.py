@@ -43,10 +43,13 @@ def test_grouped_mm_is_offered_through_exts_lowering(compiled):
 def test_a_failed_prebuild_is_logged_and_each_call_builds_its_own(caplog):
     """prebuild (one compiler run for a decision's candidates) is an optimisation: when it fails,
     lowering goes on and each candidate's call() builds (or fails) on its own."""
+    import dataclasses
     import logging
-    import types
+
+    import _fake_extern_family
 
     from inductor_ext.lowering import adapters
+    from inductor_ext.templates.family import Family
 
     seen = []
 
@@ -54,9 +57,10 @@ def test_a_failed_prebuild_is_logged_and_each_call_builds_its_own(caplog):
         seen.append((pairs, target, device_type))
         raise RuntimeError("error: use of undeclared identifier 'oops'")
 
-    family = types.SimpleNamespace(FAMILY="fake.prebuild", prebuild=prebuild)
+    fake = Family.of(_fake_extern_family)
+    family = dataclasses.replace(fake, name="fake.prebuild", prebuild=prebuild)
     with records_of(caplog, adapters.log.name, logging.WARNING):
         adapters.prebuild_extern(family, "problem", ["c1", "c2"], "xpu", "cpu")
     assert seen == [([("problem", "c1"), ("problem", "c2")], "xpu", "cpu")]
     assert "could not prebuild 2 candidates" in caplog.text and "undeclared identifier 'oops'" in caplog.text
-    adapters.prebuild_extern(types.SimpleNamespace(FAMILY="fake.none"), "problem", ["c1"], "xpu", "cpu")  # no hook
+    adapters.prebuild_extern(dataclasses.replace(fake, prebuild=None), "problem", ["c1"], "xpu", "cpu")  # no hook

@@ -13,7 +13,7 @@ from inductor_ext.templates import registry
 
 
 def test_every_op_a_family_claims_has_its_glue_in_an_op_module():
-    claimed = {op: name for name, module in registry.families().items() for op in module.OPS}
+    claimed = {op: name for name, module in registry.families().items() for op in module.ops}
     missing = {op: family for op, family in claimed.items() if op not in ops.specs()}
     assert not missing, f"families claim ops no module in lowering/ops/ describes: {missing}"
     assert ops.op_inputs("no_such_op", None).startswith("ext offers no templates for 'no_such_op'")

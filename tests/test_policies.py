@@ -7,6 +7,7 @@ Run with ``-s`` to see the table of what the decode policy adds to nvMatmulHeuri
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import sys
@@ -29,7 +30,8 @@ from inductor_ext.autotune.policy import (
     default_policies,
 )
 from inductor_ext.templates.base import Tile
-from inductor_ext.templates.triton import gemm
+from inductor_ext.templates.family import Family
+from inductor_ext.templates.triton import gemm, nvfp4_gemm
 from inductor_ext.templates.triton.gemm import GemmProblem
 
 HAVE_NVMMH = importlib.util.find_spec("nvMatmulHeuristics") is not None
@@ -201,7 +203,7 @@ def test_nvmmh_policy_maps_through_the_family():
     policy = NvMatmulHeuristicsPolicy()
     assert policy.applies(gemm, problem, "sm_90a")
     tiles = nvmmh_tiles(problem, "sm_90a")
-    identity = SimpleNamespace(config_from_tile=lambda t: t)
+    identity = dataclasses.replace(Family.of(gemm), config_from_tile=lambda t: t)
     assert policy.propose(identity, problem, "sm_90a") == tiles
     # triton.gemm has no split-K: exactly the unsplit tiles survive, as GemmConfigs.
     expected = list(dict.fromkeys(gemm.config_from_tile(t) for t in tiles if t.split_k == 1))
@@ -248,7 +250,7 @@ def test_nvmmh_precisions():
     for dtype in ("float16", "float32"):
         assert nvmmh_tiles(GemmProblem(32, 4096, 4096, dtype), "sm_100a")
     # Problems of other families name their dtypes differently; only header-listed strings.
-    nvfp4 = SimpleNamespace(FAMILY="triton.nvfp4_gemm")
+    nvfp4 = Family.of(nvfp4_gemm)
     fp4_problem = SimpleNamespace(m=8, n=4096, k=4096, out_dtype="bfloat16")
     assert nvmmh_policy.precision_for(fp4_problem, "sm_100a", nvfp4) == "OOTST"
     assert nvmmh_tiles(fp4_problem, "sm_100a", family=nvfp4)
@@ -343,7 +345,7 @@ def test_decode_propose_maps_through_the_family():
     problem = GemmProblem(8, 4096, 14336, "bfloat16")
     tiles = decode_tiles(problem, "sm_90a")
     policy = DecodePolicy()
-    assert policy.propose(SimpleNamespace(config_from_tile=lambda t: t), problem, "sm_90a") == tiles
+    assert policy.propose(dataclasses.replace(Family.of(gemm), config_from_tile=lambda t: t), problem, "sm_90a") == tiles
     # triton.gemm has no split-K: it keeps the swap-AB (decode on wgmma) and the plain tiles (issue 30)
     unsplit = [t for t in tiles if t.split_k == 1]
     assert any(t.swap_ab for t in unsplit) and len(unsplit) < len(tiles)

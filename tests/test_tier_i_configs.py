@@ -31,7 +31,6 @@ if "triton" not in sys.modules:  # compiles run in subprocesses without the inte
 
 import dataclasses  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from types import ModuleType  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
@@ -41,6 +40,7 @@ from inductor_ext.cli import asm  # noqa: E402
 from inductor_ext.runtime import asm_text  # noqa: E402
 from inductor_ext.runtime.register_use import register_use  # noqa: E402
 from inductor_ext.templates import registry  # noqa: E402
+from inductor_ext.templates.family import Family  # noqa: E402
 from inductor_ext.testing import isa  # noqa: E402
 
 DECODE_M = (1, 2, 4, 8, 16)
@@ -60,12 +60,12 @@ def _claims() -> list[tuple[str, str]]:
             for target in asm.family_targets(family)]
 
 
-def _problems(family: ModuleType, target: str) -> list[Any]:
+def _problems(family: Family, target: str) -> list[Any]:
     out = []
     for m in DECODE_M + PREFILL_M:
-        for dtype, tf32 in DTYPES.get(family.FAMILY, ((None, False),)):
+        for dtype, tf32 in DTYPES.get(family.name, ((None, False),)):
             try:
-                problem = asm.example_problem(family, (m, N, THIRD.get(family.FAMILY, K)), dtype, target)
+                problem = asm.example_problem(family, (m, N, THIRD.get(family.name, K)), dtype, target)
             except asm.AsmError:
                 continue  # a shape the family does not serve (e.g. top-k's k): nothing is offered
             out.append(dataclasses.replace(problem, allow_tf32=True) if tf32 else problem)
@@ -75,7 +75,7 @@ def _problems(family: ModuleType, target: str) -> list[Any]:
 def _cases(name: str, target: str) -> list[tuple[Any, Any, Any]]:
     """(problem, config, kernel) for every config the policies can offer, one per distinct kernel."""
     family = registry.families()[name]
-    check = getattr(family, "config_supports", None)
+    check = family.config_supports
     seen, cases = set(), []
     for problem in _problems(family, target):
         for cand in policy.candidates(family, problem, target, "full"):
@@ -86,7 +86,7 @@ def _cases(name: str, target: str) -> list[tuple[Any, Any, Any]]:
             # it): its compiles are costly and its instructions follow the tile, not the sizes.
             # A Triton kernel is one compile per distinct launch specialisation too (M = 1 is a
             # constant, M = 16 aligned, M = 2..8 neither): each can allocate registers differently.
-            key = (repr(cand.config),) if hasattr(family, "compile_asm") else (ks.source, repr(sorted(ks.constexprs.items())), repr(sorted(ks.launch.items())),
+            key = (repr(cand.config),) if family.compile_asm is not None else (ks.source, repr(sorted(ks.constexprs.items())), repr(sorted(ks.launch.items())),
                    repr(asm.key_patterns(family, target, {"ptx": "", "amdgcn": ""}, problem, cand.config)),
                    repr(asm.launch_hints(family, problem, ks)))
             if key not in seen:
@@ -98,10 +98,10 @@ def _cases(name: str, target: str) -> list[tuple[Any, Any, Any]]:
 CLAIMS = _claims()
 
 
-def _compile_dsl(family: ModuleType, target: str, cases: list[tuple[Any, Any, Any]], cache: str | None) -> list[Any]:
+def _compile_dsl(family: Family, target: str, cases: list[tuple[Any, Any, Any]], cache: str | None) -> list[Any]:
     """A family compiled by its own DSL: one batch through ``isa_many`` where it has one (FlyDSL,
     Helion: one subprocess), else ``compile_asm`` per kernel; a failure is kept as its error."""
-    if hasattr(family, "isa_many"):
+    if family.isa_many is not None:
         try:
             return family.isa_many([(p, c, target) for p, c, _ in cases], cache=cache)
         except Exception:  # find which kernel failed: one at a time below
@@ -122,7 +122,7 @@ def compiled(isa_cache: str | None) -> dict[tuple[str, str], list[tuple[Any, Any
     cases = {claim: _cases(*claim) for claim in CLAIMS}
     families = registry.families()
     triton_jobs = [(claim, *case) for claim, cs in cases.items() for case in cs
-                   if not hasattr(families[claim[0]], "compile_asm")]
+                   if families[claim[0]].compile_asm is None]
 
     def compile_one(job: tuple[Any, ...]) -> Any:
         (name, target), problem, _, ks = job
@@ -139,7 +139,7 @@ def compiled(isa_cache: str | None) -> dict[tuple[str, str], list[tuple[Any, Any
         out.setdefault(claim, []).append((problem, config, ks, result))
     for claim, cs in cases.items():
         family = families[claim[0]]
-        if hasattr(family, "compile_asm"):
+        if family.compile_asm is not None:
             done = _compile_dsl(family, claim[1], cs, isa_cache)
             out[claim] = [(p, c, ks, r) for (p, c, ks), r in zip(cs, done)]
     return out

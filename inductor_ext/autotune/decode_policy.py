@@ -46,7 +46,6 @@ model, not a prediction of the winner: the autotuner measures every candidate ag
 
 from __future__ import annotations
 
-from types import ModuleType
 import dataclasses
 from typing import Any
 
@@ -54,6 +53,7 @@ from inductor_ext import targets
 from inductor_ext.autotune import decode_mma_model
 from inductor_ext.autotune.nvmmh_policy import operand_dtypes
 from inductor_ext.templates.base import Tile
+from inductor_ext.templates.family import Family
 
 NAME = "decode"
 DECODE_MAX_M = 256
@@ -108,7 +108,7 @@ def _split(tiles: int, k: int, bk: int, sms: int) -> int:
 
 
 def decode_tiles(problem: Any, target: str, num_sms: int | None = None,
-                 family: ModuleType | None = None) -> list[Tile]:
+                 family: Family | None = None) -> list[Tile]:
     """The decode rules' tiles for ``problem`` on ``target`` (raw: before a family maps them);
     [] when the policy does not apply. ``family`` only helps size stages (operand dtypes)."""
     if not applies_to(problem, target):
@@ -145,10 +145,10 @@ class DecodePolicy:
     def __init__(self, num_sms: int | None = None) -> None:
         self.num_sms = num_sms
 
-    def applies(self, family: ModuleType, problem: Any, target: str) -> bool:
+    def applies(self, family: Family, problem: Any, target: str) -> bool:
         return applies_to(problem, target)
 
-    def propose(self, family: ModuleType, problem: Any, target: str) -> list[Any]:
+    def propose(self, family: Family, problem: Any, target: str) -> list[Any]:
         tiles = decode_tiles(problem, target, self.num_sms, family)
         tiles = [t for t in tiles if not self._mma_sync_loses(t, family, problem, target)]
         configs = (family.config_from_tile(t) for t in tiles)

@@ -56,6 +56,7 @@ from typing import Any
 
 from inductor_ext import targets
 from inductor_ext.templates.base import Tile
+from inductor_ext.templates.family import Family
 
 log = logging.getLogger(__name__)
 
@@ -109,20 +110,20 @@ class NvmmhConfig:
     runtime_s: float  # the library's runtime estimate for this config on this problem
 
 
-def operand_dtypes(problem: Any, family: ModuleType | None = None) -> tuple[str | None, str | None, str | None]:
+def operand_dtypes(problem: Any, family: Family | None = None) -> tuple[str | None, str | None, str | None]:
     """(A dtype, B dtype, output dtype) of a GEMM problem of any of our template families:
     ``dtype`` (both operands) or ``a_dtype``/``b_dtype``; a family whose FAMILY name says nvfp4
-    has NVFP4 operands wherever the problem names none."""
+    has NVFP4 operands wherever the problem names none (a family module is read as its record)."""
     dtype = getattr(problem, "dtype", None)
     a = dtype or getattr(problem, "a_dtype", None)
     b = dtype or getattr(problem, "b_dtype", None)
-    if "nvfp4" in getattr(family, "FAMILY", ""):
+    if family is not None and "nvfp4" in Family.of(family).name:
         a, b = a or "nvfp4", b or "nvfp4"
     out = getattr(problem, "out_dtype", None) or dtype
     return a, b, out
 
 
-def precision_for(problem: Any, target: str, family: ModuleType | None = None) -> str | None:
+def precision_for(problem: Any, target: str, family: Family | None = None) -> str | None:
     """The library's precision string for ``problem``; None when the header lists none for its
     dtypes (the policy then stays out of the way)."""
     a, b, out = (_PRECISION_LETTER.get(d) if d else None for d in operand_dtypes(problem, family))
@@ -264,7 +265,7 @@ def tile_from_config(c: NvmmhConfig) -> Tile:
 
 
 def nvmmh_query(problem: Any, target: str, k: int = 8, gpu: str | None = None,
-                family: ModuleType | None = None) -> list[NvmmhConfig]:
+                family: Family | None = None) -> list[NvmmhConfig]:
     """The library's top-``k`` configurations for ``problem`` on ``target`` (or ``gpu``);
     ``family`` helps name the operand dtypes (see ``operand_dtypes``).
 
@@ -283,7 +284,7 @@ def nvmmh_query(problem: Any, target: str, k: int = 8, gpu: str | None = None,
 
 
 def nvmmh_tiles(problem: Any, target: str, k: int = 8, gpu: str | None = None,
-                family: ModuleType | None = None) -> list[Tile]:
+                family: Family | None = None) -> list[Tile]:
     """The library's top-``k`` answer as ``Tile``s, best first, duplicates dropped (raw: before
     any template family maps them)."""
     configs = nvmmh_query(problem, target, k, gpu, family)
@@ -308,10 +309,10 @@ class NvMatmulHeuristicsPolicy:
         if gpu is not None:
             resolve_gpu("", gpu)  # reject an unknown name now, not at the first compile
 
-    def tiles(self, problem: Any, target: str, family: ModuleType | None = None) -> list[Tile]:
+    def tiles(self, problem: Any, target: str, family: Family | None = None) -> list[Tile]:
         return nvmmh_tiles(problem, target, self.top_k, self.gpu, family)
 
-    def applies(self, family: ModuleType, problem: Any, target: str) -> bool:
+    def applies(self, family: Family, problem: Any, target: str) -> bool:
         # Targets the library models; with an explicit gpu=, also NVIDIA targets ext has no
         # entry for (e.g. sm_120), never another vendor's.
         explicit = self.gpu is not None and targets.vendor(target) in (None, "nvidia")
@@ -331,7 +332,7 @@ class NvMatmulHeuristicsPolicy:
             return False
         return True
 
-    def propose(self, family: ModuleType, problem: Any, target: str) -> list[Any]:
+    def propose(self, family: Family, problem: Any, target: str) -> list[Any]:
         try:
             tiles = self.tiles(problem, target, family)
         except (NvmmhUnavailable, ValueError) as e:

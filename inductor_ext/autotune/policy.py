@@ -9,10 +9,10 @@ adds it, so every template is measured against it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any, Protocol, Sequence
 
 from inductor_ext import targets
+from inductor_ext.templates.family import Family
 
 # How many template configs each autotune effort benchmarks (None: all proposed).
 EFFORT_BUDGET: dict[str, int | None] = {"off": 0, "cache-only": 0, "quick": 4, "full": None}
@@ -27,9 +27,9 @@ class Candidate:
 class Policy(Protocol):
     name: str
 
-    def applies(self, family: ModuleType, problem: Any, target: str) -> bool: ...
+    def applies(self, family: Family, problem: Any, target: str) -> bool: ...
 
-    def propose(self, family: ModuleType, problem: Any, target: str) -> list[Any]: ...
+    def propose(self, family: Family, problem: Any, target: str) -> list[Any]: ...
 
 
 class DefaultPolicy:
@@ -37,10 +37,10 @@ class DefaultPolicy:
 
     name = "default"
 
-    def applies(self, family: ModuleType, problem: Any, target: str) -> bool:
+    def applies(self, family: Family, problem: Any, target: str) -> bool:
         return True
 
-    def propose(self, family: ModuleType, problem: Any, target: str) -> list[Any]:
+    def propose(self, family: Family, problem: Any, target: str) -> list[Any]:
         return list(family.configs(problem, target))
 
 
@@ -55,7 +55,7 @@ def default_policies(target: str) -> list[Policy]:
     return policies
 
 
-def candidates(family: ModuleType, problem: Any, target: str, effort: str,
+def candidates(family: Family, problem: Any, target: str, effort: str,
                policies: Sequence[Policy] | None = None) -> list[Candidate]:
     """Merged, de-duplicated proposals, cut to the effort's budget."""
     if effort not in EFFORT_BUDGET:

@@ -36,7 +36,6 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from inductor_ext import tables, targets
@@ -45,7 +44,7 @@ from inductor_ext.runtime.register_use import register_use
 from inductor_ext.runtime.kernel_source import SUFFIXES
 from inductor_ext.runtime.toolchain import ToolchainMissing
 from inductor_ext.templates import registry
-from inductor_ext.templates.family import OpSpec, TensorSpec
+from inductor_ext.templates.family import Family, OpSpec, TensorSpec
 
 DEFAULT_SHAPE = (128, 128, 256)
 
@@ -54,9 +53,9 @@ class AsmError(ValueError):
     """A bad family, target, shape or config: the message says what is allowed."""
 
 
-def family_targets(family: ModuleType) -> list[str]:
+def family_targets(family: Family) -> list[str]:
     """The device targets a family claims (not the interpreter's "cpu")."""
-    return [t for t in family.TARGETS if t in targets.all_targets() and not targets.has(t, targets.INTERPRETER)]
+    return [t for t in Family.of(family).targets if t in targets.all_targets() and not targets.has(t, targets.INTERPRETER)]
 
 
 INDUCTOR_PREFIX = "inductor."
@@ -70,7 +69,7 @@ def inductor_kinds() -> dict[str, tuple[str, ...]]:
 
 
 def listing() -> str:
-    rows = [(name, ", ".join(family_targets(m)) or "(none: CPU only)", m.CHOICE_KIND)
+    rows = [(name, ", ".join(family_targets(m)) or "(none: CPU only)", Family.of(m).choice_kind)
             for name, m in sorted(registry.families().items())]
     rows += [(name, ", ".join(claimed), "inductor codegen") for name, claimed in inductor_kinds().items()]
     return tables.render(("family", "targets", "kind"), [(name, claimed, f"[{kind}]") for name, claimed, kind in rows])
@@ -121,30 +120,29 @@ def _mm_spec(m: int, n: int, k: int, dtype: str, device_type: str) -> OpSpec:
                   TensorSpec((m, n), (n, 1), dtype), {}, device_type)
 
 
-def example_problem(family: ModuleType, shape: tuple[int, int, int], dtype: str | None, target: str) -> Any:
+def example_problem(family: Family, shape: tuple[int, int, int], dtype: str | None, target: str) -> Any:
     """The family's problem for an MxNxK GEMM: its own ``example_problem`` when it has one, else
     the plain mm of that shape."""
     m, n, k = shape
-    if hasattr(family, "example_problem"):
+    family = Family.of(family)
+    if family.example_problem is not None:
         problem = family.example_problem(m, n, k, dtype)
-    elif "mm" in family.OPS:
+    elif "mm" in family.ops:
         problem = family.problem_for(_mm_spec(m, n, k, dtype or "bfloat16", targets.get(target).device_type))
     else:
-        raise AsmError(f"{family.FAMILY} has no example_problem(m, n, k, dtype) to build a problem from --shape")
+        raise AsmError(f"{family.name} has no example_problem(m, n, k, dtype) to build a problem from --shape")
     if isinstance(problem, str):
-        raise AsmError(f"{family.FAMILY} cannot serve {m}x{n}x{k} {dtype or ''}: {problem}")
+        raise AsmError(f"{family.name} cannot serve {m}x{n}x{k} {dtype or ''}: {problem}")
     return problem
 
 
-def key_patterns(family: ModuleType, target: str, asm: dict[str, str], problem: Any = None,
+def key_patterns(family: Family, target: str, asm: dict[str, str], problem: Any = None,
                  config: Any = None) -> dict[str, list[str]]:
     """Assembly stage -> the instruction patterns to look for: the family's own when it names them,
     else the target's MMA instruction (in SASS too, for NVIDIA)."""
     t = targets.get(target)
     found: dict[str, list[str]] = {}
-    own = getattr(family, "KEY_INSTRUCTIONS", {}).get(target, ())  # [(stage, regex)]
-    if problem is not None and hasattr(family, "key_instructions"):
-        own = family.key_instructions(problem, config, target)
+    own = Family.of(family).key_instructions(problem, config, target)  # [(stage, regex)]
     for stage, pattern in own:
         found.setdefault(stage, []).append(pattern)
     if not own and t.asm_key and t.mma_instruction:
@@ -154,11 +152,11 @@ def key_patterns(family: ModuleType, target: str, asm: dict[str, str], problem: 
     return {stage: list(dict.fromkeys(p)) for stage, p in found.items() if stage in asm}
 
 
-def launch_hints(family: ModuleType, problem: Any, ks: Any) -> dict[str, int] | None:
+def launch_hints(family: Family, problem: Any, ks: Any) -> dict[str, int] | None:
     """The specialisation a launch of a Triton family's kernel gets (``family.launch_values``:
     the integer arguments for contiguous tensors; unit strides become constants), or None
     (the compiler's default: only pointers aligned) for a family that does not say."""
-    values = getattr(family, "launch_values", None)
+    values = Family.of(family).launch_values
     if values is None:
         return None
     from inductor_ext.runtime.triton_compile import launch_hints as hints
@@ -177,19 +175,19 @@ def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_S
     if not offered:
         raise AsmError(f"{family_name} has no config for {problem} on {target}")
     config = apply_overrides(offered[0], config_text)
-    check = getattr(family, "config_supports", None)
+    check = family.config_supports
     reason = check(problem, config, target) if check is not None else None
     if reason:
         raise AsmError(f"{family_name} cannot use config {config}: {reason}")
     return compile_config(family, problem, config, target)
 
 
-def offered_configs(family: ModuleType, problem: Any, target: str) -> list[Any]:
+def offered_configs(family: Family, problem: Any, target: str) -> list[Any]:
     """The configs autotuning benchmarks for ``problem`` (every policy's, ``effort="full"``), in
     the order it tries them, without those the family's ``config_supports`` refuses."""
     from inductor_ext.autotune import policy
 
-    check = getattr(family, "config_supports", None)
+    check = Family.of(family).config_supports
     return [c.config for c in policy.candidates(family, problem, target, "full")
             if check is None or not check(problem, c.config, target)]
 
@@ -205,22 +203,23 @@ def build_all(family_name: str, target: str, shape: tuple[int, int, int] = DEFAU
     return [compile_config(family, problem, config, target) for config in offered]
 
 
-def _family(family_name: str, target: str) -> ModuleType:
+def _family(family_name: str, target: str) -> Family:
     families = registry.families()
     if family_name not in families:
         raise AsmError(f"unknown template family {family_name!r}; families: {', '.join(sorted(families))}")
-    family = families[family_name]
+    family = Family.of(families[family_name])
     claimed = family_targets(family)
     if target not in claimed:
         raise AsmError(f"{family_name} does not claim target {target!r}; it claims: {', '.join(claimed) or 'none'}")
     return family
 
 
-def compile_config(family: ModuleType, problem: Any, config: Any, target: str) -> dict[str, Any]:
+def compile_config(family: Family, problem: Any, config: Any, target: str) -> dict[str, Any]:
     """Render and compile one config; the summary ``inductor-ext asm`` prints."""
-    family_name = family.FAMILY
+    family = Family.of(family)
+    family_name = family.name
     ks = family.render(problem, config, target)
-    if hasattr(family, "compile_asm"):
+    if family.compile_asm is not None:
         asm = family.compile_asm(problem, config, target)
     elif ks.language == "triton" and targets.get(target).triton is not None:
         from inductor_ext.runtime.triton_compile import compile_for_target

@@ -1,6 +1,8 @@
 """Generic lowering adapters: how a template family's configs become Inductor autotune choices,
 one adapter per choice kind (``templates/family.py``), none per family.
 
+Families arrive as their records (``templates/family.py: Family``).
+
 - ``triton_template``: the family's ``inductor_source()`` as a ``TritonTemplate`` (Inductor
   renders it, can fuse epilogues into it, and benchmarks it); one choice per config with the
   family's ``inductor_kwargs``.
@@ -37,12 +39,14 @@ from inductor_ext.lowering import cpp_gemm, pdl_consumers, subgraph
 from inductor_ext.lowering.ops import op_inputs
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import allowed, registry
+from inductor_ext.templates.family import Family
 
 log = logging.getLogger("inductor_ext.autotune")
 
 
-def prepare(family: ModuleType, kernel_inputs: Any, op: str) -> Prepared | str:
+def prepare(family: Family, kernel_inputs: Any, op: str) -> Prepared | str:
     """The family's problem for this op instance with every choice's inputs, or why not."""
+    family = Family.of(family)
     inputs = op_inputs(op, kernel_inputs)
     if isinstance(inputs, str):
         return inputs
@@ -55,10 +59,10 @@ def prepare(family: ModuleType, kernel_inputs: Any, op: str) -> Prepared | str:
     if reason:
         return reason
     nodes, extra = inputs.nodes, {}
-    if family.CHOICE_KIND == "triton_template":
+    if family.choice_kind == "triton_template":
         nodes, extra = _pointers(nodes), inputs.triton_extra
     prepared = Prepared(problem, nodes, inputs.layout, extra)
-    if family.CHOICE_KIND == "inductor_template":
+    if family.choice_kind == "inductor_template":
         reason = inductor_glue(family).unusable(prepared)
         if reason is not None:
             return reason
@@ -75,7 +79,7 @@ def _pointers(nodes: tuple[Any, ...]) -> tuple[Any, ...]:
                  and V.graph.is_unspec_arg(n.get_name()) else n for n in nodes)
 
 
-def config_refusal(family: ModuleType, problem: Any, config: Any, target: str) -> str | None:
+def config_refusal(family: Family, problem: Any, config: Any, target: str) -> str | None:
     """Why the family cannot render ``config`` for ``problem``, or None: a value outside what the
     Config declares (``templates/allowed.py``; the autotune cache would refuse to store the winner),
     or the family's own ``config_supports``."""
@@ -83,33 +87,34 @@ def config_refusal(family: ModuleType, problem: Any, config: Any, target: str) -
         registry.config_from_dict(family, registry.config_to_dict(config))
     except allowed.InvalidField as e:
         return f"outside its declared values: {e}"
-    check = getattr(family, "config_supports", None)
+    check = Family.of(family).config_supports
     return check(problem, config, target) if check is not None else None
 
 
-def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
+def append(family: Family, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
     """Append the choice for ``config``; returns it, or None when the family (or Inductor)
     cannot generate it."""
+    family = Family.of(family)
     if config_refusal(family, prepared.problem, config, target):
         return None
-    kind = family.CHOICE_KIND
+    kind = family.choice_kind
     if kind == "triton_template":
         return _append_triton(family, choices, prepared, config, target)
     if kind == "extern":
         return _append_extern(family, choices, prepared, config, target)
     if kind == "inductor_template":
         return inductor_glue(family).append(family, choices, prepared, config)
-    raise ValueError(f"{family.FAMILY}: unknown choice kind {kind!r}")
+    raise ValueError(f"{family.name}: unknown choice kind {kind!r}")
 
 
-def default_config(family: ModuleType, prepared: Prepared, target: str) -> Any | None:
+def default_config(family: Family, prepared: Prepared, target: str) -> Any | None:
     """The config the family's upstream heuristic would pick for this problem (for an Inductor
     template, the one Inductor renders unasked), or None when it names none. Another config of
     the family must beat it by the preset's margin (ext_choices)."""
-    if family.CHOICE_KIND != "inductor_template":
+    family = Family.of(family)
+    if family.choice_kind != "inductor_template":
         return None
-    pick = getattr(inductor_glue(family), "default_config", None)
-    return pick(family, prepared, target) if pick is not None else None
+    return inductor_glue(family).default_config(family, prepared, target)
 
 
 # --------------------------------------------------------------------------- triton_template
@@ -122,9 +127,9 @@ def triton_template(family_name: str) -> TritonTemplate:
     return TritonTemplate(name=f"ext_{registry.slug(family_name)}", grid=mm_grid, source=family.inductor_source())
 
 
-def _append_triton(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
+def _append_triton(family: Family, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
     before = len(choices)
-    triton_template(family.FAMILY).maybe_append_choice(
+    triton_template(family.name).maybe_append_choice(
         choices, input_nodes=prepared.inputs, layout=prepared.layout,
         num_stages=config.num_stages, num_warps=config.num_warps,
         **pdl_consumers.template_launch_kwargs(prepared.problem), **prepared.extra,
@@ -134,32 +139,34 @@ def _append_triton(family: ModuleType, choices: list[Any], prepared: Prepared, c
 
 # ------------------------------------------------------------------------- inductor_template
 
-# A family's INDUCTOR_TEMPLATE -> the lowering module that hands that Inductor template through.
+# A family's INDUCTOR_TEMPLATE -> the lowering module that hands that Inductor template through
+# (each with unusable(prepared), append(family, choices, prepared, config) and
+# default_config(family, prepared, target)).
 INDUCTOR_TEMPLATES: dict[str, ModuleType] = {"cpp_gemm": cpp_gemm, "subgraph": subgraph}
 
 
-def inductor_glue(family: ModuleType) -> ModuleType:
-    name = family.INDUCTOR_TEMPLATE
+def inductor_glue(family: Family) -> ModuleType:
+    name = family.inductor_template
     if name not in INDUCTOR_TEMPLATES:
-        raise ValueError(f"{family.FAMILY}: INDUCTOR_TEMPLATE {name!r} is not one of {', '.join(INDUCTOR_TEMPLATES)}")
+        raise ValueError(f"{family.name}: INDUCTOR_TEMPLATE {name!r} is not one of {', '.join(INDUCTOR_TEMPLATES)}")
     return INDUCTOR_TEMPLATES[name]
 
 
 # ------------------------------------------------------------------------------------ extern
 
 
-def extern_choice(family: ModuleType, config: Any) -> ExternKernelChoice:
+def extern_choice(family: Family, config: Any) -> ExternKernelChoice:
     """The registered ExternKernelChoice of one (family, config), created on first use."""
-    name = registry.extern_name(family.FAMILY, config)
+    name = registry.extern_name(family.name, config)
     existing = ExternKernelChoice.lookup(name)
     if existing is not None:
         return existing
-    op_name = getattr(family, "EXTERN_OP", None)
+    op_name = family.extern_op
     if op_name is not None:
         namespace, _, op = op_name.partition("::")
         overload = getattr(getattr(torch.ops, namespace), op).default
         return ExternKernelChoice(overload, name=name, has_out_variant=False, op_overload=overload)
-    kernel = functools.partial(_call_family, family.FAMILY, dataclasses.asdict(config))
+    kernel = functools.partial(_call_family, family.name, dataclasses.asdict(config))
     kernel.__name__ = name  # type: ignore[attr-defined]
     return ExternKernelChoice(kernel, name=name, has_out_variant=False)
 
@@ -179,32 +186,33 @@ def _rebuilt(family_name: str, problem: str, config: tuple[tuple[str, Any], ...]
     return registry.problem_from_dict(family, json.loads(problem)), registry.config_from_dict(family, dict(config))
 
 
-def _append_extern(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
-    if config not in family.ALL_CONFIGS:
+def _append_extern(family: Family, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
+    if config not in family.all_configs:
         return None  # only registered configs can be called from cached code
-    if getattr(family, "EXTERN_OP", None) is not None:
+    if family.extern_op is not None:
         kwargs = family.extern_kwargs(prepared.problem, config)
     else:
         kwargs = {"problem": registry.problem_json(prepared.problem), "target": target}
     choice = extern_choice(family, config).bind(prepared.inputs, prepared.layout, **kwargs)
-    choice.description = f"{family.FAMILY} {registry.config_name(config)}"  # what dumps show as its config
+    choice.description = f"{family.name} {registry.config_name(config)}"  # what dumps show as its config
     choices.append(choice)
     return choice
 
 
-def prebuild_extern(family: ModuleType, problem: Any, configs: list[Any], target: str, device_type: str) -> None:
+def prebuild_extern(family: Family, problem: Any, configs: list[Any], target: str, device_type: str) -> None:
     """Hand an extern family the configs of one decision that it is about to be benchmarked with
     (``prebuild(pairs, target, device_type)``, optional), before Inductor benchmarks them one by
     one. A failure is logged, never fatal: ``call()`` then builds each config on its own, and
     only a broken one loses the benchmark."""
-    hook = getattr(family, "prebuild", None)
+    family = Family.of(family)
+    hook = family.prebuild
     if hook is None or not configs:
         return
     try:
         hook([(problem, config) for config in configs], target, device_type)
     except Exception as e:  # noqa: BLE001  (a compile error, a missing runtime: each call says it again)
         log.warning("ext: %s could not prebuild %d candidates for %s (%s: %s); building each on its own",
-                    family.FAMILY, len(configs), problem, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                    family.name, len(configs), problem, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
 
 
 def register_extern_choices() -> None:

@@ -17,7 +17,6 @@ import contextlib
 import functools
 import json
 from dataclasses import asdict
-from types import ModuleType
 from typing import Any, Iterator
 
 import torch
@@ -31,6 +30,7 @@ from torch._inductor.cpu_vec_isa import VecAMX, VecAVX2, VecAVX512
 from torch._inductor.utils import parallel_num_threads
 
 from inductor_ext.lowering.prepared import Prepared
+from inductor_ext.templates.family import Family
 
 # A cpp.gemm config's ISA -> the vector ISA class of Inductor's micro-kernel configs.
 _ISA_CLASSES = {"amx": VecAMX, "avx512": VecAVX512, "avx2": VecAVX2}
@@ -117,7 +117,7 @@ def _micro_kernel_exists(problem: Any, config: Any) -> bool:
     return _micro_kernel(problem, config) is not None
 
 
-def default_config(family: ModuleType, prepared: Prepared, target: str) -> Any | None:
+def default_config(family: Family, prepared: Prepared, target: str) -> Any | None:
     """The family's config for the micro-kernel Inductor's own ranking picks (what max-autotune
     renders), or None when that is none of the family's."""
     problem = prepared.problem
@@ -131,19 +131,19 @@ def default_config(family: ModuleType, prepared: Prepared, target: str) -> Any |
     return None
 
 
-def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any) -> Any | None:
+def append(family: Family, choices: list[Any], prepared: Prepared, config: Any) -> Any | None:
     """Append Inductor's template choice with ``config``'s micro-kernel; None when Inductor has
     no such micro-kernel here."""
     problem = prepared.problem
     if not _micro_kernel_exists(problem, config):
         return None
     base = CppBmmTemplate if problem.op == "bmm" else CppGemmTemplate
-    cls = template_class(base, family.FAMILY, config)
+    cls = template_class(base, family.name, config)
     kwargs = {"alpha": problem.alpha, "beta": problem.beta, "has_bias": True} if problem.op == "addmm" else {}
     before = len(choices)
     with pinned(config):
         cls.add_choices(choices, prepared.layout, list(prepared.inputs), **kwargs)
     if len(choices) == before:
         return None
-    choices[-1].description = f"{family.FAMILY} {config.name()}"  # what dumps show as its config
+    choices[-1].description = f"{family.name} {config.name()}"  # what dumps show as its config
     return choices[-1]

@@ -36,6 +36,7 @@ from inductor_ext.logs import autotune_log
 from inductor_ext.runtime import extras
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
+from inductor_ext.templates.family import Family
 
 log = logging.getLogger("inductor_ext.autotune")
 
@@ -46,7 +47,7 @@ _SEAM_MODULES = (adapters, aten_choices, mkl_packed_ops, mkldnn_packed_ops, pack
                  cutedsl_nvfp4, cpp_gemm, cold_timing, subgraph, decode_attention_kernel)
 
 
-def available_templates() -> dict[str, ModuleType]:
+def available_templates() -> dict[str, Family]:
     """Every template family by name (``templates/registry.py``)."""
     return registry.families()
 
@@ -108,7 +109,7 @@ class ExtChoices(InductorChoices):
 
     def serves(self, op_name: str) -> bool:
         """Whether this compile offers any template family for ``op_name``."""
-        return self.config.autotune != "off" and any(op_name in registry.get(f).OPS for f in self.config.templates)
+        return self.config.autotune != "off" and any(op_name in registry.get(f).ops for f in self.config.templates)
 
     def get_template_configs(self, kernel_inputs: Any, templates: list[Any], op_name: str,
                              kwarg_overrides: dict[str, dict[str, Any]] | None = None) -> list[Any]:
@@ -120,7 +121,7 @@ class ExtChoices(InductorChoices):
 
     def offer(self, op_name: str, kernel_inputs: Any, choices: list[Any]) -> list[Any]:
         """``choices`` (ATen's, first one the default) plus ours, or one cached/fallback choice."""
-        families = [f for f in self.config.templates if op_name in registry.get(f).OPS]
+        families = [f for f in self.config.templates if op_name in registry.get(f).ops]
         if not families or self.config.autotune == "off":
             return choices
         node = V.graph.current_node.name if V.graph.current_node is not None else "?"
@@ -175,14 +176,14 @@ class ExtChoices(InductorChoices):
                                                       registry.config_to_dict(cand.config), cand.config == default))
                 # a failure while Inductor builds or times it drops it (inf), never the compile
                 candidate_guard.guard(choice, functools.partial(_dropped, decision, len(decision.candidates) - 1))
-            if module.CHOICE_KIND == "extern":
+            if module.choice_kind == "extern":
                 adapters.prebuild_extern(module, ready.problem, offered, self.config.target, kernel_inputs.device_type)
         for i, choice in enumerate(choices):  # one candidate per choice, in order
             decision.track(choice, i)
         decision.reason = "benchmark"
         return choices
 
-    def _append(self, family: ModuleType, choices: list[Any], ready: Any, config: Any) -> Any | None:
+    def _append(self, family: Family, choices: list[Any], ready: Any, config: Any) -> Any | None:
         choice = adapters.append(family, choices, ready, config, self.config.target)
         if choice is not None and getattr(ready.problem, "use_pdl", False):
             pdl_consumers.mark(choice)  # so the kernel after it waits (gdc_wait) and launches with PDL
@@ -277,23 +278,24 @@ class ExtChoices(InductorChoices):
             reason="benchmark", device_name=decision.key.device_name))
 
 
-def unusable_reason(config: ExtConfig, module: ModuleType, device: str) -> str | None:
-    """Why family ``module`` cannot serve this compile's tensors on ``device``, or None."""
-    claimed = getattr(module, "TARGETS", ())
+def unusable_reason(config: ExtConfig, family: Family, device: str) -> str | None:
+    """Why ``family`` cannot serve this compile's tensors on ``device``, or None."""
+    family = Family.of(family)
+    claimed = family.targets
     if config.target not in claimed:
         return f"verified for {', '.join(claimed)}, not target {config.target}"
-    missing = registry.missing(module)  # a toolchain not installed here, or the family's own missing()
+    missing = registry.missing(family)  # a toolchain not installed here, or the family's own missing()
     if missing:
-        return f"{module.FAMILY} cannot run here: {missing}"
-    if device == "cpu" and not getattr(module, "RUNS_ON_CPU", False):
+        return f"{family.name} cannot run here: {missing}"
+    if device == "cpu" and not family.runs_on_cpu:
         # CPU tensors: only a family with a CPU executor, and only in interpret mode of a preset
         # for its device (a FlyDSL launch without a ROCm GPU would abort the process, so a
         # family without an executor is never offered there; the cpu preset's kernels are native).
-        executor = getattr(module, "CPU_EXECUTOR", None)
+        executor = family.cpu_executor
         if executor is None:
-            return f"{module.FAMILY} has no CPU executor: it runs only on its device"
+            return f"{family.name} has no CPU executor: it runs only on its device"
         if not (config.interpret and config.device_type != "cpu"):
-            dsl = module.FAMILY.split(".", 1)[0].capitalize()
+            dsl = family.name.split(".", 1)[0].capitalize()
             preset = next((name for name, data in targets.presets().items()
                            if data["target"] in claimed and data["device_type"] != "cpu"), "hopper")
             return (f"{dsl} templates run on CPU tensors only in interpret mode of a preset for their device, "
@@ -303,14 +305,14 @@ def unusable_reason(config: ExtConfig, module: ModuleType, device: str) -> str |
     return None
 
 
-def offered_families(config: ExtConfig, op_name: str, device: str) -> list[ModuleType]:
+def offered_families(config: ExtConfig, op_name: str, device: str) -> list[Family]:
     """The enabled families this compile offers for ``op_name`` on ``device`` (before asking
     each whether it serves the problem): what a graph pass checks before making an op that
     only pays off when a template may serve it."""
     if config.autotune == "off":
         return []
     return [m for m in map(registry.get, config.templates)
-            if op_name in m.OPS and unusable_reason(config, m, device) is None]
+            if op_name in m.ops and unusable_reason(config, m, device) is None]
 
 
 def forced_templates(config: ExtConfig) -> tuple[str, ...]:
@@ -325,7 +327,7 @@ def templates_hash(config: ExtConfig) -> str:
     ``inductor_ext.templates`` module it imports (``_template_modules``)."""
     modules = [sys.modules[__name__], *_SEAM_MODULES]
     for family in config.templates:
-        modules += _template_modules(registry.get(family))
+        modules += _template_modules(registry.get(family).module)
     parts = [ops.sources_hash(), *(module_source_hash(m) for m in modules)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 

@@ -12,17 +12,22 @@ operations become ordinary Inductor nodes, which fuse with their neighbours.
 from __future__ import annotations
 
 import functools
-from types import ModuleType
 from typing import Any
 
 from torch._inductor.codegen.subgraph import SubgraphTemplate, inline_subgraph_to_ir_nodes
 from torch._inductor.decomposition import select_decomp_table
 
 from inductor_ext.lowering.prepared import Prepared
+from inductor_ext.templates.family import Family
 
 
 def unusable(prepared: Prepared) -> str | None:
     """Every input Inductor can trace with is usable: the family's problem_for decided."""
+    return None
+
+
+def default_config(family: Family, prepared: Prepared, target: str) -> Any | None:
+    """None: Inductor renders no subgraph of its own, so no config is its default."""
     return None
 
 
@@ -33,14 +38,14 @@ def _make_fx_graph(function: Any, kwargs: dict[str, Any], *args: Any) -> Any:
                    tracing_mode="symbolic")(*args)
 
 
-def append(family: ModuleType, choices: list[Any], prepared: Prepared, config: Any) -> Any | None:
+def append(family: Family, choices: list[Any], prepared: Prepared, config: Any) -> Any | None:
     """Append the subgraph choice of ``config``."""
     function, kwargs = family.decomposition(prepared.problem, config)
-    name = f"{family.FAMILY.replace('.', '_')}_{config.name()}"
+    name = f"{family.name.replace('.', '_')}_{config.name()}"
     choice = SubgraphTemplate(name=name).generate(
         name=name, input_nodes=list(prepared.inputs), layout=prepared.layout,
         make_fx_graph=functools.partial(_make_fx_graph, function, kwargs),
-        description=f"{family.FAMILY} {config.name()}")  # what dumps show as its config
+        description=f"{family.name} {config.name()}")  # what dumps show as its config
     choices.append(choice)
     return choice
 

@@ -1,5 +1,7 @@
-"""The template-family protocol: what every family module (one DSL x one op family) exposes,
-and ``OpSpec``, the plain-data description of one op instance that lowering hands a family.
+"""The template-family protocol: what every family module (one DSL x one op family) exposes;
+``Family``, the record of it that the rest of the package reads (fields, never attribute
+probing); and ``OpSpec``, the plain-data description of one op instance that lowering hands a
+family.
 
 A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/scaled_mm.py``::
 
@@ -63,20 +65,26 @@ Optional, for ``inductor-ext asm`` (``cli/asm.py``) and tier I: ``example_proble
 ``KEY_INSTRUCTIONS = {target: [(asm stage, regex), ...]}``, the instructions its kernels must
 contain (without it, the target's MMA instruction), or ``key_instructions(problem, config, target)``
 when they depend on the problem; ``compile_asm(problem, config, target) -> {stage: text}`` for a
-family whose kernels are not Triton (Triton ones are compiled by ``runtime/triton_compile.py``);
+family whose kernels are not Triton (Triton ones are compiled by ``runtime/triton_compile.py``),
+and ``isa_many(jobs, cache=None)`` where one run compiles many (FlyDSL, Helion: one subprocess);
 ``launch_values(problem) -> {arg: int}``, the integer launch arguments, for the specialisation
 (unit strides become constants) a real launch gets.
 
 Rules every family keeps: no ``torch._inductor`` import (templates run on the lent GPU machine's
 older torch), torch imported lazily (Triton picks its interpreter at first import), ``render``
 returns plain text plus the data needed to launch it, and a refusal is a reason string, never an
-exception. ``templates/registry.py`` finds families; adding one is one new file.
+exception. ``templates/registry.py`` finds families and hands each out as its ``Family``
+record (``Family.of(module)``, which checks the module once); adding one is one new file.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
+
+from inductor_ext.templates import allowed
 
 CHOICE_KINDS = ("triton_template", "extern", "inductor_template")
 
@@ -114,3 +122,96 @@ class OpSpec:
     out: TensorSpec
     scalars: dict[str, Any] = field(default_factory=dict)
     device_type: str = "cpu"
+
+
+class FamilyError(TypeError):
+    """A template module that claims to be a family but does not follow the protocol."""
+
+
+# What every family module defines, and what each choice kind adds.
+_REQUIRED = ("FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "Problem", "Config", "problem_for", "supports", "configs")
+_BY_KIND = {"triton_template": ("render", "inductor_source", "inductor_kwargs"), "extern": ("render", "call", "ALL_CONFIGS"),
+            "inductor_template": ("INDUCTOR_TEMPLATE",)}
+
+# Record field <- the module name it is read from, for what the protocol above leaves optional.
+_OPTIONAL = {
+    "render": "render", "call": "call", "inductor_source": "inductor_source", "inductor_kwargs": "inductor_kwargs",
+    "inductor_template": "INDUCTOR_TEMPLATE", "decomposition": "decomposition", "extern_op": "EXTERN_OP",
+    "extern_kwargs": "extern_kwargs", "config_supports": "config_supports", "config_from_tile": "config_from_tile",
+    "missing": "missing", "prebuild": "prebuild", "cpu_executor": "CPU_EXECUTOR", "example_problem": "example_problem",
+    "compile_asm": "compile_asm", "isa_many": "isa_many", "launch_values": "launch_values",
+}
+
+Hook = Callable[..., Any]
+
+
+@dataclass(frozen=True, eq=False)
+class Family:
+    """One template family as lowering, autotuning and the CLI read it: the protocol above as
+    fields, None where the family leaves an optional hook out. Built from the family's module
+    by :meth:`of`, the one place that reads a module's names (``templates/registry.py`` builds
+    every family's record when it finds the module)."""
+
+    name: str  # FAMILY
+    choice_kind: str  # CHOICE_KIND, one of CHOICE_KINDS
+    ops: tuple[str, ...]
+    targets: tuple[str, ...]
+    Problem: type
+    Config: type
+    problem_for: Hook
+    supports: Hook
+    configs: Hook
+    module: ModuleType  # its source is hashed into cache keys; its imports too (lowering/ext_choices.py)
+    all_configs: tuple[Any, ...] = ()  # extern: every config it may be called with
+    render: Hook | None = None
+    call: Hook | None = None  # extern
+    inductor_source: Hook | None = None  # triton_template
+    inductor_kwargs: Hook | None = None  # triton_template
+    inductor_template: str | None = None  # inductor_template
+    decomposition: Hook | None = None  # inductor_template "subgraph": the torch function and kwargs
+    extern_op: str | None = None
+    extern_kwargs: Hook | None = None
+    config_supports: Hook | None = None
+    config_from_tile: Hook | None = None
+    missing: Hook | None = None
+    prebuild: Hook | None = None
+    cpu_executor: str | None = None
+    runs_on_cpu: bool = False
+    example_problem: Hook | None = None
+    # (problem, config, target) -> [(asm stage, regex)]: key_instructions(), else KEY_INSTRUCTIONS[target]
+    key_instructions: Callable[[Any, Any, str], Sequence[tuple[str, str]]] = lambda problem, config, target: ()
+    compile_asm: Hook | None = None
+    isa_many: Hook | None = None  # compile_asm for many (problem, config, target) in one run
+    launch_values: Hook | None = None
+
+    @classmethod
+    def of(cls, family: "Family | ModuleType") -> "Family":
+        """The record of a family module (a record is returned as it is). Raises
+        :class:`FamilyError` naming what the module misses of the protocol, or a Problem or
+        Config field that declares no allowed values (templates/allowed.py). Built afresh from
+        the module's names each call: cheap, and a test's patched module is read as patched."""
+        if isinstance(family, Family):
+            return family
+        module = family
+        names = vars(module)
+        kind = names.get("CHOICE_KIND")
+        if kind not in CHOICE_KINDS:
+            raise FamilyError(f"{module.__name__}: CHOICE_KIND = {kind!r}; use one of {CHOICE_KINDS}")
+        lacking = [name for name in (*_REQUIRED, *_BY_KIND[kind]) if name not in names]
+        if lacking:
+            raise FamilyError(f"{module.__name__} (family {names.get('FAMILY', '?')!r}) lacks {', '.join(lacking)} "
+                              "of the template-family protocol (templates/family.py)")
+        # Every field's values are declared (templates/allowed.py): a cache entry or a JSON is then
+        # checked field by field before any of it can reach generated source.
+        bare = [f"{part}.{name}" for part in ("Problem", "Config") for name in allowed.undeclared(names[part])]
+        if bare:
+            raise FamilyError(f"{module.__name__} (family {names['FAMILY']!r}): fields {', '.join(bare)} declare no "
+                              "allowed values; declare each with templates/allowed.py (integer, size, number, flag, one_of)")
+        table: Mapping[str, Sequence[tuple[str, str]]] = names.get("KEY_INSTRUCTIONS", {})
+        key_instructions = names.get("key_instructions") or (lambda problem, config, target: table.get(target, ()))
+        return cls(name=names["FAMILY"], choice_kind=kind, ops=tuple(names["OPS"]), targets=tuple(names["TARGETS"]),
+                   Problem=names["Problem"], Config=names["Config"], problem_for=names["problem_for"],
+                   supports=names["supports"], configs=names["configs"], module=module,
+                   all_configs=tuple(names.get("ALL_CONFIGS", ())), runs_on_cpu=bool(names.get("RUNS_ON_CPU", False)),
+                   key_instructions=key_instructions,
+                   **{field_: names.get(name) for field_, name in _OPTIONAL.items()})

@@ -1,11 +1,12 @@
 """Finds the template families: every module ``templates/<dsl>/<name>.py`` defining ``FAMILY``.
 
-A new family is one new file; nothing here lists them. A family whose toolchain is not installed
-(an extra of ``pip install inductor-ext[...]`` left out) is listed by :func:`unavailable` with
-the reason, and the rest load as usual. Modules without ``FAMILY`` (shared
-pieces such as ``triton/launch.py``) are skipped. A module that defines ``FAMILY`` but misses
-part of the protocol (``templates/family.py``) is an error naming what is missing, not a family
-that silently never gets offered.
+A new family is one new file; nothing here lists them. Each is handed out as its record,
+``templates/family.py: Family``, built and checked once when its module is found. A family
+whose toolchain is not installed (an extra of ``pip install inductor-ext[...]`` left out) is
+listed by :func:`unavailable` with the reason, and the rest load as usual. Modules without
+``FAMILY`` (shared pieces such as ``triton/launch.py``) are skipped. A module that defines
+``FAMILY`` but misses part of the protocol (``templates/family.py``) is an error naming what is
+missing, not a family that silently never gets offered.
 """
 
 from __future__ import annotations
@@ -18,26 +19,20 @@ import json
 import pkgutil
 import re
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import inductor_ext.templates as _package
 from inductor_ext.runtime import extras
 from inductor_ext.templates import allowed
-from inductor_ext.templates.family import CHOICE_KINDS
+from inductor_ext.templates.family import Family, FamilyError
 
-# What every family module defines, and what each choice kind adds.
-_REQUIRED = ("FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "Problem", "Config", "problem_for", "supports", "configs")
-_BY_KIND = {"triton_template": ("render", "inductor_source", "inductor_kwargs"), "extern": ("render", "call", "ALL_CONFIGS"),
-            "inductor_template": ("INDUCTOR_TEMPLATE",)}
-
-
-class FamilyError(TypeError):
-    """A template module that claims to be a family but does not follow the protocol."""
+__all__ = ["Family", "FamilyError", "families", "names", "unavailable", "missing", "check", "get", "for_op", "slug",
+           "config_name", "extern_name", "extern_choices", "config_to_dict", "from_dict", "config_from_dict",
+           "problem_from_dict", "problem_json"]
 
 
-def families() -> dict[str, ModuleType]:
-    """Family name -> module, for every family module under ``inductor_ext/templates`` that
+def families() -> dict[str, Family]:
+    """Family name -> record, for every family module under ``inductor_ext/templates`` that
     imports here. Families import their toolchain where they use it, so all of them do; one
     whose toolchain is not installed is also in :func:`unavailable`."""
     return _scan()[0]
@@ -53,21 +48,21 @@ def unavailable() -> dict[str, str]:
     on macOS, FlyDSL on aarch64, an extra of ``pip install inductor-ext[...]`` left out), with
     what to install. Its name stays valid in options and presets; lowering offers ATen instead."""
     out = dict(_scan()[1])
-    for name, module in families().items():
-        reason = missing(module)
+    for name, family in families().items():
+        reason = missing(family)
         if reason:
             out[name] = reason
     return dict(sorted(out.items()))
 
 
-def missing(module: ModuleType) -> str | None:
-    """None when family ``module``'s kernels can be built here, else why not: a module its DSL
+def missing(family: Family) -> str | None:
+    """None when ``family``'s kernels can be built here, else why not: a module its DSL
     package ``REQUIRES`` is not installed, or the family's own ``missing()`` says what is absent."""
-    for name in _required(module.__name__.rpartition(".")[0]):
+    family = Family.of(family)
+    for name in _required(family.module.__name__.rpartition(".")[0]):
         if not _installed(name):
             return f"needs {name}, which is not installed here: {extras.hint(name)}"
-    own = getattr(module, "missing", None)
-    return own() if own is not None else None
+    return family.missing() if family.missing is not None else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,8 +82,8 @@ def _required(package: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=None)
-def _scan() -> tuple[dict[str, ModuleType], dict[str, str]]:
-    found: dict[str, ModuleType] = {}
+def _scan() -> tuple[dict[str, Family], dict[str, str]]:
+    found: dict[str, Family] = {}
     failed: dict[str, str] = {}  # a family module importing a toolchain at load, where it is absent
     for dsl in pkgutil.iter_modules(_package.__path__):
         if not dsl.ispkg:
@@ -105,13 +100,13 @@ def _scan() -> tuple[dict[str, ModuleType], dict[str, str]]:
                 if family is not None:  # a shared helper module is reported through its families
                     failed[family] = reason
                 continue
-            if not hasattr(module, "FAMILY"):
+            if "FAMILY" not in vars(module):  # a shared piece (triton/launch.py), not a family
                 continue
-            check(module)
-            if module.FAMILY in found:
-                raise FamilyError(f"two modules define family {module.FAMILY!r}: "
-                                  f"{found[module.FAMILY].__name__} and {module.__name__}")
-            found[module.FAMILY] = module
+            family = check(module)
+            if family.name in found:
+                raise FamilyError(f"two modules define family {family.name!r}: "
+                                  f"{found[family.name].module.__name__} and {module.__name__}")
+            found[family.name] = family
     return found, failed
 
 
@@ -124,36 +119,26 @@ def _declared_family(module_name: str) -> str | None:
     return match.group(1) if match else None
 
 
-def check(module: ModuleType) -> None:
-    """Raise :class:`FamilyError` naming what ``module`` misses of the family protocol."""
-    kind = getattr(module, "CHOICE_KIND", None)
-    if kind not in CHOICE_KINDS:
-        raise FamilyError(f"{module.__name__}: CHOICE_KIND = {kind!r}; use one of {CHOICE_KINDS}")
-    missing = [name for name in (*_REQUIRED, *_BY_KIND[kind]) if not hasattr(module, name)]
-    if missing:
-        raise FamilyError(f"{module.__name__} (family {getattr(module, 'FAMILY', '?')!r}) lacks {', '.join(missing)} "
-                          "of the template-family protocol (templates/family.py)")
-    # Every field's values are declared (templates/allowed.py): a cache entry or a JSON is then
-    # checked field by field before any of it can reach generated source.
-    bare = [f"{part}.{name}" for part in ("Problem", "Config") for name in allowed.undeclared(getattr(module, part))]
-    if bare:
-        raise FamilyError(f"{module.__name__} (family {module.FAMILY!r}): fields {', '.join(bare)} declare no allowed "
-                          "values; declare each with templates/allowed.py (integer, size, number, flag, one_of)")
+def check(module: Any) -> Family:
+    """``module``'s record (``Family.of``): a :class:`FamilyError` naming what it misses of the
+    family protocol, or a field declaring no allowed values."""
+    return Family.of(module)
 
 
-def get(name: str) -> ModuleType:
+def get(name: str) -> Family:
     known = families()
     not_loaded = _scan()[1]
     if name in not_loaded:
         raise KeyError(f"template family {name!r} is not available here: {not_loaded[name]}")
     if name not in known:
         raise KeyError(f"unknown template family {name!r}; available: {', '.join(sorted(known))}")
-    return known[name]
+    return Family.of(known[name])  # a test may stand a module in for one found here
 
 
-def for_op(op: str, target: str) -> list[ModuleType]:
+def for_op(op: str, target: str) -> list[Family]:
     """Families serving ``op`` that claim ``target``, by name."""
-    return [m for _, m in sorted(families().items()) if op in m.OPS and target in m.TARGETS]
+    found = [Family.of(f) for _, f in sorted(families().items())]
+    return [f for f in found if op in f.ops and target in f.targets]
 
 
 def slug(family: str) -> str:
@@ -174,18 +159,18 @@ def extern_name(family: str, config: Any) -> str:
     return f"ext_{family.replace('.', '_')}_{config_name(config)}"
 
 
-def extern_choices() -> dict[str, tuple[ModuleType, Any]]:
+def extern_choices() -> dict[str, tuple[Family, Any]]:
     """Every extern family's choice name -> (family, config), over its ALL_CONFIGS. Two configs
     of one name would call one kernel for both: an error naming them."""
-    found: dict[str, tuple[ModuleType, Any]] = {}
-    for module in families().values():
-        if module.CHOICE_KIND != "extern":
+    found: dict[str, tuple[Family, Any]] = {}
+    for family in map(Family.of, families().values()):
+        if family.choice_kind != "extern":
             continue
-        for config in module.ALL_CONFIGS:
-            name = extern_name(module.FAMILY, config)
+        for config in family.all_configs:
+            name = extern_name(family.name, config)
             if name in found and found[name][1] != config:
-                raise FamilyError(f"{module.FAMILY}: configs {found[name][1]} and {config} are both named {name!r}")
-            found[name] = (module, config)
+                raise FamilyError(f"{family.name}: configs {found[name][1]} and {config} are both named {name!r}")
+            found[name] = (family, config)
     return found
 
 
@@ -201,21 +186,23 @@ def from_dict(cls: type, data: dict[str, Any], owner: str | None = None) -> Any:
     return allowed.build(cls, data, owner or _owner(cls))
 
 
-def config_from_dict(module: ModuleType, data: dict[str, Any]) -> Any:
-    """``module``'s Config from a dict, checked (see :func:`from_dict`)."""
-    return from_dict(module.Config, data, f"{module.FAMILY} Config")
+def config_from_dict(family: Family, data: dict[str, Any]) -> Any:
+    """``family``'s Config from a dict, checked (see :func:`from_dict`)."""
+    family = Family.of(family)
+    return from_dict(family.Config, data, f"{family.name} Config")
 
 
-def problem_from_dict(module: ModuleType, data: dict[str, Any]) -> Any:
-    """``module``'s Problem from a dict, checked (see :func:`from_dict`)."""
-    return from_dict(module.Problem, data, f"{module.FAMILY} Problem")
+def problem_from_dict(family: Family, data: dict[str, Any]) -> Any:
+    """``family``'s Problem from a dict, checked (see :func:`from_dict`)."""
+    family = Family.of(family)
+    return from_dict(family.Problem, data, f"{family.name} Problem")
 
 
 @functools.lru_cache(maxsize=None)
 def _owner(cls: type) -> str:
     """``"triton.gemm/triton.tdm_gemm Config"``: the families using ``cls``, for messages."""
     for part in ("Problem", "Config"):
-        users = [name for name, module in sorted(families().items()) if getattr(module, part) is cls]
+        users = [name for name, family in sorted(families().items()) if getattr(Family.of(family), part) is cls]
         if users:
             return f"{'/'.join(users)} {part}"
     return cls.__qualname__

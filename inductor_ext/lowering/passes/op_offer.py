@@ -39,7 +39,7 @@ def refusal(config: ExtConfig, spec: OpSpec) -> str | None:
         problem = family.problem_for(spec)
         if not isinstance(problem, str):
             return None
-        why.append(f"{family.FAMILY}: {problem}")
+        why.append(f"{family.name}: {problem}")
     return "; ".join(why) or f"no family enabled for {spec.op} serves this target and device"
 
 

@@ -1,0 +1,61 @@
+"""templates/family.py: ``Family``, the record of a family module that the registry hands out,
+and the one check of the protocol (``Family.of``): what a module misses is named."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from inductor_ext.templates import registry
+from inductor_ext.templates.family import Family, FamilyError
+from inductor_ext.templates.sycl import gemm as sycl_gemm
+from inductor_ext.templates.triton import gemm as triton_gemm
+
+
+def _copy(module: types.ModuleType, **changes: object) -> types.ModuleType:
+    fake = types.ModuleType("fake_family")
+    vars(fake).update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+    for name, value in changes.items():
+        if value is None:
+            delattr(fake, name)
+        else:
+            setattr(fake, name, value)
+    return fake
+
+
+def test_the_registry_hands_out_records_built_once():
+    found = registry.families()
+    assert found and all(isinstance(f, Family) for f in found.values())
+    family = registry.get("triton.gemm")
+    assert family is found["triton.gemm"] and Family.of(family) is family and family.module is triton_gemm
+    assert [f.name for f in registry.for_op("addmm", "xpu")] == ["sycl.gemm"]
+
+
+def test_fields_are_the_modules_names_and_absent_hooks_are_none():
+    gemm = registry.get("triton.gemm")
+    assert (gemm.name, gemm.choice_kind, gemm.Config) == ("triton.gemm", "triton_template", triton_gemm.GemmConfig)
+    assert gemm.config_from_tile is triton_gemm.config_from_tile and gemm.launch_values is triton_gemm.launch_values
+    assert gemm.compile_asm is None and gemm.prebuild is None and gemm.cpu_executor == "the Triton interpreter"
+    sycl = registry.get("sycl.gemm")
+    assert sycl.prebuild is sycl_gemm.prebuild and sycl.missing is sycl_gemm.missing
+    assert sycl.all_configs == tuple(sycl_gemm.ALL_CONFIGS) and not sycl.runs_on_cpu
+    cpp = registry.get("cpp.gemm")
+    assert cpp.runs_on_cpu and cpp.inductor_template == "cpp_gemm" and cpp.render is None
+    assert registry.get("cutedsl.nvfp4_gemm").extern_op == "inductor_ext::nvfp4_gemm_cutedsl"
+
+
+def test_key_instructions_come_from_the_table_or_the_function():
+    softmax = registry.get("metal.softmax")
+    assert softmax.key_instructions(None, None, "mps") == softmax.module.KEY_INSTRUCTIONS["mps"]
+    assert softmax.key_instructions(None, None, "xpu") == ()
+    sycl = registry.get("sycl.gemm")
+    problem, config = sycl_gemm.GemmProblem(64, 64, 64), sycl_gemm.ALL_CONFIGS[-1]
+    assert sycl.key_instructions(problem, config, "xpu") == sycl_gemm.key_instructions(problem, config, "xpu")
+
+
+def test_a_module_missing_part_of_the_protocol_is_named():
+    with pytest.raises(FamilyError, match=r"fake_family \(family 'sycl.gemm'\) lacks supports, call of the template"):
+        Family.of(_copy(sycl_gemm, supports=None, call=None))
+    with pytest.raises(FamilyError, match=r"CHOICE_KIND = 'kernel'; use one of \('triton_template', 'extern'"):
+        registry.check(_copy(sycl_gemm, CHOICE_KIND="kernel"))
