@@ -43,6 +43,7 @@ import torch  # noqa: E402  (loads ext's torch.backends entry point: _torch_plug
 
 _LOADED_BY_TORCH = set(sys.modules)
 
+from cuda_graph_timing import graph_samples  # noqa: E402  (bench/, beside this script)
 from inductor_ext import targets  # noqa: E402
 from inductor_ext.autotune import pdl_policy, policy  # noqa: E402
 from inductor_ext.kernels import matmul, nvfp4, pdl_consumer, scaled_gemm  # noqa: E402
@@ -115,23 +116,8 @@ def build_checks(target: str) -> tuple[list[Check], dict[str, str]]:
 
 
 def timed(fn: Callable[[], Any], reps: int = 30) -> dict[str, float]:
-    """Microseconds per call, replayed from a CUDA graph of 10 calls (no Python launch overhead),
-    after warm-up: p10 / p50 / p90 of ``reps`` samples."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            fn()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1000 / 10)
+    """Microseconds per call (``cuda_graph_timing``): p10 / p50 / p90 of ``reps`` samples."""
+    samples = graph_samples(fn, reps)
     q = statistics.quantiles(samples, n=10)
     return {"p10": q[0], "p50": statistics.median(samples), "p90": q[-1]}
 

@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cuda_graph_timing import graph_samples  # noqa: E402  (bench/, beside this script)
 from inductor_ext.autotune import pdl_policy  # noqa: E402
 from inductor_ext.kernels import nvfp4, pdl_consumer, scaled_gemm  # noqa: E402
 from inductor_ext.templates.triton import nvfp4_dequant_gemm as dq  # noqa: E402
@@ -39,24 +40,9 @@ SHAPES = {  # name: (N, K)
 
 
 def timed(fn, reps: int = 50) -> float:
-    """Median microseconds per call of ``fn`` replayed from a CUDA graph (so the Python launch
-    overhead of either arm does not count), CUDA events, after warm-up."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            fn()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1000 / 10)
-    return statistics.median(samples)
+    """Median microseconds per call of ``fn`` (``cuda_graph_timing``: replayed from a CUDA graph,
+    so the Python launch overhead of either arm does not count)."""
+    return statistics.median(graph_samples(fn, reps))
 
 
 def consumer(x: torch.Tensor, use_pdl: bool) -> torch.Tensor:
