@@ -144,3 +144,16 @@ def test_a_family_module_that_imports_a_missing_toolchain_at_load_is_listed_not_
         registry._scan.cache_clear()
         for name in [m for m in __import__("sys").modules if m.startswith("inductor_ext.templates.fakedsl")]:
             del __import__("sys").modules[name]
+
+
+def test_the_installed_distribution_says_its_license_and_who_made_it() -> None:
+    """pip show / PyPI read the distribution's metadata: a licence (its SPDX name and the file)
+    and the project's authors, keywords and classifiers (a595f81 had none of them)."""
+    from importlib import metadata
+
+    meta = metadata.metadata("inductor-ext")
+    assert meta["License-Expression"] == "BSD-3-Clause", meta.get("License-Expression")
+    assert "LICENSE" in (meta.get_all("License-File") or [])
+    assert meta["Author"] or meta["Author-email"]
+    assert "torch.compile" in (meta["Keywords"] or "")
+    assert any(c.startswith("Operating System :: MacOS") for c in meta.get_all("Classifier") or [])
