@@ -109,3 +109,17 @@ def test_cutedsl_shows_its_launch_config():
     shown = asm.format_result(result)
     assert "==== host_launch ====" in shown
     assert re.search(r"programmatic_stream_serialization_allowed\[%\w+\] %c0_i32", shown), shown[-2000:]
+
+
+def test_a_missing_toolchain_is_a_failure_not_a_usage_mistake(capsys, monkeypatch):
+    """Exit 1 (the CLI's convention, cli/errors.py) with the install hint, in one line."""
+    from inductor_ext.cli import asm
+    from inductor_ext.runtime.toolchain import ToolchainMissing
+
+    def build(*args: object) -> None:
+        raise ToolchainMissing("ptxas was not found: pip install inductor-ext[nvidia]")
+
+    monkeypatch.setattr(asm, "build", build)
+    assert main(["asm", "triton.gemm", "--target", "sm_90a"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "inductor-ext asm: ptxas was not found: pip install inductor-ext[nvidia]"

@@ -365,9 +365,12 @@ def main(args: argparse.Namespace) -> int:
             print(format_configs(results))
             return 1 if any(map(_failed, results)) else 0
         result = build(args.family, args.target, parse_shape(args.shape), args.dtype, args.config)
-    except (AsmError, ToolchainMissing) as e:
+    except AsmError as e:  # what the command line asked for: a usage mistake
         print(f"inductor-ext asm: {e}", file=sys.stderr)
         return 2
+    except ToolchainMissing as e:  # a failure here, not of the command line (cli/errors.py)
+        print(f"inductor-ext asm: {e}", file=sys.stderr)
+        return 1
     if args.out:
         for path in write(result, Path(args.out)):
             print(path)
