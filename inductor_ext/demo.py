@@ -44,6 +44,16 @@ def _warm_up(device: str) -> None:
     _cold_compile(nn.Linear(8, 8).to(device), torch.randn(2, 8, device=device), "inductor", None)
 
 
+def device_description(device: str) -> str:
+    """What the header names the device as: the GPU's own name where torch knows it."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return torch.cuda.get_device_name(device)
+    if kind == "xpu":
+        return torch.xpu.get_device_name(device)
+    return {"mps": "Apple GPU (MPS)", "cpu": "cpu"}.get(kind, kind)
+
+
 def run(device: str | None = None, dump_dir: str | None = None, interpret: bool = False,
         reps: int = 20, out: Callable[[str], None] = print, size: dict[str, int] | None = None) -> dict[str, Any]:
     from inductor_ext import dumps, presets
@@ -58,7 +68,7 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
     if interpret:  # the hopper preset's Triton kernels, run on CPU tensors in Triton's interpreter
         options.update(preset="hopper", interpret=True, autotune="quick")
     config = presets.resolve(dict(options), [x])
-    out(f"device      {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'})")
+    out(f"device      {device} ({device_description(device)})")
     out(f"preset      {config.preset} (target {config.target}, autotune {config.autotune}, templates {list(config.templates)})")
 
     first_decision, first_pass = len(ext_choices.decisions), len(pass_base.applied)

@@ -4,6 +4,7 @@ and "within noise" instead of a ratio when the arms overlap."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from inductor_ext import demo
 from inductor_ext.runtime.timing import Timing, compare, interleaved, overlap
@@ -48,3 +49,13 @@ def test_demo_checks_numbers_and_reports_spread_and_cold_compiles(demo_run):
         t_ext, t_arm = result["timings"]["ext"], result["timings"][arm]
         expected = "within noise" if overlap(t_ext, t_arm) else ("faster" if t_arm.median > t_ext.median else "slower")
         assert expected in ratios.split(";")[0 if arm == "eager" else 1], ratios
+
+
+def test_the_header_names_the_device_it_runs_on(monkeypatch):
+    """--device mps|xpu printed "cpu" as the device's name."""
+    monkeypatch.setattr(torch.xpu, "get_device_name", lambda device=None: "Intel Arc B580")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    assert demo.device_description("mps") == "Apple GPU (MPS)"
+    assert demo.device_description("xpu") == "Intel Arc B580"
+    assert demo.device_description("cuda:0") == "NVIDIA H200"
+    assert demo.device_description("cpu") == "cpu"
