@@ -125,43 +125,42 @@ class OpSpec:
 
 
 class FamilyError(TypeError):
-    """A template module that claims to be a family but does not follow the protocol."""
+    """A template module whose ``FAMILY`` record does not follow the protocol."""
 
-
-# What every family module defines, and what each choice kind adds.
-_REQUIRED = ("FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "Problem", "Config", "problem_for", "supports", "configs")
-_BY_KIND = {"triton_template": ("render", "inductor_source", "inductor_kwargs"), "extern": ("render", "call", "ALL_CONFIGS"),
-            "inductor_template": ("INDUCTOR_TEMPLATE",)}
-
-# Record field <- the module name it is read from, for what the protocol above leaves optional.
-_OPTIONAL = {
-    "render": "render", "call": "call", "inductor_source": "inductor_source", "inductor_kwargs": "inductor_kwargs",
-    "inductor_template": "INDUCTOR_TEMPLATE", "decomposition": "decomposition", "extern_op": "EXTERN_OP",
-    "extern_kwargs": "extern_kwargs", "config_supports": "config_supports", "config_from_tile": "config_from_tile",
-    "missing": "missing", "prebuild": "prebuild", "cpu_executor": "CPU_EXECUTOR", "example_problem": "example_problem",
-    "compile_asm": "compile_asm", "isa_many": "isa_many", "launch_values": "launch_values",
-}
 
 Hook = Callable[..., Any]
+_ABSENT: Any = None  # the default of a required field, so that Family() names what is missing
+
+# What every record must be given, and what each choice kind adds (record field names).
+_REQUIRED = ("ops", "targets", "Problem", "Config", "problem_for", "supports", "configs", "module")
+_BY_KIND = {"triton_template": ("render", "inductor_source", "inductor_kwargs"), "extern": ("render", "call", "all_configs"),
+            "inductor_template": ("inductor_template",)}
 
 
-@dataclass(frozen=True, eq=False)
+def by_target(table: Mapping[str, Sequence[tuple[str, str]]]) -> Callable[[Any, Any, str], Sequence[tuple[str, str]]]:
+    """``Family.key_instructions`` from a ``{target: [(asm stage, regex), ...]}`` table, for a
+    family whose key instructions do not depend on the problem."""
+    return lambda problem, config, target: table.get(target, ())
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Family:
     """One template family as lowering, autotuning and the CLI read it: the protocol above as
-    fields, None where the family leaves an optional hook out. Built from the family's module
-    by :meth:`of`, the one place that reads a module's names (``templates/registry.py`` builds
-    every family's record when it finds the module)."""
+    fields, None where the family leaves an optional hook out. Each family module builds its
+    own as its last statement, ``FAMILY = Family(...)``; construction checks it (a
+    :class:`FamilyError` naming the module, the family and what it lacks), so a malformed
+    family fails when its module is imported."""
 
-    name: str  # FAMILY
-    choice_kind: str  # CHOICE_KIND, one of CHOICE_KINDS
-    ops: tuple[str, ...]
-    targets: tuple[str, ...]
-    Problem: type
-    Config: type
-    problem_for: Hook
-    supports: Hook
-    configs: Hook
-    module: ModuleType  # its source is hashed into cache keys; its imports too (lowering/ext_choices.py)
+    name: str  # "<dsl>.<op family>", the module's NAME
+    choice_kind: str  # one of CHOICE_KINDS
+    ops: tuple[str, ...] = _ABSENT
+    targets: tuple[str, ...] = _ABSENT
+    Problem: type = _ABSENT
+    Config: type = _ABSENT
+    problem_for: Hook = _ABSENT
+    supports: Hook = _ABSENT
+    configs: Hook = _ABSENT
+    module: ModuleType = _ABSENT  # its source is hashed into cache keys; its imports too (lowering/ext_choices.py)
     all_configs: tuple[Any, ...] = ()  # extern: every config it may be called with
     render: Hook | None = None
     call: Hook | None = None  # extern
@@ -178,40 +177,51 @@ class Family:
     cpu_executor: str | None = None
     runs_on_cpu: bool = False
     example_problem: Hook | None = None
-    # (problem, config, target) -> [(asm stage, regex)]: key_instructions(), else KEY_INSTRUCTIONS[target]
+    # (problem, config, target) -> [(asm stage, regex)]; by_target(table) when they depend on the target alone
     key_instructions: Callable[[Any, Any, str], Sequence[tuple[str, str]]] = lambda problem, config, target: ()
     compile_asm: Hook | None = None
     isa_many: Hook | None = None  # compile_asm for many (problem, config, target) in one run
     launch_values: Hook | None = None
 
-    @classmethod
-    def of(cls, family: "Family | ModuleType") -> "Family":
-        """The record of a family module (a record is returned as it is). Raises
-        :class:`FamilyError` naming what the module misses of the protocol, or a Problem or
-        Config field that declares no allowed values (templates/allowed.py). Built afresh from
-        the module's names each call: cheap, and a test's patched module is read as patched."""
-        if isinstance(family, Family):
-            return family
-        module = family
-        names = vars(module)
-        kind = names.get("CHOICE_KIND")
-        if kind not in CHOICE_KINDS:
-            raise FamilyError(f"{module.__name__}: CHOICE_KIND = {kind!r}; use one of {CHOICE_KINDS}")
-        lacking = [name for name in (*_REQUIRED, *_BY_KIND[kind]) if name not in names]
+    def __post_init__(self) -> None:
+        where = f"{getattr(self.module, '__name__', '?')} (family {self.name!r})"
+        if self.choice_kind not in CHOICE_KINDS:
+            raise FamilyError(f"{where}: choice_kind = {self.choice_kind!r}; use one of {CHOICE_KINDS}")
+        lacking = [name for name in (*_REQUIRED, *_BY_KIND[self.choice_kind])
+                   if getattr(self, name) is None or (name == "all_configs" and not self.all_configs)]
         if lacking:
-            raise FamilyError(f"{module.__name__} (family {names.get('FAMILY', '?')!r}) lacks {', '.join(lacking)} "
-                              "of the template-family protocol (templates/family.py)")
+            raise FamilyError(f"{where} lacks {', '.join(lacking)} of the template-family protocol (templates/family.py)")
         # Every field's values are declared (templates/allowed.py): a cache entry or a JSON is then
         # checked field by field before any of it can reach generated source.
-        bare = [f"{part}.{name}" for part in ("Problem", "Config") for name in allowed.undeclared(names[part])]
+        bare = [f"{part}.{name}" for part in ("Problem", "Config") for name in allowed.undeclared(getattr(self, part))]
         if bare:
-            raise FamilyError(f"{module.__name__} (family {names['FAMILY']!r}): fields {', '.join(bare)} declare no "
-                              "allowed values; declare each with templates/allowed.py (integer, size, number, flag, one_of)")
+            raise FamilyError(f"{where}: fields {', '.join(bare)} declare no allowed values; declare each with "
+                              "templates/allowed.py (integer, size, number, flag, one_of)")
+        for name in ("ops", "targets", "all_configs"):  # a list given is kept as the tuple the type says
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @classmethod
+    def of(cls, family: "Family | ModuleType") -> "Family":
+        """TRANSITIONAL: the record of a module whose ``FAMILY`` is still the name string."""
+        if isinstance(family, Family):
+            return family
+        names = vars(family)
+        if isinstance(names.get("FAMILY"), Family):
+            return names["FAMILY"]
         table: Mapping[str, Sequence[tuple[str, str]]] = names.get("KEY_INSTRUCTIONS", {})
-        key_instructions = names.get("key_instructions") or (lambda problem, config, target: table.get(target, ()))
-        return cls(name=names["FAMILY"], choice_kind=kind, ops=tuple(names["OPS"]), targets=tuple(names["TARGETS"]),
-                   Problem=names["Problem"], Config=names["Config"], problem_for=names["problem_for"],
-                   supports=names["supports"], configs=names["configs"], module=module,
-                   all_configs=tuple(names.get("ALL_CONFIGS", ())), runs_on_cpu=bool(names.get("RUNS_ON_CPU", False)),
-                   key_instructions=key_instructions,
+        return cls(name=names.get("FAMILY", "?"), choice_kind=names.get("CHOICE_KIND"), ops=names.get("OPS"),
+                   targets=names.get("TARGETS"), Problem=names.get("Problem"), Config=names.get("Config"),
+                   problem_for=names.get("problem_for"), supports=names.get("supports"), configs=names.get("configs"),
+                   module=family, all_configs=tuple(names.get("ALL_CONFIGS", ())),
+                   runs_on_cpu=bool(names.get("RUNS_ON_CPU", False)),
+                   key_instructions=names.get("key_instructions") or by_target(table),
                    **{field_: names.get(name) for field_, name in _OPTIONAL.items()})
+
+
+_OPTIONAL = {  # TRANSITIONAL
+    "render": "render", "call": "call", "inductor_source": "inductor_source", "inductor_kwargs": "inductor_kwargs",
+    "inductor_template": "INDUCTOR_TEMPLATE", "decomposition": "decomposition", "extern_op": "EXTERN_OP",
+    "extern_kwargs": "extern_kwargs", "config_supports": "config_supports", "config_from_tile": "config_from_tile",
+    "missing": "missing", "prebuild": "prebuild", "cpu_executor": "CPU_EXECUTOR", "example_problem": "example_problem",
+    "compile_asm": "compile_asm", "isa_many": "isa_many", "launch_values": "launch_values",
+}

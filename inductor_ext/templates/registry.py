@@ -111,12 +111,17 @@ def _scan() -> tuple[dict[str, Family], dict[str, str]]:
 
 
 def _declared_family(module_name: str) -> str | None:
-    """The ``FAMILY = "..."`` a module that could not be imported declares, read from its source."""
+    """The family a module that could not be imported declares, read from its source: its
+    ``NAME = "..."`` where it ends with ``FAMILY = Family(...)``."""
     spec = importlib.util.find_spec(module_name)
     if spec is None or not spec.origin:
         return None
-    match = re.search(r'^FAMILY\s*=\s*["\']([^"\']+)["\']', Path(spec.origin).read_text(), re.MULTILINE)
-    return match.group(1) if match else None
+    source = Path(spec.origin).read_text()
+    legacy = re.search(r'^FAMILY\s*=\s*["\']([^"\']+)["\']', source, re.MULTILINE)  # TRANSITIONAL
+    if legacy:
+        return legacy.group(1)
+    match = re.search(r'^NAME\s*=\s*["\']([^"\']+)["\']', source, re.MULTILINE)
+    return match.group(1) if match and re.search(r"^FAMILY\s*=\s*Family\(", source, re.MULTILINE) else None
 
 
 def check(module: Any) -> Family:
