@@ -16,12 +16,13 @@ b1 bf16 2.69 -> 1.75, b8 bf16 13.07 -> 6.14 a step.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from inductor_ext.templates.allowed import number, one_of, size
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec
 
-FAMILY = "cpp.decode_attention"
+NAME = "cpp.decode_attention"
 TARGETS = ("cpu",)
 OPS = ("decode_attention",)
 CHOICE_KIND = "inductor_template"
@@ -59,9 +60,9 @@ Problem, Config = DecodeAttentionProblem, DecodeAttentionConfig
 
 def problem_for(spec: OpSpec) -> DecodeAttentionProblem | str:
     if spec.op not in OPS:
-        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+        return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
     if spec.device_type != "cpu":
-        return f"{FAMILY} serves CPU tensors, not {spec.device_type}"
+        return f"{NAME} serves CPU tensors, not {spec.device_type}"
     q, k, v = spec.inputs[:3]
     if q is None or k is None or v is None or not len(q.shape) == len(k.shape) == len(v.shape) == 4:
         return "q, k and v must be 4-D (batch, heads, tokens, head dim)"
@@ -98,3 +99,9 @@ def decomposition(problem: DecodeAttentionProblem, config: DecodeAttentionConfig
     from inductor_ext.kernels import decode_attention
 
     return decode_attention.decode_attention, {"scale": problem.scale, "form": config.form}
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
+    decomposition=decomposition, runs_on_cpu=RUNS_ON_CPU, module=sys.modules[__name__])

@@ -18,12 +18,13 @@ usually activations) is served as Inductor serves it.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from inductor_ext.templates.allowed import flag, integer, number, one_of, size
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec
 
-FAMILY = "cpp.gemm"
+NAME = "cpp.gemm"
 TARGETS = ("cpu",)
 OPS = ("mm", "addmm", "bmm")
 CHOICE_KIND = "inductor_template"
@@ -77,7 +78,7 @@ Problem, Config = CppGemmProblem, CppGemmConfig
 
 def problem_for(spec: OpSpec) -> CppGemmProblem | str:
     if spec.op not in OPS:
-        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+        return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
     a, b = spec.inputs[-2:]
     if a is None or b is None:
         return f"{spec.op} without both operands"
@@ -132,3 +133,9 @@ def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
         isas.sort(key=lambda isa: isa == "amx")
     found = [CppGemmConfig(isa, *blocking) for isa in isas for blocking in _BLOCKINGS[(isa, problem.dtype)]]
     return [c for c in found if config_supports(problem, c, target) is None]
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
+    config_supports=config_supports, runs_on_cpu=RUNS_ON_CPU, module=sys.modules[__name__])

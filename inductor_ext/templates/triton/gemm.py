@@ -27,19 +27,20 @@ which). The decode policy proposes the swap-AB tiles first for M <= 64.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from inductor_ext import targets
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.triton.launch import FP, PROGRAM_TILE, bias_args, dtype_name, launch, launch_options
 
 if TYPE_CHECKING:  # annotations only: the module itself never imports torch at load
     import torch
 
-FAMILY = "triton.gemm"
+NAME = "triton.gemm"
 
 # Claimed only where tier I passes (tests/test_gemm_template.py); "cpu" runs in the interpreter.
 TARGETS = ("sm_90a", "sm_100a", "gfx950", "gfx1250", "cpu")
@@ -97,7 +98,7 @@ def problem_for(spec: OpSpec) -> GemmProblem | str:
     """mm (A, B) or addmm (bias, A, B); Inductor's epilogue applies addmm's bias, so the
     problem is the plain product either way."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+        return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
     a, b = spec.inputs[-2:]
     problem = GemmProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, spec.out.dtype,
                           allow_tf32=spec.scalars.get("fp32_precision") == "tf32")
@@ -377,7 +378,7 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> Ker
     return KernelSource(
         name=name,
         source=_STANDALONE.format(name=name, body=BODY_SWAP if config.swap_ab else BODY, acc_type=acc_type(problem)),
-        template=FAMILY,
+        template=NAME,
         config=asdict(config),
         constexprs=consts,
         signature=signature,
@@ -428,3 +429,11 @@ def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.T
            a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), stride_bias,
            alpha, beta)
     return c
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
+    inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
+    cpu_executor=CPU_EXECUTOR, key_instructions=key_instructions, launch_values=launch_values,
+    module=sys.modules[__name__])
