@@ -81,8 +81,8 @@ class Check:
 
 
 FAMILIES: dict[str, ModuleType] = {
-    gemm.FAMILY: gemm, nvfp4_gemm.FAMILY: nvfp4_gemm, nvfp4_dequant_gemm.FAMILY: nvfp4_dequant_gemm,
-    cutedsl_nvfp4.FAMILY: cutedsl_nvfp4,
+    gemm.NAME: gemm, nvfp4_gemm.NAME: nvfp4_gemm, nvfp4_dequant_gemm.NAME: nvfp4_dequant_gemm,
+    cutedsl_nvfp4.NAME: cutedsl_nvfp4,
 }
 
 
@@ -134,7 +134,7 @@ class Operands:
         self.family, self.target = family, target
         x = torch.randn(m, k, device="cuda") / k**0.25
         w = torch.randn(n, k, device="cuda") / k**0.25
-        if family == gemm.FAMILY:
+        if family == gemm.NAME:
             self.a, self.b = x.to(torch.bfloat16), w.t().contiguous().to(torch.bfloat16)
             self.want = matmul.mm_reference(self.a.double(), self.b.double())
             self.aten = lambda: torch.mm(self.a, self.b)
@@ -142,7 +142,7 @@ class Operands:
             wq = nvfp4.quantize_nvfp4(w)
             self.w = wq
             w_deq = nvfp4.dequantize_nvfp4(wq, apply_global_scale=True).to(torch.bfloat16)
-            if family == nvfp4_dequant_gemm.FAMILY:
+            if family == nvfp4_dequant_gemm.NAME:
                 self.a = x.to(torch.bfloat16)
                 self.want = scaled_gemm.scaled_mm_reference(self.a.float(), wq, out_dtype=torch.float32)
                 self.aten = lambda: torch.mm(self.a, w_deq.t())  # Hopper has no FP4 tensor cores
@@ -161,11 +161,11 @@ class Operands:
 
     def run(self, config: Any, use_pdl: bool = False) -> Any:
         t = self.target
-        if self.family == gemm.FAMILY:
+        if self.family == gemm.NAME:
             return gemm.run(self.a, self.b, config, target=t, use_pdl=use_pdl)
-        if self.family == nvfp4_dequant_gemm.FAMILY:
+        if self.family == nvfp4_dequant_gemm.NAME:
             return nvfp4_dequant_gemm.run(self.a, self.w, config, target=t, use_pdl=use_pdl)
-        if self.family == nvfp4_gemm.FAMILY:
+        if self.family == nvfp4_gemm.NAME:
             return nvfp4_gemm.run(self.a, self.w, config, scale_layout="blocked", target=t, use_pdl=use_pdl)
         sa, sb, alpha = self.scales
         return cutedsl_nvfp4.run(*self.codes, sa, sb, config, alpha=alpha, use_pdl=use_pdl)

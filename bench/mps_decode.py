@@ -111,7 +111,7 @@ def bench_model(args: argparse.Namespace) -> dict[str, Any]:
         arms["ext"] = lambda: ext(tokens, pos)
     if args.device == "cpu" and args.metal_interpret:
         # ATen always beats the CPU executor: force the templates so that their numbers are checked
-        forced = [f.FAMILY for f in (linear_gemv, scaled_mm, grouped_mm, softmax)]
+        forced = [f.NAME for f in (linear_gemv, scaled_mm, grouped_mm, softmax)]
         metal = torch.compile(model, backend="ext", dynamic=False,
                               options={"preset": "mps", "interpret": True, "force_template": forced})
         checked["ext-metal"] = lambda: metal(tokens, pos)
@@ -172,7 +172,7 @@ def bench_kernels(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for name, family, problem, targs, aten, reference in kernel_cases(args.device, args.smoke):
         want = reference()
-        entry: dict[str, Any] = {"name": name, "family": family.FAMILY, "problem": repr(problem), "configs": []}
+        entry: dict[str, Any] = {"name": name, "family": family.NAME, "problem": repr(problem), "configs": []}
         runs = {repr(config): (lambda config=config: family.call(problem, config, "mps", *targs))
                 for config in family.configs(problem, "mps")}
         timings = measure({"aten": aten, **runs}, args.device, args.reps) if timed else {}

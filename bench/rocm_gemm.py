@@ -102,9 +102,9 @@ def dense(arch: str, dev: str, shapes: list[tuple[int, int, int]], device: bool)
             case = f"bf16 {m}x{n}x{k} A{'k' if a_km else 'm'}B{'k' if b_km else 'n'}"
             if not device:
                 gemm.render(problem, config, arch)
-                print(json.dumps({"family": gemm.FAMILY, "case": case, "config": config.name(), "smoke": "rendered"}))
+                print(json.dumps({"family": gemm.NAME, "case": case, "config": config.name(), "smoke": "rendered"}))
                 continue
-            rows.append(_row(gemm.FAMILY, case, config, gemm.call(problem, config, arch, a, b),
+            rows.append(_row(gemm.NAME, case, config, gemm.call(problem, config, arch, a, b),
                              matmul.mm_reference(a, b), 2e-2, lambda: gemm.call(problem, config, arch, a, b),
                              lambda: torch.mm(a, b), device))
     return rows
@@ -124,12 +124,12 @@ def grouped(arch: str, dev: str, device: bool) -> list[dict]:
         case = f"moe E={experts} T={tokens} N={n} K={k}"
         if not device:
             gm.render(problem, config, arch)
-            print(json.dumps({"family": gm.FAMILY, "case": case, "config": config.name(), "smoke": "rendered"}))
+            print(json.dumps({"family": gm.NAME, "case": case, "config": config.name(), "smoke": "rendered"}))
             continue
         end = int(offs[-1])
         got = gm.call(problem, config, arch, a, w, offs)[:end]
         want = matmul.grouped_mm_reference(a.cpu(), w.cpu(), offs.cpu())[:end]
-        rows.append(_row(gm.FAMILY, case, config, got.cpu(), want, 2e-2, lambda: gm.call(problem, config, arch, a, w, offs),
+        rows.append(_row(gm.NAME, case, config, got.cpu(), want, 2e-2, lambda: gm.call(problem, config, arch, a, w, offs),
                          lambda: torch._grouped_mm(a, w, offs=offs), device))
     return rows
 
@@ -146,14 +146,14 @@ def mx_cases(dev: str, shapes: list[tuple[int, int, int]], device: bool) -> list
             case = f"{fmt} {m}x{n}x{k}"
             if not device:
                 mxf.render(problem, config)
-                print(json.dumps({"family": mxf.FAMILY, "case": case, "config": config.name(), "smoke": "rendered"}))
+                print(json.dumps({"family": mxf.NAME, "case": case, "config": config.name(), "smoke": "rendered"}))
                 continue
             dt = torch.float8_e4m3fn if fmt == "fp8_e4m3" else torch.float4_e2m1fn_x2
             a, w = xq.qdata.view(dt).to(dev), wq.qdata.view(dt).to(dev)
             sa, sb = (to_blocked(q.scales).to(dev) for q in (xq, wq))
             want = scaled_gemm.scaled_mm_reference(xq, wq, out_dtype=torch.float32)
             got = mxf.call(problem, config, "gfx950", a, w.t(), sa, sb)
-            rows.append(_row(mxf.FAMILY, case, config, got.cpu(), want, 2e-2,
+            rows.append(_row(mxf.NAME, case, config, got.cpu(), want, 2e-2,
                              lambda: mxf.call(problem, config, "gfx950", a, w.t(), sa, sb),
                              lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16), device))
     return rows
@@ -181,14 +181,14 @@ def tdm_cases(dev: str, shapes: list[tuple[int, int, int]], device: bool) -> lis
                     if fam is ttdm and m * n * k <= 16 * 16 * 128:  # the interpreter runs the Triton one
                         config = ttdm.INTERPRETER_CONFIGS[0]
                         got = launch(problem, config, "gfx1250", *args)
-                        rows.append(_row(fam.FAMILY, case + " (interpreter)", config, got, want, 2e-2, None, None, False))
+                        rows.append(_row(fam.NAME, case + " (interpreter)", config, got, want, 2e-2, None, None, False))
                     else:
                         fam.render(problem, config)
-                        print(json.dumps({"family": fam.FAMILY, "case": case, "config": config.name(), "smoke": "rendered"}))
+                        print(json.dumps({"family": fam.NAME, "case": case, "config": config.name(), "smoke": "rendered"}))
                     continue
                 aten = (lambda: torch._scaled_mm(x, w.t(), sa, sb, out_dtype=torch.bfloat16)) if fp8 else \
                     (lambda: torch.mm(x, w.t()))
-                rows.append(_row(fam.FAMILY, case, config, launch(problem, config, "gfx1250", *args).cpu(), want, 2e-2,
+                rows.append(_row(fam.NAME, case, config, launch(problem, config, "gfx1250", *args).cpu(), want, 2e-2,
                                  lambda: launch(problem, config, "gfx1250", *args), aten, device))
     return rows
 
@@ -202,11 +202,11 @@ def norm_cases(dev: str, device: bool) -> list[dict]:
         w = torch.randn(n, device=dev, dtype=torch.bfloat16)
         p = rmsnorm.RmsNormProblem(rows_, n, "bfloat16", 1e-6)
         c = rmsnorm.configs(p, "gfx950")[0]
-        rows.append(_row(rmsnorm.FAMILY, f"{rows_}x{n}", c, rmsnorm.call(p, c, "gfx950", x, w).cpu(),
+        rows.append(_row(rmsnorm.NAME, f"{rows_}x{n}", c, rmsnorm.call(p, c, "gfx950", x, w).cpu(),
                          norms.rms_norm_reference(x.cpu(), w.cpu()), 2e-2, lambda: rmsnorm.call(p, c, "gfx950", x, w),
                          lambda: torch.nn.functional.rms_norm(x, (n,), w, 1e-6), device))
         ps = softmax.SoftmaxProblem(rows_, n, "bfloat16")
-        rows.append(_row(softmax.FAMILY, f"{rows_}x{n}", c, softmax.call(ps, c, "gfx950", x).cpu(),
+        rows.append(_row(softmax.NAME, f"{rows_}x{n}", c, softmax.call(ps, c, "gfx950", x).cpu(),
                          softmax_ref.softmax_reference(x.cpu()), 2e-2, lambda: softmax.call(ps, c, "gfx950", x),
                          lambda: torch.softmax(x, -1), device))
     return rows
@@ -223,7 +223,7 @@ def topk_cases(dev: str, device: bool) -> list[dict]:
         p = topk.TopkProblem(rows_, n, k, True, dtype)
         for c in topk.configs(p, "gfx950")[: None if device else 1]:
             got = x.gather(-1, topk.call(p, c, "gfx950", x)).cpu()
-            rows.append(_row(topk.FAMILY, f"{rows_}x{n}_k{k}_{dtype}", c, got, topk_reference(x.cpu(), k)[0], 0.0,
+            rows.append(_row(topk.NAME, f"{rows_}x{n}_k{k}_{dtype}", c, got, topk_reference(x.cpu(), k)[0], 0.0,
                              lambda: topk.call(p, c, "gfx950", x), lambda: torch.topk(x, k), device))
     return rows
 

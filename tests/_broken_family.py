@@ -10,9 +10,9 @@ import torch
 
 from inductor_ext.runtime.kernel_source import KernelSource
 from inductor_ext.templates.allowed import integer, size
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec
 
-FAMILY = "fake.broken"
+NAME = "fake.broken"
 TARGETS = ("cpu",)
 OPS = ("mm", "addmm")
 CHOICE_KIND = "extern"
@@ -52,10 +52,16 @@ def configs(problem: Problem, target: str) -> list[Config]:
 
 
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
-    raise ValueError(f"{FAMILY} cannot render {config.name()} (on purpose)")
+    raise ValueError(f"{NAME} cannot render {config.name()} (on purpose)")
 
 
 def call(problem: Problem, config: Config, target: str, *tensors: torch.Tensor) -> torch.Tensor:
     calls.append(config)
     render(problem, config, target)
     raise AssertionError("unreachable: render raised")
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    runs_on_cpu=RUNS_ON_CPU, module=__name__)

@@ -13,7 +13,7 @@ from inductor_ext.lowering import ext_choices
 from inductor_ext.templates import registry
 
 families = dict(registry.families())
-families[fake.FAMILY] = fake
+families[fake.NAME] = fake.FAMILY
 registry.families = lambda: families  # the family is found as if it were a file in templates/
 
 

@@ -9,9 +9,9 @@ import torch
 
 from inductor_ext.runtime.kernel_source import KernelSource
 from inductor_ext.templates.allowed import flag, integer, number, size
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec
 
-FAMILY = "fake.mm"
+NAME = "fake.mm"
 TARGETS = ("cpu",)
 OPS = ("mm", "addmm", "grouped_mm")
 CHOICE_KIND = "extern"
@@ -49,7 +49,7 @@ def problem_for(spec: OpSpec) -> Problem | str:
         return Problem(a.shape[0], b.shape[2], a.shape[1], groups=b.shape[0])
     a, b = spec.inputs[-2:]
     if a.dtype != "float32":
-        return f"{FAMILY} serves float32 only, not {a.dtype}"
+        return f"{NAME} serves float32 only, not {a.dtype}"
     return Problem(a.shape[0], b.shape[1], a.shape[1], spec.op == "addmm",
                    float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0)))
 
@@ -63,7 +63,7 @@ def configs(problem: Problem, target: str) -> list[Config]:
 
 
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
-    return KernelSource(name=f"fake_mm_{config.name()}", source="# computed by torch", template=FAMILY,
+    return KernelSource(name=f"fake_mm_{config.name()}", source="# computed by torch", template=NAME,
                         config={"split": config.split}, language="python")
 
 
@@ -79,3 +79,9 @@ def call(problem: Problem, config: Config, target: str, *tensors: torch.Tensor) 
     if problem.addmm:
         out = problem.beta * tensors[0] + problem.alpha * out
     return out
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    runs_on_cpu=RUNS_ON_CPU, module=__name__)

@@ -37,7 +37,7 @@ def test_the_family_scan_loads_no_compiler() -> None:
 def test_protocol(name: str) -> None:
     family = registry.get(name).module
     registry.check(family)
-    assert family.FAMILY.split(".")[0] == family.__name__.split(".")[-2]  # the DSL first
+    assert family.NAME.split(".")[0] == family.__name__.split(".")[-2]  # the DSL first
     assert set(family.OPS) <= LOWERING_OPS, family.OPS
     assert family.TARGETS and all(targets.get(t).vendor == "amd" for t in family.TARGETS)
     assert set(family.KEY_INSTRUCTIONS) == set(family.TARGETS)

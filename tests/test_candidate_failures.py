@@ -4,6 +4,7 @@ it is dropped with its reason logged; neither fails the user's compile."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import pytest
@@ -38,7 +39,7 @@ def test_mps_prefill_linear_falls_back_to_aten_with_the_familys_reason():
 def broken(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     family = _broken_family
     family.calls.clear()
-    families = {**registry.families(), family.FAMILY: family}
+    families = {**registry.families(), family.NAME: family.FAMILY}
     monkeypatch.setattr(registry, "families", lambda: families)  # found as if it were a file in templates/
     return family
 
@@ -49,7 +50,7 @@ def test_a_candidate_that_fails_while_benchmarked_is_dropped_and_never_picked(br
     torch._dynamo.reset()
     torch.manual_seed(0)
     layer, x = torch.nn.Linear(24, 16), torch.randn(8, 24)
-    options = {"templates": [broken.FAMILY], "autotune": "quick", "force_template": broken.FAMILY,
+    options = {"templates": [broken.NAME], "autotune": "quick", "force_template": broken.NAME,
                "autotune_cache": str(tmp_path / "cache.db"), "inductor": {"fx_graph_cache": False}}
     first = len(ext_choices.decisions)
     with ext_log_lines() as lines, torch.no_grad():
@@ -107,14 +108,14 @@ def test_force_template_is_not_overridden_by_a_cached_winner(monkeypatch, tmp_pa
     ATen won (as it does after a plain autotuned compile of the same GEMM) must not stand in."""
     import _fake_extern_family as fake
 
-    families = {**registry.families(), fake.FAMILY: fake}
+    families = {**registry.families(), fake.NAME: fake.FAMILY}
     monkeypatch.setattr(registry, "families", lambda: families)
     torch.manual_seed(0)
     layer, x = torch.nn.Linear(24, 16), torch.randn(8, 24)
-    options = {"templates": [fake.FAMILY], "autotune": "quick", "autotune_cache": str(tmp_path / "cache.db"),
+    options = {"templates": [fake.NAME], "autotune": "quick", "autotune_cache": str(tmp_path / "cache.db"),
                "inductor": {"fx_graph_cache": False}}
     winners = []
-    for extra in ({"template_margin": 1e6}, {"force_template": fake.FAMILY}):  # ATen wins and is cached; then forced
+    for extra in ({"template_margin": 1e6}, {"force_template": fake.NAME}):  # ATen wins and is cached; then forced
         torch._dynamo.reset()
         first = len(ext_choices.decisions)
         with torch.no_grad():
@@ -124,7 +125,7 @@ def test_force_template_is_not_overridden_by_a_cached_winner(monkeypatch, tmp_pa
         winners.append((decision.winner, decision.reason))
     # ATen won the first compile, by its timing or (the template faster) by the margin
     assert winners[0][0] == "addmm" and winners[0][1] in ("benchmark", "template within margin 100000000% of ATen")
-    assert winners[1][0].startswith("ext_fake_mm_") and winners[1][1] == f"force_template={fake.FAMILY}"
+    assert winners[1][0].startswith("ext_fake_mm_") and winners[1][1] == f"force_template={fake.NAME}"
 
 
 def test_a_policy_config_outside_the_declared_values_is_refused_before_it_is_offered(monkeypatch, tmp_path):
@@ -134,14 +135,14 @@ def test_a_policy_config_outside_the_declared_values_is_refused_before_it_is_off
     import _fake_extern_family as fake
     from inductor_ext.autotune.cache import AutotuneCache
 
-    families = {**registry.families(), fake.FAMILY: fake}
+    proposing = dataclasses.replace(fake.FAMILY, configs=lambda problem, target: [fake.Config(3), fake.Config(1)])  # split <= 2
+    families = {**registry.families(), fake.NAME: proposing}
     monkeypatch.setattr(registry, "families", lambda: families)
-    monkeypatch.setattr(fake, "configs", lambda problem, target: [fake.Config(3), fake.Config(1)])  # split <= 2
     torch._dynamo.reset()
     torch.manual_seed(0)
     layer, x = torch.nn.Linear(24, 16), torch.randn(8, 24)
     db = tmp_path / "cache.db"
-    options = {"templates": [fake.FAMILY], "autotune": "quick", "autotune_cache": str(db),
+    options = {"templates": [fake.NAME], "autotune": "quick", "autotune_cache": str(db),
                "inductor": {"fx_graph_cache": False}}
     first = len(ext_choices.decisions)
     with ext_log_lines() as lines, torch.no_grad():

@@ -83,7 +83,7 @@ def test_config_from_tile():
 
 def test_render_is_a_launcher_module():
     ks = nv.render(DECODE, C(128, 64))
-    assert ks.template == nv.FAMILY and ks.config["tile_n"] == 64
+    assert ks.template == nv.NAME and ks.config["tile_n"] == 64
     compile(ks.source, ks.name, "exec")
     assert f"def {ks.name}(" in ks.source and "NvFp4GemmConfig(tile_m=128, tile_n=64" in ks.source
 

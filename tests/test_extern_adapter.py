@@ -49,7 +49,6 @@ def test_a_failed_prebuild_is_logged_and_each_call_builds_its_own(caplog):
     import _fake_extern_family
 
     from inductor_ext.lowering import adapters
-    from inductor_ext.templates.family import Family
 
     seen = []
 
@@ -57,7 +56,7 @@ def test_a_failed_prebuild_is_logged_and_each_call_builds_its_own(caplog):
         seen.append((pairs, target, device_type))
         raise RuntimeError("error: use of undeclared identifier 'oops'")
 
-    fake = Family.of(_fake_extern_family)
+    fake = _fake_extern_family.FAMILY
     family = dataclasses.replace(fake, name="fake.prebuild", prebuild=prebuild)
     with records_of(caplog, adapters.log.name, logging.WARNING):
         adapters.prebuild_extern(family, "problem", ["c1", "c2"], "xpu", "cpu")

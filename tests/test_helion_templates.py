@@ -37,7 +37,7 @@ def test_generated_source_golden(family, problem, backend: str) -> None:
     text = family.source(problem, CFG, backend)
     assert re.search(r"# src\[\w+\.py:\d+\]", text)  # Helion cites the body's lines: not pinned by the golden
     text = re.sub(r"(# src\[\w+\.py):\d+\]", r"\1]", text)
-    golden.assert_golden(GOLDEN / family.FAMILY.replace(".", "_"), f"{backend}_{problem.rows}x{problem.n}", text)
+    golden.assert_golden(GOLDEN / family.NAME.replace(".", "_"), f"{backend}_{problem.rows}x{problem.n}", text)
     if backend == "flydsl":  # the code FlyDSL 0.5 needs the alias for
         assert "from flydsl.expr.vector import" in text
 

@@ -52,7 +52,7 @@ def strided(rows: int, cols: int, dtype: torch.dtype, scale: float = 1.0) -> tor
     return (torch.randn(rows, cols + 3) * scale).to(dtype)[:, :cols]
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.FAMILY)
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.NAME)
 def test_family_protocol(family):
     assert family.TARGETS == ("mps",) and family.CHOICE_KIND == "extern" and family.OPS
     for name in ("problem_for", "supports", "configs", "render", "call", "ALL_CONFIGS", "Problem", "Config",
@@ -82,7 +82,7 @@ GOLDEN_CASES = {
 def test_golden_msl(case):
     family, problem, config = GOLDEN_CASES[case]
     ks = family.render(problem, config, "mps")
-    assert ks.language == "msl" and ks.template == family.FAMILY
+    assert ks.language == "msl" and ks.template == family.NAME
     assert_golden(GOLDEN, case, snapshot(ks))
 
 

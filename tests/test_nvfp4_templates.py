@@ -82,7 +82,7 @@ GOLDEN_RENDERS = {
 def test_render_golden(case: str) -> None:
     module, problem, target = GOLDEN_RENDERS[case]
     ks = module.render(problem, module.configs(problem, target)[0], target)
-    assert ks.template == module.FAMILY
+    assert ks.template == module.NAME
     assert_golden(case, _snapshot(ks))
 
 
@@ -90,7 +90,7 @@ def test_render_golden(case: str) -> None:
 def test_inductor_source_golden(module: ModuleType) -> None:
     text = module.inductor_source()
     assert_golden(f"inductor_source_{module.__name__.rsplit('.', 1)[1]}", text)
-    assert f"    # inductor_ext template: {module.FAMILY}\n" in text
+    assert f"    # inductor_ext template: {module.NAME}\n" in text
     # What the golden files pin is what Inductor compiles: one body and epilogue shared by both frames.
     problem = P4(8, 8, 64) if module is fp4 else PD(8, 8, 64)
     config = module.configs(problem, "cpu")[0]
@@ -496,7 +496,7 @@ def _expand_inductor_template(module: ModuleType, kwargs: dict[str, object], inp
         def_kernel=def_kernel, store_output=store_output,
         size=lambda n, i: str(inputs[n].shape[i]), stride=lambda n, i: str(inputs[n].stride(i)), **kwargs)
     source = "import triton\nimport triton.language as tl\n\n\n" + text
-    return KernelSource(name=name, source=source, template=module.FAMILY, config={}), names
+    return KernelSource(name=name, source=source, template=module.NAME, config={}), names
 
 
 def _template_kwargs(module: ModuleType, problem: object, config: object) -> dict[str, object]:

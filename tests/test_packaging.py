@@ -129,7 +129,7 @@ def test_a_family_module_that_imports_a_missing_toolchain_at_load_is_listed_not_
     dsl = tmp_path / "fakedsl"
     dsl.mkdir()
     (dsl / "__init__.py").write_text("")
-    (dsl / "gemm.py").write_text('import flydsl.compiler\n\nFAMILY = "fakedsl.gemm"\n')
+    (dsl / "gemm.py").write_text('import flydsl.compiler\n\nNAME = "fakedsl.gemm"\n\nFAMILY = Family(name=NAME)\n')
     monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
     monkeypatch.setitem(__import__("sys").modules, "flydsl", None)
     registry._scan.cache_clear()

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from inductor_ext.templates.cutedsl import nvfp4_gemm as cutedsl_nvfp4
 
-FAMILY = cutedsl_nvfp4.FAMILY
+NAME = cutedsl_nvfp4.NAME
 
 
 @torch.library.custom_op(cutedsl_nvfp4.EXTERN_OP, mutates_args=())
@@ -23,7 +23,7 @@ def nvfp4_gemm_cutedsl(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, a
     """``alpha * (a @ b) (+ bias)`` in bf16 by quack's kernel; ``b`` is ``_scaled_mm``'s
     [K/2, N] view of a K-major weight."""
     if not a.is_cuda:
-        raise RuntimeError(f"{FAMILY} runs only on an sm_100 GPU; got tensors on {a.device}")
+        raise RuntimeError(f"{NAME} runs only on an sm_100 GPU; got tensors on {a.device}")
     return launch(a, b, scale_a, scale_b, alpha, bias,
                   cutedsl_nvfp4.NvFp4GemmConfig(tile_m, tile_n, cluster_m, cluster_n, dynamic_persistent),
                   use_pdl=use_pdl)

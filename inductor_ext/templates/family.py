@@ -79,6 +79,7 @@ record (``Family.of(module)``, which checks the module once); adding one is one 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -160,7 +161,9 @@ class Family:
     problem_for: Hook = _ABSENT
     supports: Hook = _ABSENT
     configs: Hook = _ABSENT
-    module: ModuleType = _ABSENT  # its source is hashed into cache keys; its imports too (lowering/ext_choices.py)
+    # the family's module, given by name (``module=__name__``) and looked up while it is imported; its
+    # source is hashed into cache keys, its imports too (lowering/ext_choices.py)
+    module: ModuleType = _ABSENT
     all_configs: tuple[Any, ...] = ()  # extern: every config it may be called with
     render: Hook | None = None
     call: Hook | None = None  # extern
@@ -184,6 +187,8 @@ class Family:
     launch_values: Hook | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.module, str):
+            object.__setattr__(self, "module", sys.modules[self.module])
         where = f"{getattr(self.module, '__name__', '?')} (family {self.name!r})"
         if self.choice_kind not in CHOICE_KINDS:
             raise FamilyError(f"{where}: choice_kind = {self.choice_kind!r}; use one of {CHOICE_KINDS}")

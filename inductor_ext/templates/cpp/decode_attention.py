@@ -16,7 +16,6 @@ b1 bf16 2.69 -> 1.75, b8 bf16 13.07 -> 6.14 a step.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from inductor_ext.templates.allowed import number, one_of, size
@@ -104,4 +103,4 @@ def decomposition(problem: DecodeAttentionProblem, config: DecodeAttentionConfig
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
-    decomposition=decomposition, runs_on_cpu=RUNS_ON_CPU, module=sys.modules[__name__])
+    decomposition=decomposition, runs_on_cpu=RUNS_ON_CPU, module=__name__)

@@ -18,7 +18,6 @@ usually activations) is served as Inductor serves it.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from inductor_ext.templates.allowed import flag, integer, number, one_of, size
@@ -138,4 +137,4 @@ def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
-    config_supports=config_supports, runs_on_cpu=RUNS_ON_CPU, module=sys.modules[__name__])
+    config_supports=config_supports, runs_on_cpu=RUNS_ON_CPU, module=__name__)

@@ -70,15 +70,15 @@ from inductor_ext.runtime import cutedsl as cutedsl_runtime
 from inductor_ext.runtime.cutedsl import CuteDslCompileError
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 
 __all__ = [
-    "FAMILY", "TARGETS", "NvFp4GemmProblem", "NvFp4GemmConfig", "CuteDslCompileError",
+    "NAME", "FAMILY", "TARGETS", "NvFp4GemmProblem", "NvFp4GemmConfig", "CuteDslCompileError",
     "supports", "config_supports", "configs", "config_from_tile", "render",
     "compile_for_sm100", "compile_many_for_sm100", "run",
 ]
 
-FAMILY = "cutedsl.nvfp4_gemm"
+NAME = "cutedsl.nvfp4_gemm"
 # Claimed only where tier I passes (tests/test_cutedsl_nvfp4.py).
 TARGETS = ("sm_100a",)
 OPS = ("nvfp4_gemm",)
@@ -153,10 +153,10 @@ def problem_for(spec: OpSpec) -> NvFp4GemmProblem | str:
     as quack serves it: alpha from device memory, an optional bf16 bias, no activation, both
     operands K-major."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+        return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
     a, b_t, _, _, _, bias = spec.inputs
     if spec.device_type not in DEVICE_TYPES:
-        return f"{FAMILY} runs only on an sm_100 GPU (there is no CPU interpreter for CuTeDSL)"
+        return f"{NAME} runs only on an sm_100 GPU (there is no CPU interpreter for CuTeDSL)"
     activation = spec.scalars["activation"]
     if activation != "none":
         return f"activation {activation!r}: quack's epilogue is alpha * acc + bias only"
@@ -210,7 +210,7 @@ def config_supports(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: 
     if reason:
         return reason
     if target is not None and target not in TARGETS:
-        return f"{FAMILY} is verified for {', '.join(TARGETS)}, not {target}"
+        return f"{NAME} is verified for {', '.join(TARGETS)}, not {target}"
     from quack.gemm_config import GemmConfig, blockscaled_config_ok
 
     quack_config = GemmConfig(tile_m=config.tile_m, tile_n=config.tile_n, cluster_m=config.cluster_m,
@@ -297,11 +297,11 @@ def render(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str = "sm
     """A launcher module for (problem, config): the kernel itself is quack's, not generated text."""
     reason = supports(problem)
     if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+        raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     name = kernel_name(problem, config)
-    source = _LAUNCHER.format(family=FAMILY, config_name=config.name(), problem=problem,
+    source = _LAUNCHER.format(family=NAME, config_name=config.name(), problem=problem,
                               config=config, name=name, use_pdl=problem.use_pdl)
-    return KernelSource(name=name, source=source, template=FAMILY, config=asdict(config),
+    return KernelSource(name=name, source=source, template=NAME, config=asdict(config),
                         launch={"cluster": (config.cluster_m, config.cluster_n, 1), "use_pdl": problem.use_pdl},
                         language="cutedsl")
 
@@ -398,7 +398,7 @@ cache_dir = asm_cache.cache_dir
 def _cache_key(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> str:
     payload = json.dumps({
         "format": _CACHE_FORMAT,
-        "family": FAMILY,
+        "family": NAME,
         "target": "sm_100a",
         "compile": _compile_key_fields(problem, config),
         "versions": package_versions(),
@@ -435,7 +435,7 @@ def compile_many_for_sm100(jobs: Iterable[tuple[NvFp4GemmProblem, NvFp4GemmConfi
     for problem, config in jobs:
         reason = supports(problem)
         if reason:
-            raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+            raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
         config = config or configs(problem, "sm_100a")[0]
         resolved.append((problem, config, _cache_key(problem, config)))
     results: dict[str, dict[str, str]] = {}
@@ -475,7 +475,7 @@ def _compile_in_subprocess(jobs: list[tuple[NvFp4GemmProblem, NvFp4GemmConfig]],
     return cutedsl_runtime.compile_jobs(
         "inductor_ext.templates.cutedsl.nvfp4_gemm:_build",
         [{"problem": asdict(p), "config": asdict(c)} for p, c in jobs],
-        arch="sm_100a", what=f"{FAMILY} kernel(s)", timeout=timeout)
+        arch="sm_100a", what=f"{NAME} kernel(s)", timeout=timeout)
 
 
 def _build(job: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -485,14 +485,14 @@ def _build(job: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     problem, config = NvFp4GemmProblem(**job["problem"]), NvFp4GemmConfig(**job["config"])
     reason = config_supports(problem, config)
     if reason:
-        raise ValueError(f"{FAMILY} {config.name()} for {problem}: {reason}")
+        raise ValueError(f"{NAME} {config.name()} for {problem}: {reason}")
     kwargs = _quack_compile_kwargs(problem, config)
     # quack's jit_cache wrapper may hand back a function loaded from a cached .o, which carries
     # no PTX: call the compile itself.
     compile_gemm = getattr(host._compile_gemm_epi, "__wrapped__", host._compile_gemm_epi)
     t0 = time.perf_counter()
     fn = compile_gemm(**kwargs)
-    return fn, {"family": FAMILY, "problem": asdict(problem), "config": asdict(config),
+    return fn, {"family": NAME, "problem": asdict(problem), "config": asdict(config),
                 "quack_compile_args": {k: repr(v) for k, v in kwargs.items()},
                 "versions": package_versions(), "compile_s": round(time.perf_counter() - t0, 3)}
 
@@ -577,3 +577,11 @@ def _launch_quack(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, a: Any, b:
             post_init_attrs=_post_init_attrs(problem))
         _plans[key] = plan
     run_gemm_epi_plan(plan, a, b, out, None, epi_values, SFA=sfa, SFB=sfb)
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    extern_op=EXTERN_OP, extern_kwargs=extern_kwargs, config_supports=config_supports,
+    config_from_tile=config_from_tile, example_problem=example_problem,
+    key_instructions=by_target(KEY_INSTRUCTIONS), compile_asm=compile_asm, module=__name__)

@@ -27,11 +27,11 @@ from typing import Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import flag, integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.flydsl import common
 from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling
 
-FAMILY = "flydsl.gemm"
+NAME = "flydsl.gemm"
 # Claimed only where tier I passes (tests/test_flydsl_gemm.py).
 TARGETS = ("gfx950", "gfx1250")
 OPS = ("mm", "addmm")
@@ -85,14 +85,14 @@ def tiling(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> 
 def problem_for(spec: OpSpec) -> GemmProblem | str:
     """The problem for an ``mm`` / ``addmm`` OpSpec, or why this family does not serve it."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {OPS}, not {spec.op}"
+        return f"{NAME} serves {OPS}, not {spec.op}"
     bias = spec.inputs[0] if spec.op == "addmm" else None
     a, b = spec.inputs[-2], spec.inputs[-1]
     if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2:
         return "mm needs two 2-D operands"
     dtypes = {a.dtype, b.dtype, spec.out.dtype} | ({bias.dtype} if bias is not None else set())
     if len(dtypes) != 1 or a.dtype not in DTYPES:
-        return f"{FAMILY} takes one dtype of {DTYPES} for A, B, bias and C; got {sorted(dtypes)}"
+        return f"{NAME} takes one dtype of {DTYPES} for A, B, bias and C; got {sorted(dtypes)}"
     (m, k), n = a.shape, b.shape[1]
     a_k_major, a_vec = common.major(a.stride, 1, 0, k)
     b_k_major, b_vec = common.major(b.stride, 0, 1, k)
@@ -149,7 +149,7 @@ def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
 
 def render(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
     name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
-    return common.render_launcher(__name__, FAMILY, problem, config, target, name, tiling(problem, config, target),
+    return common.render_launcher(__name__, NAME, problem, config, target, name, tiling(problem, config, target),
                                   problem.m, problem.n, supports(problem) or config_supports(problem, config, target))
 
 
@@ -172,7 +172,7 @@ def build_launcher(dtype: str, a_k_major: bool, b_k_major: bool, bias: bool, con
     t = tiling(GemmProblem(1, 1, 1, dtype, a_k_major, b_k_major), config, target)
     reason = t.reason()
     if reason:
-        raise ValueError(f"{FAMILY}: {reason}")
+        raise ValueError(f"{NAME}: {reason}")
 
     Smem = dsl.smem_ab(t, dsl.numeric(dtype))
 
@@ -227,7 +227,7 @@ def compile_asm(problem: GemmProblem, config: GemmConfig, target: str = "gfx950"
 
 
 def isa_many(jobs: list[tuple[GemmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: config_supports(p, c, t),
+    return common.compile_isa(__name__, NAME, TARGETS, jobs, reason=lambda p, c, t: config_supports(p, c, t),
                               static=lambda p: replace(p, m=1, n=1, k=1, vec_ok=True, alpha=1.0, beta=1.0),
                               name=kernel_name, cache=cache)
 
@@ -238,7 +238,7 @@ def call(problem: GemmProblem, config: GemmConfig, target: str, *tensors: Any) -
     import torch
 
     bias, a, b = (tensors if problem.bias else (None, *tensors))
-    common.check_device(FAMILY, a)
+    common.check_device(NAME, a)
     m, k = a.shape
     n = b.shape[1]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
@@ -251,3 +251,10 @@ def call(problem: GemmProblem, config: GemmConfig, target: str, *tensors: Any) -
            x.stride(0), x.stride(1), *(common.span_bytes(t) for t in (a, b, c, x)),
            problem.alpha, problem.beta, common.stream())
     return c
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    config_supports=config_supports, key_instructions=by_target(KEY_INSTRUCTIONS), compile_asm=compile_asm,
+    isa_many=isa_many, module=__name__)

@@ -26,13 +26,13 @@ from typing import Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.flydsl import common
 from inductor_ext.templates.flydsl import gemm
 from inductor_ext.templates.flydsl.gemm import ALL_CONFIGS, DTYPES, GemmConfig, GemmProblem
 from inductor_ext.templates.flydsl.tiling import GemmTiling
 
-FAMILY = "flydsl.grouped_mm"
+NAME = "flydsl.grouped_mm"
 # Claimed only where tier I passes (tests/test_flydsl_grouped_mm.py).
 TARGETS = ("gfx950", "gfx1250")
 OPS = ("grouped_mm",)  # ext's lowering of aten._grouped_mm (lowering/ops/grouped_mm.py)
@@ -72,17 +72,17 @@ def tiling(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950"
 def problem_for(spec: OpSpec) -> GroupedMmProblem | str:
     """``grouped_mm`` (mat_a, mat_b, offs, bias; ``out_dtype``) with a 2-D ragged A and a 3-D B."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {OPS}, not {spec.op}"
+        return f"{NAME} serves {OPS}, not {spec.op}"
     a, b, offs, bias = (*spec.inputs, None, None, None, None)[:4]
     if a is None or b is None or offs is None:
         return "grouped_mm needs A, B and offs"
     if len(a.shape) != 2 or len(b.shape) != 3:
-        return (f"{FAMILY} serves the ragged MoE form (A 2-D [T, K] sliced by offs, B 3-D [G, K, N]); "
+        return (f"{NAME} serves the ragged MoE form (A 2-D [T, K] sliced by offs, B 3-D [G, K, N]); "
                 f"got A {len(a.shape)}-D, B {len(b.shape)}-D")
     if offs.dtype != "int32" or len(offs.shape) != 1 or offs.shape[0] != b.shape[0]:
         return f"offs must be int32 [G={b.shape[0]}], got {offs.dtype} {offs.shape}"
     if a.dtype != b.dtype or a.dtype not in DTYPES:
-        return f"{FAMILY} takes A and B of one dtype in {DTYPES}, got {a.dtype}, {b.dtype}"
+        return f"{NAME} takes A and B of one dtype in {DTYPES}, got {a.dtype}, {b.dtype}"
     t, k = a.shape
     g, _, n = b.shape
     if bias is not None and (tuple(bias.shape) != (g, n) or bias.dtype != spec.out.dtype):
@@ -140,7 +140,7 @@ def kernel_name(problem: GroupedMmProblem, config: GemmConfig) -> str:
 
 def render(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
     name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
-    return common.render_launcher(__name__, FAMILY, problem, config, target, name, tiling(problem, config, target),
+    return common.render_launcher(__name__, NAME, problem, config, target, name, tiling(problem, config, target),
                                   problem.t, problem.n, supports(problem) or config_supports(problem, config, target))
 
 
@@ -160,7 +160,7 @@ def build_launcher(dtype: str, out_dtype: str, a_k_major: bool, b_k_major: bool,
     t = tiling(GroupedMmProblem(1, 1, 1, 1, dtype, out_dtype, a_k_major, b_k_major), config, target)
     reason = t.reason()
     if reason:
-        raise ValueError(f"{FAMILY}: {reason}")
+        raise ValueError(f"{NAME}: {reason}")
 
     Smem = dsl.smem_ab(t, dsl.numeric(dtype))
 
@@ -231,7 +231,7 @@ def compile_asm(problem: GroupedMmProblem, config: GemmConfig, target: str = "gf
 
 
 def isa_many(jobs: list[tuple[GroupedMmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, FAMILY, TARGETS, jobs,
+    return common.compile_isa(__name__, NAME, TARGETS, jobs,
                               reason=lambda p, c, t: supports(p) or config_supports(p, c, t),
                               static=lambda p: replace(p, t=1, n=1, k=1, groups=1, vec_ok=True), name=kernel_name,
                               cache=cache)
@@ -242,7 +242,7 @@ def call(problem: GroupedMmProblem, config: GemmConfig, target: str, a: Any, b: 
     """Launch on a gfx950 or gfx1250 GPU (tier D), in ``grouped_mm``'s argument order."""
     import torch
 
-    common.check_device(FAMILY, a)
+    common.check_device(NAME, a)
     t, k = a.shape
     g, _, n = b.shape
     c = torch.empty((t, n), dtype=getattr(torch, problem.out_dtype), device=a.device)
@@ -256,3 +256,10 @@ def call(problem: GroupedMmProblem, config: GemmConfig, target: str, a: Any, b: 
            x.stride(0) if bias is not None else 0, x.stride(-1), *(common.span_bytes(v) for v in (a, b, offs, c, x)),
            common.stream())
     return c
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    config_supports=config_supports, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    compile_asm=compile_asm, isa_many=isa_many, module=__name__)

@@ -27,11 +27,11 @@ from typing import Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.flydsl import common
 from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling, cdiv
 
-FAMILY = "flydsl.mx_scaled_mm"
+NAME = "flydsl.mx_scaled_mm"
 # Claimed only where tier I passes (tests/test_flydsl_mx_scaled_mm.py).
 TARGETS = ("gfx950",)
 OPS = ("scaled_mm",)  # Inductor's lowering of aten._scaled_mm (lowering/ops/scaled_mm.py)
@@ -98,14 +98,14 @@ def _scale_layout(spec_rows: int, k: int, scale: Any) -> str | None:
 def problem_for(spec: OpSpec) -> MxScaledMmProblem | str:
     """The problem for a ``scaled_mm`` OpSpec (a, b, scale_a, scale_b, bias, scale_result)."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {OPS}, not {spec.op}"
+        return f"{NAME} serves {OPS}, not {spec.op}"
     a, b, sa, sb, *rest = (*spec.inputs, None, None)
     bias, scale_result = rest[0], rest[1]
     if a is None or b is None or sa is None or sb is None:
         return "_scaled_mm needs A, B and both scales"
     fmt = TORCH_FORMATS.get(a.dtype)
     if fmt is None or b.dtype != a.dtype:
-        return f"{FAMILY} takes MXFP8 (float8_e4m3fn) or MXFP4 (float4_e2m1fn_x2) operands, got {a.dtype}, {b.dtype}"
+        return f"{NAME} takes MXFP8 (float8_e4m3fn) or MXFP4 (float4_e2m1fn_x2) operands, got {a.dtype}, {b.dtype}"
     if sa.dtype != "float8_e8m0fnu" or sb.dtype != "float8_e8m0fnu":
         return f"MX needs float8_e8m0fnu block scales, got {sa.dtype}, {sb.dtype} (tensor/row-wise scaling is not MX)"
     if scale_result is not None:
@@ -180,7 +180,7 @@ def kernel_name(problem: MxScaledMmProblem, config: MxScaledMmConfig) -> str:
 
 
 def render(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx950") -> KernelSource:
-    return common.render_launcher(__name__, FAMILY, problem, config, target, kernel_name(problem, config),
+    return common.render_launcher(__name__, NAME, problem, config, target, kernel_name(problem, config),
                                   tiling(problem, config), problem.m, problem.n, supports(problem) or config_supports(problem, config))
 
 
@@ -200,7 +200,7 @@ def build_launcher(fmt: str, scale_layout: str, out_dtype: str, bias: bool, conf
     t = tiling(MxScaledMmProblem(1, 1, BLOCK, fmt, scale_layout, out_dtype, bias), config)
     reason = t.reason()
     if reason:
-        raise ValueError(f"{FAMILY}: {reason}")
+        raise ValueError(f"{NAME}: {reason}")
     code = FORMATS[fmt][1]
 
     Smem = dsl.smem_ab(t, fx.Uint8)
@@ -283,7 +283,7 @@ def compile_asm(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: st
 
 def isa_many(jobs: list[tuple[MxScaledMmProblem, MxScaledMmConfig, str]], *,
              cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_supports(p, c),
+    return common.compile_isa(__name__, NAME, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_supports(p, c),
                               static=lambda p: replace(p, m=1, n=1, k=BLOCK), name=kernel_name, cache=cache)
 
 
@@ -292,9 +292,9 @@ def call(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str, a: A
     """Launch on a gfx950 GPU (tier D), in ``_scaled_mm``'s argument order (scale_result must be None)."""
     import torch
 
-    common.check_device(FAMILY, a)
+    common.check_device(NAME, a)
     if any(r is not None for r in rest):
-        raise ValueError(f"{FAMILY}: scale_result is not supported with MX scaling")
+        raise ValueError(f"{NAME}: scale_result is not supported with MX scaling")
     m, n, k = problem.m, problem.n, problem.k
     c = torch.empty((m, n), dtype=getattr(torch, problem.out_dtype), device=a.device)
     x = bias if bias is not None else c
@@ -310,3 +310,10 @@ def call(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str, a: A
            cdiv(cdiv(k, BLOCK), 4), *(common.span_bytes(t) for t in u8), common.span_bytes(c), common.span_bytes(x),
            common.stream())
     return c
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    config_supports=config_supports, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    compile_asm=compile_asm, isa_many=isa_many, module=__name__)

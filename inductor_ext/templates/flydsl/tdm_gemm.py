@@ -30,11 +30,11 @@ from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import integer
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates import linear
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.flydsl import common
 from inductor_ext.templates.flydsl.tiling import MMA, GemmTiling
 
-FAMILY = "flydsl.tdm_gemm"
+NAME = "flydsl.tdm_gemm"
 # Claimed only where tier I passes (tests/test_flydsl_tdm_gemm.py).
 TARGETS = ("gfx1250",)
 OPS = linear.OPS
@@ -74,7 +74,7 @@ def tiling(problem: TdmGemmProblem, config: TdmGemmConfig) -> GemmTiling:
 
 def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
     """The problem for an ``mm`` / ``addmm`` / ``scaled_mm`` OpSpec (``x @ W.T``), or why not served."""
-    problem = linear.linear_problem(spec, FAMILY)
+    problem = linear.linear_problem(spec, NAME)
     return problem if isinstance(problem, str) else supports(problem) or problem
 
 
@@ -131,7 +131,7 @@ def kernel_name(problem: TdmGemmProblem, config: TdmGemmConfig) -> str:
 
 
 def render(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250") -> KernelSource:
-    return common.render_launcher(__name__, FAMILY, problem, config, target, kernel_name(problem, config),
+    return common.render_launcher(__name__, NAME, problem, config, target, kernel_name(problem, config),
                                   tiling(problem, config), problem.m, problem.n, supports(problem) or config_supports(problem, config))
 
 
@@ -151,7 +151,7 @@ def build_launcher(dtype: str, out_dtype: str, bias: bool, scaling: str, config:
     t = tiling(TdmGemmProblem(1, 1, 128, dtype, out_dtype, bias, scaling=scaling), config)
     reason = t.reason()
     if reason:
-        raise ValueError(f"{FAMILY}: {reason}")
+        raise ValueError(f"{NAME}: {reason}")
     store = "uint8" if t.elem_bits == 8 else dtype
     smem_elem = fx.Uint8 if t.elem_bits == 8 else dsl.numeric(dtype)
 
@@ -218,7 +218,7 @@ def compile_asm(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "g
 
 def isa_many(jobs: list[tuple[TdmGemmProblem, TdmGemmConfig, str]], *,
              cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, FAMILY, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_supports(p, c),
+    return common.compile_isa(__name__, NAME, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_supports(p, c),
                               static=lambda p: replace(p, m=1, n=1, k=4096, alpha=1.0, beta=1.0), name=kernel_name,
                               cache=cache)
 
@@ -228,12 +228,12 @@ def call(problem: TdmGemmProblem, config: TdmGemmConfig, target: str, *tensors: 
     for addmm, (A, B, scale_a, scale_b, bias) for scaled_mm."""
     import torch
 
-    a, b, bias, sa, sb = linear.unpack_tensors(problem, tensors, FAMILY)
-    common.check_device(FAMILY, a)
+    a, b, bias, sa, sb = linear.unpack_tensors(problem, tensors, NAME)
+    common.check_device(NAME, a)
     m, n, k = problem.m, problem.n, problem.k
     c = torch.empty((m, n), dtype=getattr(torch, problem.out_dtype), device=a.device)
     if not common.aligned(16, a, b):
-        raise ValueError(f"{FAMILY}: A and B must start 16-byte aligned for the Tensor Data Mover")
+        raise ValueError(f"{NAME}: A and B must start 16-byte aligned for the Tensor Data Mover")
     x = bias if bias is not None else c
     sa = sa if sa is not None else torch.ones(1, device=a.device)
     sb = sb if sb is not None else torch.ones(1, device=a.device)
@@ -244,3 +244,10 @@ def call(problem: TdmGemmProblem, config: TdmGemmConfig, target: str, *tensors: 
            0 if sa.numel() == 1 else sa.stride(0), 0 if sb.numel() == 1 else sb.stride(-1),
            *(common.span_bytes(v) for v in (c, x, sa, sb)), problem.alpha, problem.beta, common.stream())
     return c
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    config_supports=config_supports, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    compile_asm=compile_asm, isa_many=isa_many, module=__name__)

@@ -20,10 +20,10 @@ from typing import Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.helion import common
 
-FAMILY = "helion.rmsnorm"
+NAME = "helion.rmsnorm"
 # Claimed only where tier I passes (tests/test_helion_templates.py).
 TARGETS = ("gfx950",)
 OPS = ("rms_norm",)  # inductor_ext::rms_norm (lowering/ops/rms_norm.py), what the rms_norm_op pass makes of F.rms_norm
@@ -67,15 +67,15 @@ ALL_CONFIGS = (RmsNormConfig(1), RmsNormConfig(4))
 def problem_for(spec: OpSpec) -> RmsNormProblem | str:
     """``rms_norm(input, normalized_shape, weight, eps)``: inputs (input, weight)."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {OPS}, not {spec.op}"
+        return f"{NAME} serves {OPS}, not {spec.op}"
     x, w = (*spec.inputs, None)[:2]
     if x is None or x.dtype not in DTYPES:
-        return f"{FAMILY} takes an input in {DTYPES}"
+        return f"{NAME} takes an input in {DTYPES}"
     normalized = tuple(spec.scalars.get("normalized_shape", x.shape[-1:]))
     if normalized != tuple(x.shape[-1:]):
-        return f"{FAMILY} normalizes the last dimension only, got normalized_shape {normalized}"
+        return f"{NAME} normalizes the last dimension only, got normalized_shape {normalized}"
     if not x.is_contiguous or (w is not None and (w.dtype != x.dtype or not w.is_contiguous)):
-        return f"{FAMILY} needs a contiguous input and weight of the input's dtype (Helion bakes strides in)"
+        return f"{NAME} needs a contiguous input and weight of the input's dtype (Helion bakes strides in)"
     rows = 1
     for s in x.shape[:-1]:
         rows *= s
@@ -121,15 +121,15 @@ def kernel_name(problem: RmsNormProblem, config: RmsNormConfig) -> str:
 def render(problem: RmsNormProblem, config: RmsNormConfig, target: str = "gfx950") -> KernelSource:
     reason = supports(problem)
     if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
-    return common.render(FAMILY, rmsnorm_body, kernel_name(problem, config), config, target, problem.rows, _args(problem))
+        raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
+    return common.render(NAME, rmsnorm_body, kernel_name(problem, config), config, target, problem.rows, _args(problem))
 
 
 def isa_many(jobs: list[tuple[RmsNormProblem, RmsNormConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
     """The FlyDSL backend's code compiled for gfx950 (``amdgcn``, ``hsaco_b64``, ``metadata``)."""
     for problem, _, target in jobs:
         if target not in TARGETS or supports(problem):
-            raise ValueError(f"{FAMILY} does not compile {problem} for {target}")
+            raise ValueError(f"{NAME} does not compile {problem} for {target}")
     return common.flydsl_isa(rmsnorm_body, [(kernel_name(p, c), c.block_m, _args(p)) for p, c, _ in jobs], cache=cache)
 
 
@@ -146,3 +146,10 @@ def call(problem: RmsNormProblem, config: RmsNormConfig, target: str, x: Any, we
     w = weight if weight is not None else torch.ones(problem.n, dtype=x.dtype, device=x.device)
     out = common.run(rmsnorm_body, config.block_m, _args(problem), x.reshape(problem.rows, problem.n), w, problem.eps)
     return out.reshape(x.shape)
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    compile_asm=compile_asm, isa_many=isa_many, module=__name__)

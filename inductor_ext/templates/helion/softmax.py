@@ -11,11 +11,11 @@ from typing import Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.helion import common
 from inductor_ext.templates.helion.rmsnorm import ALL_CONFIGS, DTYPES, RmsNormConfig as SoftmaxConfig
 
-FAMILY = "helion.softmax"
+NAME = "helion.softmax"
 # Claimed only where tier I passes (tests/test_helion_templates.py).
 TARGETS = ("gfx950",)
 OPS = ("softmax",)  # inductor_ext::softmax (the op and pass are being added with the Metal softmax family)
@@ -45,14 +45,14 @@ Problem, Config = SoftmaxProblem, SoftmaxConfig
 def problem_for(spec: OpSpec) -> SoftmaxProblem | str:
     """``_softmax(input, dim, half_to_float)`` over the last dimension of a contiguous input."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {OPS}, not {spec.op}"
+        return f"{NAME} serves {OPS}, not {spec.op}"
     x = spec.inputs[0] if spec.inputs else None
     if x is None or x.dtype not in DTYPES or spec.out.dtype != x.dtype:
-        return f"{FAMILY} takes and returns one dtype of {DTYPES}"
+        return f"{NAME} takes and returns one dtype of {DTYPES}"
     if spec.scalars.get("dim", -1) not in (-1, len(x.shape) - 1):
-        return f"{FAMILY} reduces the last dimension only"
+        return f"{NAME} reduces the last dimension only"
     if not x.is_contiguous:
-        return f"{FAMILY} needs a contiguous input (Helion bakes strides in)"
+        return f"{NAME} needs a contiguous input (Helion bakes strides in)"
     rows = 1
     for s in x.shape[:-1]:
         rows *= s
@@ -95,14 +95,14 @@ def kernel_name(problem: SoftmaxProblem, config: SoftmaxConfig) -> str:
 def render(problem: SoftmaxProblem, config: SoftmaxConfig, target: str = "gfx950") -> KernelSource:
     reason = supports(problem)
     if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
-    return common.render(FAMILY, softmax_body, kernel_name(problem, config), config, target, problem.rows, _args(problem))
+        raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
+    return common.render(NAME, softmax_body, kernel_name(problem, config), config, target, problem.rows, _args(problem))
 
 
 def isa_many(jobs: list[tuple[SoftmaxProblem, SoftmaxConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
     for problem, _, target in jobs:
         if target not in TARGETS or supports(problem):
-            raise ValueError(f"{FAMILY} does not compile {problem} for {target}")
+            raise ValueError(f"{NAME} does not compile {problem} for {target}")
     return common.flydsl_isa(softmax_body, [(kernel_name(p, c), c.block_m, _args(p)) for p, c, _ in jobs], cache=cache)
 
 
@@ -115,3 +115,10 @@ def call(problem: SoftmaxProblem, config: SoftmaxConfig, target: str, x: Any, *r
     """Softmax of ``x`` over its last dimension: FlyDSL backend on ROCm tensors (tier D), Triton
     backend in the interpreter on CPU tensors (tier C)."""
     return common.run(softmax_body, config.block_m, _args(problem), x.reshape(problem.rows, problem.n)).reshape(x.shape)
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    compile_asm=compile_asm, isa_many=isa_many, module=__name__)

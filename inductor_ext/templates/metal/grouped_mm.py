@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from inductor_ext.templates.allowed import integer, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
 
 if TYPE_CHECKING:
     import torch
 
-FAMILY = "metal.grouped_mm"
+NAME = "metal.grouped_mm"
 TARGETS = ("mps",)
 OPS = ("grouped_mm",)  # Inductor's lowering name (lowering/ops/grouped_mm.py)
 CHOICE_KIND = "extern"
@@ -101,7 +101,7 @@ def _source(problem: Problem, c: Config) -> str:
     params += [MSL.scalar_param("int64", s) for s in ("G", "N", "K", "stride_am", "stride_bg", "stride_bn", "stride_om")]
     body = _msl.gemv_body(rows=1, columns=c.columns, vec=c.vec)
     return f"""{_msl.HEADER}
-// {FAMILY}: one row per threadgroup row, {c.simdgroups} SIMD groups x {c.columns} columns, {c.vec} k per lane.
+// {NAME}: one row per threadgroup row, {c.simdgroups} SIMD groups x {c.columns} columns, {c.vec} k per lane.
 kernel void grouped_mm_gemv(
     {_msl.signature(params)}) {{
   const long row = tgpos.y;
@@ -130,11 +130,11 @@ kernel void grouped_mm_gemv(
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
     reason = supports(problem)
     if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+        raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     if config.vec % 4 or 32 * config.simdgroups > 1024:
         raise ValueError(f"bad config {config}")
     grid = [-(-problem.n // (config.simdgroups * config.columns)), problem.rows, 1]
-    return KernelSource(name="grouped_mm_gemv", source=_source(problem, config), template=FAMILY,
+    return KernelSource(name="grouped_mm_gemv", source=_source(problem, config), template=NAME,
                         config=asdict(config), launch={"grid": grid, "threadgroup": [32 * config.simdgroups, 1, 1]},
                         language="msl")
 
@@ -165,3 +165,10 @@ def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem | str:
 def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:
     """The MSL and the Metal-on-CPU executor's build of it (no Metal compiler on Linux)."""
     return _msl.compile_asm(render(problem, config, target))
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    compile_asm=compile_asm, module=__name__)

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
 
 if TYPE_CHECKING:
     import torch
 
-FAMILY = "metal.linear_gemv"
+NAME = "metal.linear_gemv"
 TARGETS = ("mps",)
 OPS = ("mm", "addmm")
 CHOICE_KIND = "extern"
@@ -112,7 +112,7 @@ def _source(problem: Problem, c: Config) -> str:
     result = _msl.store(t, _msl.activation(problem.activation, "v"))
     body = _msl.gemv_body(rows=problem.m, columns=c.columns, vec=c.vec)
     return f"""{_msl.HEADER}
-// {FAMILY}: {problem.m} rows, {c.simdgroups} SIMD groups x {c.columns} columns per threadgroup, {c.vec} k per lane.
+// {NAME}: {problem.m} rows, {c.simdgroups} SIMD groups x {c.columns} columns per threadgroup, {c.vec} k per lane.
 kernel void linear_gemv(
     {_msl.signature(params)}) {{
   const long n_first = (long(tgpos.x) * {c.simdgroups} + sg) * {c.columns};
@@ -139,11 +139,11 @@ kernel void linear_gemv(
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
     reason = supports(problem)
     if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+        raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     if config.vec % 4 or 32 * config.simdgroups > 1024:
         raise ValueError(f"bad config {config}")
     grid = [-(-problem.n // (config.simdgroups * config.columns)), 1, 1]
-    return KernelSource(name="linear_gemv", source=_source(problem, config), template=FAMILY, config=asdict(config),
+    return KernelSource(name="linear_gemv", source=_source(problem, config), template=NAME, config=asdict(config),
                         launch={"grid": grid, "threadgroup": [32 * config.simdgroups, 1, 1]}, language="msl")
 
 
@@ -156,7 +156,7 @@ def call(problem: Problem, config: Config, target: str, *tensors: "torch.Tensor"
     from inductor_ext.runtime import metal
 
     if len(tensors) != 2 + problem.bias:
-        raise ValueError(f"{FAMILY}: expected {'(bias, x, b)' if problem.bias else '(x, b)'}, got {len(tensors)} tensors")
+        raise ValueError(f"{NAME}: expected {'(bias, x, b)' if problem.bias else '(x, b)'}, got {len(tensors)} tensors")
     bias, x, b = tensors if problem.bias else (None, *tensors)
     ks = render(problem, config, target)
     if x.stride(1) != 1 or b.stride(0) != 1:
@@ -181,3 +181,10 @@ def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem | str:
 def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:
     """The MSL and the Metal-on-CPU executor's build of it (no Metal compiler on Linux)."""
     return _msl.compile_asm(render(problem, config, target))
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    compile_asm=compile_asm, module=__name__)

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 from inductor_ext.targets.apple import THREADGROUP_MEMORY_BYTES
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec, TensorSpec
+from inductor_ext.templates.family import Family, OpSpec, TensorSpec
 from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
 
 if TYPE_CHECKING:
     import torch
 
-FAMILY = "metal.scaled_mm"
+NAME = "metal.scaled_mm"
 TARGETS = ("mps",)
 OPS = ("scaled_mm",)  # Inductor's lowering name (lowering/ops/scaled_mm.py)
 CHOICE_KIND = "extern"
@@ -193,7 +193,7 @@ def _render_gemv(problem: Problem, c: Config) -> str:
     params = _params(problem, ["stride_am", "stride_bn", "stride_om"])
     body = _msl.gemv_body(rows=problem.m, columns=c.columns, vec=c.vec)
     return f"""{_msl.HEADER}
-// {FAMILY} gemv: {problem.m} rows, {c.simdgroups} SIMD groups x {c.columns} columns per threadgroup, {c.vec} k per lane.
+// {NAME} gemv: {problem.m} rows, {c.simdgroups} SIMD groups x {c.columns} columns per threadgroup, {c.vec} k per lane.
 kernel void scaled_mm_gemv(
     {_msl.signature(params)}) {{
   const long n_first = (long(tgpos.x) * {c.simdgroups} + sg) * {c.columns};
@@ -218,7 +218,7 @@ def _render_tiled(problem: Problem, c: Config) -> str:
     params = _params(problem, ["stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_om"])
     tn = c.block_n // c.thread_n
     return f"""{_msl.HEADER}
-// {FAMILY} tiled: {c.block_m}x{c.block_n} outputs per threadgroup of {c.threads} threads, {c.thread_m}x{c.thread_n} each, k steps of {c.block_k}.
+// {NAME} tiled: {c.block_m}x{c.block_n} outputs per threadgroup of {c.threads} threads, {c.thread_m}x{c.thread_n} each, k steps of {c.block_k}.
 kernel void scaled_mm_tiled(
     {_msl.signature(params)}) {{
   {MSL.local_array("float32", "As", c.block_k, c.block_m)}
@@ -264,7 +264,7 @@ def _render_mma(problem: Problem, c: Config) -> str:
     sub_m, sub_n = c.block_m // c.warps_m, c.block_n // c.warps_n
     fm, fn = sub_m // 8, sub_n // 8
     return f"""{_msl.HEADER}
-// {FAMILY} tiled with simdgroup matrices: {c.block_m}x{c.block_n} outputs per threadgroup, {c.warps_m}x{c.warps_n} SIMD groups of
+// {NAME} tiled with simdgroup matrices: {c.block_m}x{c.block_n} outputs per threadgroup, {c.warps_m}x{c.warps_n} SIMD groups of
 // {sub_m}x{sub_n} ({fm}x{fn} 8x8 accumulators each), k steps of {c.block_k}; e4m3 -> half is exact.
 kernel void scaled_mm_mma(
     {_msl.signature(params)}) {{
@@ -319,7 +319,7 @@ def _grid(problem: Problem, c: Config) -> list[int]:
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
     reason = supports(problem)
     if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+        raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     _check(problem, config)
     if config.path == "gemv":
         source, name = _render_gemv(problem, config), "scaled_mm_gemv"
@@ -327,7 +327,7 @@ def render(problem: Problem, config: Config, target: str) -> KernelSource:
         source, name = _render_mma(problem, config), "scaled_mm_mma"
     else:
         source, name = _render_tiled(problem, config), "scaled_mm_tiled"
-    return KernelSource(name=name, source=source, template=FAMILY, config=asdict(config),
+    return KernelSource(name=name, source=source, template=NAME, config=asdict(config),
                         launch={"grid": _grid(problem, config), "threadgroup": [config.threads, 1, 1]},
                         language="msl")
 
@@ -378,3 +378,10 @@ def key_instructions(problem: Problem, config: Config, target: str) -> list[tupl
 def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:
     """The MSL and the Metal-on-CPU executor's build of it (no Metal compiler on Linux)."""
     return _msl.compile_asm(render(problem, config, target))
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=key_instructions,
+    compile_asm=compile_asm, module=__name__)

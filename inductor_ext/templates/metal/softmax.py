@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 from inductor_ext.templates.allowed import integer, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
 
 if TYPE_CHECKING:
     import torch
 
-FAMILY = "metal.softmax"
+NAME = "metal.softmax"
 TARGETS = ("mps",)
 OPS = ("softmax",)
 CHOICE_KIND = "extern"
@@ -142,7 +142,7 @@ def _source(problem: Problem, c: Config) -> str:
     n, stride_x, stride_o = (MSL.scalar_param("int64", name) for name in ("N", "stride_x", "stride_o"))
     partial = MSL.pointer_param("float32", "partial", const=False)
     load = "load1(xr + i)"
-    head = f"{_msl.HEADER}{_HELPERS}\n// {FAMILY}: {c.threads} threads per threadgroup, {c.chunks} threadgroup(s) per row.\n"
+    head = f"{_msl.HEADER}{_HELPERS}\n// {NAME}: {c.threads} threads per threadgroup, {c.chunks} threadgroup(s) per row.\n"
     if c.chunks == 1:
         return head + f"""kernel void softmax_row(
     {MSL.bind(out, 0)}, {MSL.bind(x_in, 1)},
@@ -202,11 +202,11 @@ def _check(config: Config) -> None:
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
     reason = supports(problem)
     if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+        raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     _check(config)
     grid, tg = [config.chunks, problem.rows, 1], [config.threads, 1, 1]
     names = ["softmax_row"] if config.chunks == 1 else ["softmax_partials", "softmax_normalize"]
-    return KernelSource(name=names[-1], source=_source(problem, config), template=FAMILY, config=asdict(config),
+    return KernelSource(name=names[-1], source=_source(problem, config), template=NAME, config=asdict(config),
                         launch={"kernels": [{"name": n, "grid": grid, "threadgroup": tg} for n in names]},
                         language="msl")
 
@@ -244,3 +244,10 @@ def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem | str:
 def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:
     """The MSL and the Metal-on-CPU executor's build of it (no Metal compiler on Linux)."""
     return _msl.compile_asm(render(problem, config, target))
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    compile_asm=compile_asm, module=__name__)

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 from inductor_ext.targets.intel import SYCL_LOCAL_MEMORY_LIMIT, SYCL_SUB_GROUP_SIZE, SYCL_WORK_GROUP_LIMIT
 from inductor_ext.templates.allowed import flag, integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec, TensorSpec
+from inductor_ext.templates.family import Family, OpSpec, TensorSpec
 from inductor_ext.templates.lang.sycl import HELPERS, HELPERS_NAME, SYCL
 
 if TYPE_CHECKING:
     import torch
 
-FAMILY = "sycl.gemm"
+NAME = "sycl.gemm"
 # Claimed where tier C passes: the kernels generated for xpu, run on Intel's OpenCL CPU device
 # (tests/test_sycl_gemm.py).
 TARGETS = ("xpu",)
@@ -326,7 +326,7 @@ def render(problem: GemmProblem, config: GemmConfig, target: str = "xpu") -> Ker
         groups = -(-problem.m // config.tile_m) * -(-problem.n // config.tile_n)
     launch = {"nd_range_kernel": 1, "global_size": [groups * config.work_group()],
               "local_size": [config.work_group()], "params": list(PARAM_KINDS), "includes": [HELPERS_NAME]}
-    return KernelSource(name=name, source=source, template=FAMILY, config=asdict(config), launch=launch,
+    return KernelSource(name=name, source=source, template=NAME, config=asdict(config), launch=launch,
                         language="sycl")
 
 
@@ -442,3 +442,10 @@ def compile_asm(problem: GemmProblem, config: GemmConfig, target: str) -> dict[s
     program.add_kernel(ks.name, ks.source, PARAM_KINDS)
     images = program.device_images()
     return {"spirv": "\n".join(spirv.disassemble(image) for image in images)}
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    config_supports=config_supports, missing=missing, prebuild=prebuild, cpu_executor=CPU_EXECUTOR,
+    key_instructions=key_instructions, compile_asm=compile_asm, module=__name__)

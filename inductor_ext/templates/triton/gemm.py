@@ -27,7 +27,6 @@ which). The decode policy proposes the swap-AB tiles first for M <= 64.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -436,4 +435,4 @@ FAMILY = Family(
     problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
     inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
     cpu_executor=CPU_EXECUTOR, key_instructions=key_instructions, launch_values=launch_values,
-    module=sys.modules[__name__])
+    module=__name__)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.triton.launch import FP, dtype_name
 from inductor_ext.templates.triton import nvfp4_common as common
 from inductor_ext.templates.triton.nvfp4_common import (  # noqa: F401  (public constants)
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # annotations only: the module itself never imports torch at 
 
     from inductor_ext.kernels.nvfp4 import NVFP4Tensor
 
-FAMILY = "triton.nvfp4_dequant_gemm"
+NAME = "triton.nvfp4_dequant_gemm"
 
 # Claimed only where tier I passes (tests/test_nvfp4_templates.py); "cpu" runs in the interpreter.
 TARGETS = ("sm_90a", "cpu")
@@ -90,7 +90,7 @@ Problem, Config = Nvfp4DequantGemmProblem, Nvfp4DequantGemmConfig
 def problem_for(spec: OpSpec) -> Nvfp4DequantGemmProblem | str:
     """``inductor_ext::nvfp4_gemm`` (NVFP4 A and B, blocked scales): A is decoded on chip too."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+        return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
     problem = Nvfp4DequantGemmProblem(**common.problem_fields(spec), a_dtype="nvfp4")
     return supports(problem) or problem
 
@@ -264,7 +264,7 @@ _STANDALONE = common.standalone(flags="A_NVFP4: tl.constexpr, ", preamble="\nDOT
 # element) and, when HAS_BIAS, BIAS [N]. The template kwargs are the constexprs of
 # ``constexprs()`` plus DOT_DTYPE.
 _INDUCTOR = common.inductor_frame(
-    FAMILY,
+    NAME,
     def_kernel="""\
 {{% if A_NVFP4 and HAS_BIAS %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA", "BIAS")}}}}\
 {{% elif A_NVFP4 %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA")}}}}\
@@ -323,13 +323,13 @@ def inductor_kwargs(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmCo
 
 def render(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig, target: str = "cpu") -> KernelSource:
     """A standalone Triton module computing ``problem`` with ``config``."""
-    common.check_render(FAMILY, TARGETS, problem, config, target,
+    common.check_render(NAME, TARGETS, problem, config, target,
                         supports(problem) or check_config(config, problem, target))
     name = kernel_name(problem, config)
     source = _STANDALONE.format(name=name, body=BODY, epilogue=EPILOGUE, dot_dtype=dot_dtype(problem))
     # without NVFP4 activations A_SCALE is unused: run() passes B_SCALE there
     a_type = "*u8" if problem.a_dtype == "nvfp4" else f"*{FP[problem.a_dtype]}"
-    return common.kernel_source(FAMILY, name, source, problem, config, constexprs(problem, config), a_type)
+    return common.kernel_source(NAME, name, source, problem, config, constexprs(problem, config), a_type)
 
 
 def inductor_source() -> str:
@@ -374,3 +374,11 @@ def run(a: "torch.Tensor | NVFP4Tensor", b: "NVFP4Tensor", config: Nvfp4DequantG
     return common.run_gemm(render, functools.partial(Nvfp4DequantGemmProblem, a_dtype=a_dtype), a_arg, a_scales, b,
                            config, alpha=alpha, bias=bias, activation=activation, out_dtype=out_dtype or default_out,
                            scale_layout=scale_layout, target=target, use_pdl=use_pdl)
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
+    inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
+    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, launch_values=launch_values,
+    module=__name__)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.triton import nvfp4_common as common
 from inductor_ext.templates.triton.nvfp4_common import (  # noqa: F401  (public constants)
     ACTIVATIONS, BIAS_DTYPES, BLOCK_SIZE, OUT_DTYPES, SCALE_LAYOUTS)
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # annotations only: the module itself never imports torch at 
 
     from inductor_ext.kernels.nvfp4 import NVFP4Tensor
 
-FAMILY = "triton.nvfp4_gemm"
+NAME = "triton.nvfp4_gemm"
 
 # Claimed only where tier I passes (tests/test_nvfp4_templates.py); "cpu" runs in the interpreter.
 TARGETS = ("sm_100a", "cpu")
@@ -87,7 +87,7 @@ Problem, Config = Nvfp4GemmProblem, Nvfp4GemmConfig
 def problem_for(spec: OpSpec) -> Nvfp4GemmProblem | str:
     """``inductor_ext::nvfp4_gemm`` (NVFP4 A and B, blocked scales)."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {', '.join(OPS)}, not {spec.op}"
+        return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
     problem = Nvfp4GemmProblem(**common.problem_fields(spec))
     return supports(problem) or problem
 
@@ -221,7 +221,7 @@ _STANDALONE = common.standalone()
 # BLOCKED_SCALES), ALPHA (fp32, one element) and, when HAS_BIAS, BIAS [N]. The template kwargs
 # are the constexprs of ``constexprs()``.
 _INDUCTOR = common.inductor_frame(
-    FAMILY,
+    NAME,
     def_kernel="""\
 {{% if HAS_BIAS %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA", "BIAS")}}}}\
 {{% else %}}{{{{def_kernel("A", "B", "A_SCALE", "B_SCALE", "ALPHA")}}}}{{% endif %}}""",
@@ -263,10 +263,10 @@ def inductor_kwargs(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: 
 
 def render(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str = "cpu") -> KernelSource:
     """A standalone Triton module computing ``problem`` with ``config``."""
-    common.check_render(FAMILY, TARGETS, problem, config, target, supports(problem) or check_config(config, target))
+    common.check_render(NAME, TARGETS, problem, config, target, supports(problem) or check_config(config, target))
     name = kernel_name(problem, config)
     source = _STANDALONE.format(name=name, body=BODY, epilogue=EPILOGUE)
-    return common.kernel_source(FAMILY, name, source, problem, config, constexprs(problem, config), a_type="*u8")
+    return common.kernel_source(NAME, name, source, problem, config, constexprs(problem, config), a_type="*u8")
 
 
 def inductor_source() -> str:
@@ -301,3 +301,11 @@ def run(a: "NVFP4Tensor", b: "NVFP4Tensor", config: Nvfp4GemmConfig, *, alpha: f
     return common.run_gemm(render, Nvfp4GemmProblem, qa, a.scales, b, config, alpha=alpha, bias=bias,
                            activation=activation, out_dtype=out_dtype or torch.bfloat16, scale_layout=scale_layout,
                            target=target, use_pdl=use_pdl)
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
+    inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
+    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    launch_values=launch_values, module=__name__)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates import linear
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.triton import gemm
 from inductor_ext.templates.triton.gemm import GemmConfig
 from inductor_ext.templates.triton.launch import FP, PROGRAM_TILE, launch, launch_options
@@ -32,7 +32,7 @@ from inductor_ext.templates.triton.launch import FP, PROGRAM_TILE, launch, launc
 if TYPE_CHECKING:  # annotations only: the module itself never imports torch at load
     import torch
 
-FAMILY = "triton.tdm_gemm"
+NAME = "triton.tdm_gemm"
 # Claimed only where tier I passes (tests/test_triton_tdm_gemm.py); the interpreter runs it on CPU
 # tensors in interpret mode (tier C) under the gfx1250 preset.
 TARGETS = ("gfx1250",)
@@ -81,7 +81,7 @@ def supports(problem: TdmGemmProblem) -> str | None:
 
 def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
     """The problem for an ``mm`` / ``addmm`` / ``scaled_mm`` OpSpec, or why not served."""
-    problem = linear.linear_problem(spec, FAMILY)
+    problem = linear.linear_problem(spec, NAME)
     return problem if isinstance(problem, str) else supports(problem) or problem
 
 
@@ -191,7 +191,7 @@ def render(problem: TdmGemmProblem, config: GemmConfig, target: str = "gfx1250")
     """A standalone Triton module computing ``problem`` with ``config``."""
     reason = supports(problem)
     if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem}: {reason}")
+        raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     name = kernel_name(problem, config)
     consts = {**constexprs(problem, config, target), "HAS_BIAS": problem.bias,
               "SCALING": SCALINGS[problem.scaling]}
@@ -202,7 +202,7 @@ def render(problem: TdmGemmProblem, config: GemmConfig, target: str = "gfx1250")
                               "stride_sa", "stride_sb")},
         "alpha": "fp32", "beta": "fp32", **{c: "constexpr" for c in consts},
     }
-    return KernelSource(name=name, source=_STANDALONE.format(name=name, body=BODY), template=FAMILY,
+    return KernelSource(name=name, source=_STANDALONE.format(name=name, body=BODY), template=NAME,
                         config=asdict(config), constexprs=consts, signature=signature,
                         launch=launch_options(problem, config))
 
@@ -225,9 +225,9 @@ def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any)
     op's order: (A, B) for mm, (bias, A, B) for addmm, (A, B, scale_a, scale_b[, bias]) for scaled_mm."""
     import torch
 
-    a, b, bias, sa, sb = linear.unpack_tensors(problem, tensors, FAMILY)
+    a, b, bias, sa, sb = linear.unpack_tensors(problem, tensors, NAME)
     if a.stride(1) != 1 or b.stride(0) != 1:
-        raise ValueError(f"{FAMILY} needs A and B contiguous along K; got strides {a.stride()}, {b.stride()}")
+        raise ValueError(f"{NAME} needs A and B contiguous along K; got strides {a.stride()}, {b.stride()}")
     m, n, k = problem.m, problem.n, problem.k
     ks = render(problem, config, target)
     c = torch.empty((m, n), dtype=getattr(torch, problem.out_dtype), device=a.device)
@@ -241,7 +241,15 @@ def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any)
     return c
 
 
-__all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TdmGemmProblem",
+__all__ = ["NAME", "FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TdmGemmProblem",
            "TdmGemmConfig", "KEY_INSTRUCTIONS", "problem_for", "supports", "config_supports", "configs", "config_from_tile", "constexprs",
            "example_problem",
            "render", "inductor_source", "inductor_kwargs", "run"]
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
+    inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
+    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
+    module=__name__)

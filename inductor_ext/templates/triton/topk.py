@@ -29,13 +29,13 @@ from inductor_ext.runtime.triton_loader import load_kernel
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.templates.family import Family, OpSpec, by_target
 from inductor_ext.templates.triton.launch import FP
 
 if TYPE_CHECKING:  # annotations only: the module never imports torch at load
     import torch
 
-FAMILY = "triton.topk"
+NAME = "triton.topk"
 # Claimed only where tier I passes (tests/test_triton_topk.py).
 TARGETS = ("gfx950",)
 OPS = ("topk",)  # inductor_ext::topk_indices (lowering/ops/topk.py), what the topk_op pass makes of torch.topk
@@ -82,13 +82,13 @@ def k_pad(k: int) -> int:
 def problem_for(spec: OpSpec) -> TopkProblem | str:
     """``topk_indices(input, k, dim, largest, sorted)``: inputs (input,)."""
     if spec.op not in OPS:
-        return f"{FAMILY} serves {OPS}, not {spec.op}"
+        return f"{NAME} serves {OPS}, not {spec.op}"
     (x, *_) = spec.inputs
     if x is None or not x.shape:
-        return f"{FAMILY} takes a tensor of at least one dimension"
+        return f"{NAME} takes a tensor of at least one dimension"
     dim = int(spec.scalars.get("dim", -1))
     if dim not in (-1, len(x.shape) - 1):
-        return f"{FAMILY} selects along the last dimension only, got dim={dim} of a {len(x.shape)}-d input"
+        return f"{NAME} selects along the last dimension only, got dim={dim} of a {len(x.shape)}-d input"
     rows = 1
     for s in x.shape[:-1]:
         rows *= s
@@ -193,13 +193,13 @@ def render(problem: TopkProblem, config: TopkConfig, target: str = "gfx950") -> 
     """A standalone Triton module computing ``problem`` with ``config``."""
     reason = supports(problem) or config_supports(problem, config, target)
     if reason:
-        raise ValueError(f"{FAMILY} cannot serve {problem} with {config}: {reason}")
+        raise ValueError(f"{NAME} cannot serve {problem} with {config}: {reason}")
     name = kernel_name(problem, config)
     consts = constexprs(problem, config)
     signature = {"X": f"*{FP[problem.dtype]}", "OUT": "*i64",
                  **{s: "i32" for s in ("M", "N", "stride_m", "stride_n", "stride_out")},
                  **{c: "constexpr" for c in consts}}
-    return KernelSource(name=name, source=_SOURCE.format(name=name), template=FAMILY, config=asdict(config),
+    return KernelSource(name=name, source=_SOURCE.format(name=name), template=NAME, config=asdict(config),
                         constexprs=consts, signature=signature, launch={"num_warps": config.num_warps, "num_stages": 1})
 
 
@@ -208,7 +208,7 @@ def compile_asm(problem: TopkProblem, config: TopkConfig, target: str) -> dict[s
     from inductor_ext.runtime.triton_compile import compile_for_target
 
     if target not in TARGETS:
-        raise ValueError(f"{FAMILY} does not compile for {target}; it claims {TARGETS}")
+        raise ValueError(f"{NAME} does not compile for {target}; it claims {TARGETS}")
     return compile_for_target(render(problem, config, target), target)
 
 
@@ -218,7 +218,7 @@ def call(problem: TopkProblem, config: TopkConfig, target: str, x: "torch.Tensor
     import torch
 
     if x.shape[-1] != problem.n or x.numel() != problem.rows * problem.n:
-        raise ValueError(f"{FAMILY}: input of shape {tuple(x.shape)} is not {problem.rows} rows of {problem.n}")
+        raise ValueError(f"{NAME}: input of shape {tuple(x.shape)} is not {problem.rows} rows of {problem.n}")
     rows = x.reshape(problem.rows, problem.n)  # a view when it can be; strides go to the kernel
     out = torch.empty((problem.rows, problem.k), dtype=torch.int64, device=x.device)
     ks = render(problem, config, target)
@@ -228,6 +228,13 @@ def call(problem: TopkProblem, config: TopkConfig, target: str, x: "torch.Tensor
     return out.reshape(*x.shape[:-1], problem.k)
 
 
-__all__ = ["FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TopkProblem",
+__all__ = ["NAME", "FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TopkProblem",
            "TopkConfig", "ALL_CONFIGS", "KEY_INSTRUCTIONS", "problem_for", "supports", "config_supports", "configs",
            "example_problem", "kernel_name", "constexprs", "render", "compile_asm", "call", "k_pad"]
+
+
+FAMILY = Family(
+    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    config_supports=config_supports, cpu_executor=CPU_EXECUTOR, example_problem=example_problem,
+    key_instructions=by_target(KEY_INSTRUCTIONS), compile_asm=compile_asm, module=__name__)
