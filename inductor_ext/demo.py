@@ -27,10 +27,10 @@ def make_model(device: str = "cpu", batch: int = 4, seq: int = 64, dim: int = 25
 
 def _cold_compile(model: nn.Module, x: torch.Tensor, backend: str, options: dict[str, Any] | None) -> tuple[Any, float]:
     """The compiled model and its first call's seconds, with every Inductor cache fresh (so no
-    arm reuses what another one compiled)."""
+    arm reuses what another one compiled). No ``torch._dynamo.reset()``: it would drop the other
+    arm's compiled code, which then compiled (and autotuned) again while being timed."""
     from inductor_ext import tune
 
-    torch._dynamo.reset()
     compiled = torch.compile(copy.deepcopy(model), backend=backend, **({"options": options} if options else {}))
     with tune.fresh_inductor_caches():
         t0 = time.perf_counter()
@@ -56,7 +56,7 @@ def device_description(device: str) -> str:
 
 def run(device: str | None = None, dump_dir: str | None = None, interpret: bool = False,
         reps: int = 20, out: Callable[[str], None] = print, size: dict[str, int] | None = None) -> dict[str, Any]:
-    from inductor_ext import dumps, presets
+    from inductor_ext import dumps, presets, progress
     from inductor_ext.autotune import decision_text
     from inductor_ext.lowering import ext_choices
     from inductor_ext.lowering.passes import base as pass_base
@@ -75,7 +75,8 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
     with torch.no_grad():
         expected = model(x)
         _warm_up(device)
-        ext_model, compile_s = _cold_compile(model, x, "ext", options)
+        with progress.autotune_progress():  # one line: decisions done / total and the problem just decided
+            ext_model, compile_s = _cold_compile(model, x, "ext", options)
         got = ext_model(x)
         ok = torch.allclose(got, expected, rtol=1e-3, atol=1e-4)
         max_err = (got - expected).abs().max().item()

@@ -22,7 +22,6 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from inductor_ext import tables
-from inductor_ext.autotune import decision_text
 from inductor_ext.autotune.cache import AutotuneCache, Entry
 
 
@@ -117,8 +116,7 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
           interpret: bool = False, train: bool = False, progress: bool = True) -> AutotuneCache:
     """Autotune every GEMM problem of the model for each input set; winners go into ``out``.
     ``shapes`` make random inputs of ``dtype`` (default: the dtype of the model's parameters)."""
-    from tqdm import tqdm
-
+    from inductor_ext import progress as autotune_progress
     from inductor_ext.lowering import ext_choices
 
     if dtype is not None and dtype not in DTYPES:
@@ -158,21 +156,11 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
             _compile_and_run(model, inputs, {**base, "autotune": "cache-only",
                                              "autotune_cache": os.path.join(tmp, "empty.db")}, train)
         total = len(ext_choices.decisions) - first
-    # Pass 2: full autotuning, one progress step per decided problem.
-    bar = tqdm(total=total, unit="problem", desc="tune", disable=not progress)
-
-    def advance(decision: Any) -> None:
-        bar.set_postfix_str(decision_text.problem_text(decision.problem))
-        bar.update(1)
-
+    # Pass 2: full autotuning, one progress step per decided problem (Inductor's stats kept off the line).
     first = len(ext_choices.decisions)
-    ext_choices.listeners.append(advance)
-    try:
+    with autotune_progress.autotune_progress(total, desc="tune", enabled=progress):
         for inputs in input_sets:
             _compile_and_run(model, inputs, {**base, "autotune": "full", "autotune_cache": str(out)}, train)
-    finally:
-        ext_choices.listeners.remove(advance)
-        bar.close()
     cache = AutotuneCache(out)
     if len(cache) == 0:
         raise NothingTuned(_why_nothing(ext_choices.decisions[first:], base, out))
