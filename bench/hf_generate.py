@@ -1,0 +1,354 @@
+"""Hugging Face ``generate()`` on CPU: eager vs Inductor vs Inductor max-autotune vs backend="ext",
+measured side by side in one run (issue 29, item 4).
+
+Models (random init, nothing downloaded; HF_HUB_OFFLINE=1 is fine):
+  llama   a Llama-style decoder with llama2.c's stories110M widths (dim 768, 12 layers, 12 heads,
+          SwiGLU 2048, vocab 32000: ~110M parameters), greedy generate() of --new-tokens tokens
+          after a --prompt-token prompt, batch 1, with the ``static`` and the ``dynamic`` KV cache
+  gpt2    GPT-2 small's widths (768, 12 layers, 12 heads, vocab 50257), one forward over a
+          --prefill-token prompt (no cache): a prefill / encoder-style call, large-M GEMMs
+each in fp32 and bf16, under torch.no_grad().
+
+Arms (each a deep copy of the model with its forward compiled, as Hugging Face recommends for
+torch.compile: ``model.forward = torch.compile(model.forward)``; the static cache through
+``cache_implementation="static"``):
+  eager                  the model as written
+  inductor               torch.compile(forward)
+  inductor_max_autotune  torch.compile(forward, mode="max-autotune") with Inductor's freezing on,
+                         as PyTorch's CPU tutorial runs it
+  ext                    torch.compile(forward, backend="ext"): the cpu preset, autotuning from an
+                         empty cache (a new user's first run)
+
+Per row: each arm's median and IQR (``ms`` per call: one generate() or one prefill forward;
+``tokens_per_s`` = new tokens / generate seconds, which includes the short prompt's prefill),
+its first call's seconds (``compile_s``: every compile that call triggers, recompiles of the dynamic
+cache included), and for decode rows ``roofline``: the weight bytes a token reads (every parameter
+but the embedding table, which a token reads one row of) over the read bandwidth measured here
+(a large ``sum``), divided by the measured seconds per token: 1.0 is the memory bound.
+Timed calls are interleaved (each round runs every arm once) so load from other processes hits
+every arm alike.
+
+``targets`` (each row's ratio, ``met`` and, when missed, ``why``):
+  ext_vs_best_inductor   ext >= 1.1x the faster of inductor and inductor_max_autotune, every row
+  ext_first_compile      ext's first call <= 1.5x inductor_max_autotune's, every row
+
+    python bench/hf_generate.py [--json] [--rows llama_static_float32,...] [--quick] [--reps 5]
+        [--new-tokens 32] [--prompt 16] [--prefill 512] [--layers 12] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import sys
+import tempfile
+import time
+import types
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from inductor_ext.runtime.timing import Timing, interleaved  # noqa: E402
+
+ARMS = ("eager", "inductor", "inductor_max_autotune", "ext")
+INDUCTOR_ARMS = ("inductor", "inductor_max_autotune")
+SPEED_TARGET, COMPILE_TARGET = 1.1, 1.5
+
+
+@dataclass(frozen=True)
+class Widths:
+    dim: int = 768
+    layers: int = 12
+    heads: int = 12
+    ffn: int = 2048
+    llama_vocab: int = 32000
+    gpt2_vocab: int = 50257
+    positions: int = 1024
+
+
+QUICK = Widths(dim=64, layers=1, heads=4, ffn=128, llama_vocab=512, gpt2_vocab=512, positions=128)
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str  # "llama" (generate) or "gpt2" (prefill)
+    cache: str  # "static", "dynamic", or "none" (a prefill forward)
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}_{self.cache}_{self.dtype}" if self.model == "llama" else f"{self.model}_prefill_{self.dtype}"
+
+    @property
+    def decode(self) -> bool:
+        return self.model == "llama"
+
+
+def all_rows() -> list[Row]:
+    return [Row("llama", cache, dtype) for dtype in ("float32", "bfloat16") for cache in ("static", "dynamic")] + \
+           [Row("gpt2", "none", dtype) for dtype in ("float32", "bfloat16")]
+
+
+def build(row: Row, w: Widths) -> torch.nn.Module:
+    import transformers
+
+    torch.manual_seed(0)
+    if row.model == "llama":
+        config = transformers.LlamaConfig(vocab_size=w.llama_vocab, hidden_size=w.dim, intermediate_size=w.ffn,
+                                          num_hidden_layers=w.layers, num_attention_heads=w.heads,
+                                          num_key_value_heads=w.heads, max_position_embeddings=w.positions)
+        model = transformers.LlamaForCausalLM(config)
+    else:
+        config = transformers.GPT2Config(vocab_size=w.gpt2_vocab, n_embd=w.dim, n_layer=w.layers, n_head=w.heads,
+                                         n_positions=w.positions, bos_token_id=w.gpt2_vocab - 1,
+                                         eos_token_id=w.gpt2_vocab - 1)
+        model = transformers.GPT2LMHeadModel(config)
+    return model.to(getattr(torch, row.dtype)).eval()
+
+
+# -------------------------------------------------------------------------------------- arms
+
+
+def own_forward(model: torch.nn.Module, arm: str) -> None:
+    """Give the arm's model a forward of its own code object: Dynamo keeps compiled graphs per
+    code object, and arms sharing one would check each other's guards on every call."""
+    f = type(model).forward
+    code = f.__code__.replace(co_name=f"forward_{arm}")
+    forward = types.FunctionType(code, f.__globals__, code.co_name, f.__defaults__, f.__closure__)
+    forward.__wrapped__ = getattr(f, "__wrapped__", f)  # HF's decorators read the signature through it
+    model.__class__ = type(f"{type(model).__name__}_{arm}", (type(model),), {"forward": forward})
+
+
+def compile_arm(arm: str, model: torch.nn.Module) -> torch.nn.Module:
+    if arm == "eager":
+        return model
+    own_forward(model, arm)
+    if arm == "inductor":
+        model.forward = torch.compile(model.forward)
+    elif arm == "inductor_max_autotune":
+        model.forward = torch.compile(model.forward, mode="max-autotune")
+    elif arm == "ext":
+        cache = str(Path(tempfile.mkdtemp(prefix="hf_generate_ext_")) / "autotune.db")  # empty: a first run
+        model.forward = torch.compile(model.forward, backend="ext", options={"autotune_cache": cache})
+    else:
+        raise ValueError(f"unknown arm {arm!r}; arms: {', '.join(ARMS)}")
+    return model
+
+
+def arm_context(arm: str) -> Any:
+    """Freezing for the max-autotune arm on every call: the dynamic cache recompiles later ones."""
+    return torch._inductor.config.patch(freezing=arm == "inductor_max_autotune")
+
+
+def call_for(row: Row, model: torch.nn.Module, args: argparse.Namespace, w: Widths) -> Callable[[], torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    if row.decode:
+        ids = torch.randint(0, w.llama_vocab, (1, args.prompt), generator=g)
+        kwargs = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
+                      pad_token_id=0, cache_implementation=row.cache,
+                      disable_compile=True)  # the arm compiled forward itself; HF's auto-compile stays out
+        return lambda: model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+    ids = torch.randint(0, w.gpt2_vocab, (1, args.prefill), generator=g)
+    return lambda: model(ids, use_cache=False).logits
+
+
+# ---------------------------------------------------------------------------------- measuring
+
+
+def read_bandwidth(threads: int) -> float:
+    """Bytes per second a large ``sum`` reads here (the best of a few; 256 MiB of fp32)."""
+    x = torch.ones(64 * 2**20)
+    x.sum()
+    best = min(_seconds(x.sum) for _ in range(8))
+    return x.numel() * x.element_size() / best
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def weight_bytes_per_token(model: torch.nn.Module) -> int:
+    """Every parameter a decode step reads in full: all but the input embedding table."""
+    embed = model.get_input_embeddings().weight
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p is not embed)
+
+
+def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float) -> dict[str, Any]:
+    from inductor_ext.lowering import ext_choices
+
+    torch._dynamo.reset()
+    base = build(row, w)
+    outs, compile_s, fns = {}, {}, {}
+    first = len(ext_choices.decisions)
+    for arm in args.arms:
+        model = compile_arm(arm, copy.deepcopy(base))
+        call = call_for(row, model, args, w)
+
+        def run(arm: str = arm, call: Callable[[], torch.Tensor] = call) -> torch.Tensor:
+            with arm_context(arm), torch.no_grad():
+                return call()
+
+        t0 = time.perf_counter()
+        outs[arm] = run()
+        compile_s[arm] = round(time.perf_counter() - t0, 2)
+        fns[arm] = run
+        print(f"  {row.name} {arm}: first call {compile_s[arm]:.1f} s", file=sys.stderr)
+    made = ext_choices.decisions[first:]
+    timings = interleaved(fns, args.reps)
+    result: dict[str, Any] = {"row": asdict(row), "compile_s": compile_s, "arms": {}}
+    for arm, t in timings.items():
+        result["arms"][arm] = _arm_figures(t, row, args)
+    if row.decode:
+        ref = outs["eager"]
+        result["same_tokens_as_eager"] = {arm: bool(torch.equal(o, ref)) for arm, o in outs.items()}
+        per_token_bytes = weight_bytes_per_token(base)
+        bound_s = per_token_bytes / bandwidth
+        result["weight_bytes_per_token"] = per_token_bytes
+        for arm, t in timings.items():
+            result["arms"][arm]["roofline"] = float(f"{bound_s / (t.median / args.new_tokens):.3g}")
+    else:
+        ref = outs["eager"].float()
+        scale = ref.abs().max().item()
+        result["max_rel_err_vs_eager"] = {arm: (o.float() - ref).abs().max().item() / scale for arm, o in outs.items()}
+    result["ext_decisions"] = {"total": len(made), "templates_won": sum(not d.winner.startswith(("aten", "mm", "addmm", "bmm"))
+                                                                          and d.reason == "benchmark" for d in made),
+                               "benchmarked": sum(d.reason == "benchmark" for d in made)}
+    return result
+
+
+def _arm_figures(t: Timing, row: Row, args: argparse.Namespace) -> dict[str, Any]:
+    figures = {"ms": round(t.median * 1e3, 3), "p25_ms": round(t.p25 * 1e3, 3), "p75_ms": round(t.p75 * 1e3, 3),
+               "n": t.samples}
+    if row.decode:
+        figures["tokens_per_s"] = round(args.new_tokens / t.median, 2)
+    return figures
+
+
+# ----------------------------------------------------------------------------------- targets
+
+
+def targets(rows: dict[str, Any]) -> dict[str, Any]:
+    speed, compile_rows = {}, {}
+    for name, r in rows.items():
+        arms = r["arms"]
+        if "ext" not in arms or not any(a in arms for a in INDUCTOR_ARMS):
+            continue
+        best = min((a for a in INDUCTOR_ARMS if a in arms), key=lambda a: arms[a]["ms"])
+        ratio = arms[best]["ms"] / arms["ext"]["ms"]
+        noise = max((arms[a]["p75_ms"] - arms[a]["p25_ms"]) / arms[a]["ms"] for a in (best, "ext"))
+        row: dict[str, Any] = {"vs": best, "ratio": round(ratio, 3), "rel_iqr": round(noise, 3),
+                               "met": ratio >= SPEED_TARGET}
+        if not row["met"]:
+            d = r["ext_decisions"]
+            why = [f"ext {ratio:.2f}x {best}"]
+            if ratio > 1 / (1 + noise) and ratio < 1 + noise:
+                why.append(f"within noise (IQR {noise:.0%})")
+            why.append(f"{d['templates_won']} of {d['total']} ext decisions went to a template")
+            if "roofline" in arms["ext"]:
+                why.append(f"ext's decode runs at {arms['ext']['roofline']:.2f} of the memory roofline, "
+                           f"{best} at {arms[best]['roofline']:.2f}: little is left to win in the GEMMs"
+                           if arms[best]["roofline"] > 0.6 else
+                           f"ext's decode runs at {arms['ext']['roofline']:.2f} of the memory roofline")
+            row["why"] = "; ".join(why)
+        speed[name] = row
+        if "inductor_max_autotune" in r["compile_s"]:
+            c = r["compile_s"]["ext"] / r["compile_s"]["inductor_max_autotune"]
+            crow: dict[str, Any] = {"ratio": round(c, 3), "ext_s": r["compile_s"]["ext"],
+                                    "inductor_max_autotune_s": r["compile_s"]["inductor_max_autotune"],
+                                    "met": c <= COMPILE_TARGET}
+            if not crow["met"]:
+                crow["why"] = (f"ext benchmarked {r['ext_decisions']['benchmarked']} GEMM problems from an empty cache, "
+                               "each building its C++ candidates one by one (bench/compile_time.py shows the breakdown)")
+            compile_rows[name] = crow
+    return {
+        "ext_vs_best_inductor": {"want": f"ext >= {SPEED_TARGET}x the best Inductor arm on every row",
+                                 "met": bool(speed) and all(r["met"] for r in speed.values()),
+                                 "ratio": min((r["ratio"] for r in speed.values()), default=None), "per_row": speed},
+        "ext_first_compile": {"want": f"ext's first call <= {COMPILE_TARGET}x inductor_max_autotune's on every row",
+                              "met": bool(compile_rows) and all(r["met"] for r in compile_rows.values()),
+                              "ratio": max((r["ratio"] for r in compile_rows.values()), default=None),
+                              "per_row": compile_rows},
+    }
+
+
+# -------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--rows", help=f"comma-separated (default: all): {', '.join(r.name for r in all_rows())}")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {', '.join(ARMS)}")
+    parser.add_argument("--reps", type=int, default=5, help="timed rounds per row")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--prompt", type=int, default=16, help="prompt tokens of the generate() rows")
+    parser.add_argument("--prefill", type=int, default=512, help="prompt tokens of the prefill rows")
+    parser.add_argument("--layers", type=int, default=Widths.layers)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny widths, 1 layer, 3 new tokens, rows llama_static_float32 and gpt2_prefill_float32: "
+                             "checks the script, the figures mean little")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    known = {r.name: r for r in all_rows()}
+    w = Widths(layers=args.layers)
+    if args.quick:
+        w = QUICK
+        args.new_tokens, args.prompt, args.prefill, args.reps = 3, 4, 32, min(args.reps, 3)
+        args.rows = args.rows or "llama_static_float32,gpt2_prefill_float32"
+    names = args.rows.split(",") if args.rows else list(known)
+    bad = [n for n in names if n not in known]
+    if bad:
+        parser.error(f"--rows: unknown {', '.join(bad)}; rows: {', '.join(known)}")
+    args.arms = args.arms.split(",")
+    if "eager" not in args.arms or any(a not in ARMS for a in args.arms):
+        parser.error(f"--arms: a subset of {', '.join(ARMS)} that includes eager (the reference)")
+    if args.prompt + args.new_tokens > w.positions or args.prefill > w.positions:
+        parser.error(f"--prompt + --new-tokens and --prefill must fit {w.positions} positions")
+
+    started = time.perf_counter()
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    bandwidth = read_bandwidth(args.threads)
+    print(f"hf_generate: {len(names)} rows x {len(args.arms)} arms, {args.threads} threads, load {load}, "
+          f"read bandwidth {bandwidth / 1e9:.1f} GB/s", file=sys.stderr)
+    from inductor_ext.tune import fresh_inductor_caches
+
+    rows = {}
+    with fresh_inductor_caches(), contextlib.redirect_stdout(sys.stderr):  # cold Inductor caches for every arm
+        for name in names:
+            rows[name] = measure_row(known[name], args, w, bandwidth)
+    with open("/proc/loadavg") as f:
+        load_after = f.read().split()[:3]
+    figures = {"widths": asdict(w), "quick": args.quick, "threads": args.threads, "reps": args.reps,
+               "new_tokens": args.new_tokens, "prompt": args.prompt, "prefill": args.prefill,
+               "read_bandwidth_gb_s": round(bandwidth / 1e9, 2), "cpu_count": os.cpu_count(), "load_average": load,
+               "load_average_after": load_after, "wall_s": round(time.perf_counter() - started, 1),
+               "rows": rows, "targets": targets(rows)}
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    print(f"read bandwidth {figures['read_bandwidth_gb_s']} GB/s, {args.threads} threads, load {load} -> {load_after}")
+    for name, r in rows.items():
+        print(f"{name:26s} " + "  ".join(f"{a} {t['ms']:.1f} ms [{t['p25_ms']:.1f}-{t['p75_ms']:.1f}]"
+                                         + (f" roofline {t['roofline']:.2f}" if "roofline" in t else "")
+                                         for a, t in r["arms"].items()))
+        print(f"{'':26s} compile " + ", ".join(f"{a} {s:.1f} s" for a, s in r["compile_s"].items()))
+    for name, t in figures["targets"].items():
+        print(f"target {name}: {t['ratio']} ({t['want']}) -> {'met' if t['met'] else 'NOT met'}")
+        for row, v in t["per_row"].items():
+            if "why" in v:
+                print(f"  {row}: {v['why']}")
+
+
+if __name__ == "__main__":
+    main()
