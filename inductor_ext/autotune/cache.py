@@ -200,6 +200,11 @@ class ProblemKey:
     # the templates then run); "" where it does not apply. Left out of to_dict when "", so the
     # keys (and digests) of every other problem are what they were before the field existed.
     fp32_precision: str = ""
+    # Dynamic shapes: the symbolic dims of each input, by index ((0,) for a symbolic M of A), one
+    # tuple per input. ``shapes`` then holds their size hints: the decision was tuned at those sizes
+    # and serves every size the graph admits, so it never answers for the static problem of the
+    # same sizes, nor that one for it. () for a static problem, left out of to_dict as above.
+    dynamic: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__  # frozen: normalise in place once
@@ -212,6 +217,12 @@ class ProblemKey:
         for name in ("op", "device_name", "arch", "template_hash", "preset"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"ProblemKey.{name} must be a str, got {getattr(self, name)!r}")
+        dynamic = _int_rows(self.dynamic, "dynamic")
+        if any(dynamic):
+            if len(dynamic) != len(self.shapes) or any(d < 0 or d >= len(s) for row, s in zip(dynamic, self.shapes)
+                                                        for d in row):
+                raise ValueError(f"ProblemKey.dynamic {dynamic!r} names dims the shapes {self.shapes!r} lack")
+        setattr_(self, "dynamic", dynamic if any(dynamic) else ())
         if self.fp32_precision not in _FP32_PRECISIONS:
             raise ValueError(f"ProblemKey.fp32_precision must be one of {_FP32_PRECISIONS}, "
                              f"got {self.fp32_precision!r}")
@@ -228,6 +239,7 @@ class ProblemKey:
             "template_hash": self.template_hash,
             "preset": self.preset,
             **({"fp32_precision": self.fp32_precision} if self.fp32_precision else {}),
+            **({"dynamic": [list(r) for r in self.dynamic]} if self.dynamic else {}),
         }
 
     @classmethod
@@ -235,6 +247,8 @@ class ProblemKey:
         """Strict inverse of ``to_dict``; ValueError on anything else."""
         if isinstance(d, dict) and "fp32_precision" not in d:  # to_dict leaves out ""
             d = {**d, "fp32_precision": ""}
+        if isinstance(d, dict) and "dynamic" not in d:  # likewise ()
+            d = {**d, "dynamic": []}
         _require_fields(cls, d, "key")
         try:
             # JSON gives str already; refuse anything the constructor would silently str().
@@ -260,13 +274,16 @@ class ProblemKey:
         return " ".join(p for p in (self.op, self._shape_text(), dtypes, tf32) if p)
 
     def _shape_text(self) -> str:
+        """Sizes as text, a symbolic one as ``~hint`` (dynamic shapes: tuned at the hint)."""
+        marked = [tuple(f"~{n}" if self.dynamic and d in self.dynamic[i] else str(n) for d, n in enumerate(s))
+                  for i, s in enumerate(self.shapes)]
         if "mm" in self.op and len(self.shapes) >= 2:
-            a, b = self.shapes[-2], self.shapes[-1]  # addmm & co. put the bias first
+            (a, b), (ta, tb) = self.shapes[-2:], marked[-2:]  # addmm & co. put the bias first
             if len(a) == len(b) == 2 and a[1] == b[0]:
-                return f"{a[0]}x{b[1]}x{a[1]}"
+                return f"{ta[0]}x{tb[1]}x{ta[1]}"
             if len(a) == len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
-                return f"{a[0]}x{a[1]}x{b[2]}x{a[2]}"
-        return ",".join("x".join(map(str, s)) or "scalar" for s in self.shapes)
+                return f"{ta[0]}x{ta[1]}x{tb[2]}x{ta[2]}"
+        return ",".join("x".join(s) or "scalar" for s in marked)
 
 
 # ------------------------------------------------------------------------ entries

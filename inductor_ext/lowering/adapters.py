@@ -37,6 +37,7 @@ from torch._inductor.virtualized import V
 
 from inductor_ext.lowering import cpp_gemm, pdl_consumers, subgraph
 from inductor_ext.lowering.ops import op_inputs
+from inductor_ext.lowering.ops._spec import symbolic_refusal
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import allowed, registry
 from inductor_ext.templates.family import Family
@@ -50,6 +51,9 @@ def prepare(family: Family, kernel_inputs: Any, op: str) -> Prepared | str:
     inputs = op_inputs(op, kernel_inputs)
     if isinstance(inputs, str):
         return inputs
+    symbolic = symbolic_refusal(family, inputs.spec)  # a kernel built for the hints fits no other size
+    if symbolic is not None:
+        return symbolic
     problem = family.problem_for(inputs.spec)
     if isinstance(problem, str):
         return problem

@@ -101,6 +101,8 @@ def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inpu
         return f"{gemm.library} cannot serve {gemm.dtype} here"
     if not w_t.constant:
         return "the weight is not a constant (freezing packs inference weights only)"
+    if x.dynamic:  # packing is for one row count, and the node reads it as an int
+        return f"symbolic rows (hint {x.shape[0]}): {gemm.library} packs the weight for a fixed row count"
     return inputs
 
 

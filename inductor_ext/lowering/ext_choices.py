@@ -33,6 +33,7 @@ from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold
                                    pdl_consumers, subgraph)
 from inductor_ext import tracing
 from inductor_ext.logs import autotune_log
+from inductor_ext.lowering.ops._spec import symbolic_indices
 from inductor_ext.runtime import extras
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
@@ -232,7 +233,8 @@ class ExtChoices(InductorChoices):
             dtypes=dtypes, device_name=_device_name(kernel_inputs.device()), arch=self.config.target,
             versions={"torch": torch.__version__, "triton": extras.installed_version("triton")},
             template_hash=templates_hash(self.config), preset=self.config.preset,
-            fp32_precision=ops.problem_fp32_precision(op_name, dtypes))
+            fp32_precision=ops.problem_fp32_precision(op_name, dtypes),
+            dynamic=symbolic_indices(kernel_inputs.nodes()))  # shapes hold the hints it is tuned at
 
     def override_best_choice(self, best_choice: Any, timings: dict[Any, float]) -> Any:
         """Inductor's fastest ``best_choice`` through ext's rules (``autotune/decide.py``); the
@@ -363,6 +365,8 @@ def _problem_text(op_name: str, kernel_inputs: Any) -> dict[str, Any]:
     text = {"op": op_name, "shapes": [list(s) for s in shapes], "dtype": dtype}
     if precision := ops.problem_fp32_precision(op_name, (dtype,)):
         text["fp32_precision"] = precision  # which precision ATen and the fp32 templates ran
+    if dynamic := symbolic_indices(kernel_inputs.nodes()):
+        text["dynamic"] = [list(d) for d in dynamic]  # symbolic dims per input: "shapes" are their hints
     return text
 
 

@@ -58,7 +58,11 @@ its own); ``config_from_tile(tile) -> Config | None`` lets the generic candidate
 (nvMatmulHeuristics, the decode policy) propose ``templates/base.py: Tile`` s to the family;
 ``CPU_EXECUTOR`` names what runs its kernels on CPU tensors under ``options={"interpret": True}``
 (e.g. "the Triton interpreter"; none: it runs only on its device); ``RUNS_ON_CPU = True`` for a
-family whose kernels are CPU kernels (no interpreter needed).
+family whose kernels are CPU kernels (no interpreter needed); ``DYNAMIC_SHAPES = True`` for a
+family whose kernels leave sizes to run time (Inductor renders them with symbolic sizes as
+values): only such a family is handed an ``OpSpec`` with symbolic dims (``TensorSpec.dynamic``,
+the sizes their hints) and its ``problem_for`` refuses the dims it cannot leave open; lowering
+refuses every other family a graph's symbolic sizes (``lowering/ops/_spec.py: symbolic_refusal``).
 
 Optional, for ``inductor-ext asm`` (``cli/asm.py``) and tier I: ``example_problem(m, n, k, dtype)
 -> Problem | str`` (the problem for an MxNxK shape; without it, the plain "mm" of that shape);
@@ -98,6 +102,9 @@ class TensorSpec:
     stride: tuple[int, ...]
     dtype: str  # torch dtype name without "torch.", e.g. "bfloat16", "float8_e4m3fn"
     constant: bool = False  # a compile-time constant (a parameter frozen by Inductor's freezing)
+    # which dims of ``shape`` are symbolic (dynamic shapes; ``shape`` then holds their size hints,
+    # strides likewise); () when none is. Only a family with DYNAMIC_SHAPES = True sees any.
+    dynamic: tuple[bool, ...] = ()
 
     @property
     def is_contiguous(self) -> bool:
@@ -179,6 +186,7 @@ class Family:
     prebuild: Hook | None = None
     cpu_executor: str | None = None
     runs_on_cpu: bool = False
+    dynamic_shapes: bool = False  # DYNAMIC_SHAPES: its kernels take sizes at run time (see the protocol)
     example_problem: Hook | None = None
     # (problem, config, target) -> [(asm stage, regex)]; by_target(table) when they depend on the target alone
     key_instructions: Callable[[Any, Any, str], Sequence[tuple[str, str]]] = lambda problem, config, target: ()
@@ -219,6 +227,7 @@ class Family:
                    problem_for=names.get("problem_for"), supports=names.get("supports"), configs=names.get("configs"),
                    module=family, all_configs=tuple(names.get("ALL_CONFIGS", ())),
                    runs_on_cpu=bool(names.get("RUNS_ON_CPU", False)),
+                   dynamic_shapes=bool(names.get("DYNAMIC_SHAPES", False)),
                    key_instructions=names.get("key_instructions") or by_target(table),
                    **{field_: names.get(name) for field_, name in _OPTIONAL.items()})
 

@@ -12,7 +12,7 @@ import torch
 from torch._inductor import ir
 from torch._inductor.virtualized import V
 
-from inductor_ext.templates.family import OpSpec, TensorSpec
+from inductor_ext.templates.family import Family, OpSpec, TensorSpec
 
 
 @dataclass
@@ -51,13 +51,15 @@ def problem_fp32_precision(op: str, dtypes: tuple[str, ...]) -> str:
     return fp32_matmul_precision() if op in FP32_PRECISION_OPS and "float32" in dtypes else ""
 
 
-def static(values: Any) -> tuple[int, ...] | None:
-    out = []
+def hinted(values: Any) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    """Sizes or strides as ints, each symbolic one as its size hint (what Inductor's
+    max-autotune tunes dynamic shapes on), and which of them are symbolic."""
+    ints, symbolic = [], []
     for v in values:
-        if not getattr(v, "is_number", True):
-            return None
-        out.append(int(v))
-    return tuple(out)
+        number = getattr(v, "is_number", True)
+        ints.append(int(v) if number else V.graph.sizevars.optimization_hint(v))
+        symbolic.append(not number)
+    return tuple(ints), tuple(symbolic)
 
 
 def constant_name(node: Any) -> str | None:
@@ -76,12 +78,41 @@ def is_constant(node: Any) -> bool:
     return constant_name(node) is not None
 
 
-def tensor_spec(node: Any) -> TensorSpec | str:
-    """A node's shape, strides and dtype, or why it cannot be described (dynamic shapes)."""
-    shape, stride = static(node.get_size()), static(node.get_stride())
-    if shape is None or stride is None:
-        return "dynamic shapes are not supported yet"
-    return TensorSpec(shape, stride, dtype_name(node.get_dtype()), is_constant(node))
+def tensor_spec(node: Any) -> TensorSpec:
+    """A node's shape, strides and dtype, symbolic sizes and strides as their size hints;
+    ``dynamic`` marks the symbolic dims (a family that specialises on sizes is refused them,
+    ``symbolic_refusal``)."""
+    (shape, dynamic), (stride, _) = hinted(node.get_size()), hinted(node.get_stride())
+    return TensorSpec(shape, stride, dtype_name(node.get_dtype()), is_constant(node), dynamic if any(dynamic) else ())
+
+
+def symbolic_indices(nodes: Any) -> tuple[tuple[int, ...], ...]:
+    """Each node's symbolic dims by index (``ProblemKey.dynamic``); () when every size is static."""
+    found = tuple(tuple(d for d, s in enumerate(n.get_size()) if not getattr(s, "is_number", True)) for n in nodes)
+    return found if any(found) else ()
+
+
+def symbolic_dims(spec: OpSpec) -> list[str]:
+    """The symbolic dims of ``spec``'s inputs (of its output when no input has one), e.g.
+    ["input 0 dim 0 (hint 7)"]."""
+    def dims(named: list[tuple[str, TensorSpec | None]]) -> list[str]:
+        return [f"{name} dim {d} (hint {t.shape[d]})" for name, t in named if t is not None
+                for d, symbolic in enumerate(t.dynamic) if symbolic]
+
+    return dims([(f"input {i}", t) for i, t in enumerate(spec.inputs)]) or dims([("output", spec.out)])
+
+
+def symbolic_refusal(family: Family, spec: OpSpec) -> str | None:
+    """Why ``family`` is not offered ``spec`` for its symbolic sizes, or None. Only a family that
+    declares its kernels generic in sizes (``dynamic_shapes``: Inductor renders them with the
+    sizes as run-time values) is handed a spec with symbolic dims; its ``problem_for`` then
+    refuses the dims it cannot leave open. Any other family's kernel is built for the hinted
+    sizes, which the graph's other sizes would not fit."""
+    dims = symbolic_dims(spec)
+    if not dims or family.dynamic_shapes:
+        return None
+    return (f"{family.name} builds its kernels for fixed sizes and {', '.join(dims)} "
+            f"{'is' if len(dims) == 1 else 'are'} symbolic (dynamic shapes): ATen serves every size")
 
 
 def box(node: Any) -> ir.TensorBox:
@@ -89,25 +120,17 @@ def box(node: Any) -> ir.TensorBox:
 
 
 def spec(op: str, nodes: tuple[Any, ...], layout: Any, device_type: str, scalars: dict[str, Any],
-         optional: tuple[Any, ...] = ()) -> OpSpec | str:
-    """``op`` on ``nodes`` into ``layout`` as plain data, or why it cannot be described."""
-    specs = []
-    for node in nodes:
-        node_spec = tensor_spec(node)
-        if isinstance(node_spec, str):
-            return node_spec
-        specs.append(node_spec)
-    shape, stride = static(layout.size), static(layout.stride)
-    if shape is None or stride is None:
-        return "dynamic shapes are not supported yet"
-    out = TensorSpec(shape, stride, dtype_name(layout.dtype))
-    return OpSpec(op, tuple(specs) + optional, out, scalars, device_type)
+         optional: tuple[Any, ...] = ()) -> OpSpec:
+    """``op`` on ``nodes`` into ``layout`` as plain data (symbolic sizes as their hints, marked)."""
+    (shape, dynamic), (stride, _) = hinted(layout.size), hinted(layout.stride)
+    out = TensorSpec(shape, stride, dtype_name(layout.dtype), dynamic=dynamic if any(dynamic) else ())
+    return OpSpec(op, tuple(tensor_spec(n) for n in nodes) + optional, out, scalars, device_type)
 
 
 def whole(op: str, kernel_inputs: Any, layout: Any, scalars: dict[str, Any],
-          optional: tuple[Any, ...] = ()) -> OpInputs | str:
+          optional: tuple[Any, ...] = ()) -> OpInputs:
     """An op whose inputs are Inductor's nodes as given (no epilogue inputs), absent optional
     inputs appended as None."""
     nodes = tuple(kernel_inputs.nodes())
     op_spec = spec(op, nodes, layout, kernel_inputs.device_type, scalars, optional=optional)
-    return op_spec if isinstance(op_spec, str) else OpInputs(op_spec, nodes, layout)
+    return OpInputs(op_spec, nodes, layout)

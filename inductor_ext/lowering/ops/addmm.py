@@ -19,8 +19,6 @@ def addmm(kernel_inputs: Any) -> OpInputs | str:
     alpha, beta = kernel_inputs.get_scalar("alpha"), kernel_inputs.get_scalar("beta")
     op_spec = spec("addmm", (bias, mat1, mat2), layout, kernel_inputs.device_type,
                    {"alpha": alpha, "beta": beta, "fp32_precision": fp32_matmul_precision()})
-    if isinstance(op_spec, str):
-        return op_spec
     # Inductor's epilogue applies beta * bias + alpha * acc, the bias being a prefix input.
     extra = {"prefix_args": 1, "epilogue_fn": addmm_epilogue(layout.dtype, alpha, beta),
              "epilogue_fn_hash": f"addmm_{alpha}_{beta}"}

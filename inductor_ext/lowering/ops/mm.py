@@ -19,7 +19,7 @@ def product(op: str, kernel_inputs: Any) -> OpInputs | str:
     mat1, mat2 = (box(n) for n in kernel_inputs.nodes())
     m, n, k, layout, mat1, mat2 = mm_args(mat1, mat2)
     op_spec = spec(op, (mat1, mat2), layout, kernel_inputs.device_type, {"fp32_precision": fp32_matmul_precision()})
-    return op_spec if isinstance(op_spec, str) else OpInputs(op_spec, (mat1, mat2), layout)
+    return OpInputs(op_spec, (mat1, mat2), layout)
 
 
 SPECS = {"mm": functools.partial(product, "mm"), "bmm": functools.partial(product, "bmm")}

@@ -80,7 +80,7 @@ class DecodeAttentionOp(OneOpPass):
             return "a gradient flows through it (the op has no backward)"
         specs = [tensor_spec(t) for t in (q, k, v)]
         if None in specs:
-            return "dynamic shapes"
+            return "a data-dependent size with no hint"
         spec = OpSpec("decode_attention", tuple(specs), tensor_spec(out, contiguous=True), {"scale": _scale(args, q)},
                       q.device.type)
         return refusal(self.config, spec)

@@ -12,31 +12,36 @@ from typing import Any, ClassVar
 
 import torch
 from torch.fx import Graph, Node
+from torch.fx.experimental.symbolic_shapes import has_guarding_hint, optimization_hint
 
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering.ext_choices import offered_families
 from inductor_ext.logs import passes_log as log
 from inductor_ext.lowering.ops import dtype_name
+from inductor_ext.lowering.ops._spec import symbolic_refusal
 from inductor_ext.lowering.passes.base import ExtGraphPass
 from inductor_ext.templates.family import OpSpec, TensorSpec
 
 
 def tensor_spec(value: Any, contiguous: bool = False) -> TensorSpec | None:
-    """An example value as plain data (``contiguous``: the strides of the op's output, which is);
-    None when its sizes are symbolic (dynamic shapes)."""
-    if not all(isinstance(s, int) for s in (*value.shape, *value.stride())):
+    """An example value as plain data (``contiguous``: the strides of the op's output, which is),
+    symbolic sizes as their hints and marked ``dynamic``, as lowering describes them
+    (``lowering/ops/_spec.py``); None when a symbolic size has no hint."""
+    sizes, strides = list(value.shape), list(value.stride())
+    if not all(isinstance(s, int) or has_guarding_hint(s) for s in (*sizes, *strides)):
         return None
-    shape, stride = tuple(value.shape), tuple(value.stride())
+    shape, stride = tuple(optimization_hint(s) for s in sizes), tuple(optimization_hint(s) for s in strides)
+    dynamic = tuple(not isinstance(s, int) for s in sizes)
     if contiguous:
         stride = tuple(int(torch.Size(shape[i + 1:]).numel()) for i in range(len(shape)))
-    return TensorSpec(shape, stride, dtype_name(value.dtype))
+    return TensorSpec(shape, stride, dtype_name(value.dtype), dynamic=dynamic if any(dynamic) else ())
 
 
 def refusal(config: ExtConfig, spec: OpSpec) -> str | None:
     """None when an enabled family claiming this target accepts ``spec``; else every family's reason."""
     why = []
     for family in offered_families(config, spec.op, spec.device_type):
-        problem = family.problem_for(spec)
+        problem = symbolic_refusal(family, spec) or family.problem_for(spec)
         if not isinstance(problem, str):
             return None
         why.append(f"{family.name}: {problem}")

@@ -27,6 +27,8 @@ OPS = ("decode_attention",)
 CHOICE_KIND = "inductor_template"
 INDUCTOR_TEMPLATE = "subgraph"  # Inductor's SubgraphTemplate, through lowering/subgraph.py
 RUNS_ON_CPU = True  # Inductor's C++ codegen: no interpreter involved
+# plain torch traced symbolically and compiled by Inductor: batch and cache length may be symbolic
+DYNAMIC_SHAPES = True
 
 DTYPES = ("float32", "bfloat16", "float16")
 FORMS = ("fp32_reductions",)  # kernels/decode_attention.FORMS (torch is imported lazily here)
@@ -103,4 +105,4 @@ def decomposition(problem: DecodeAttentionProblem, config: DecodeAttentionConfig
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
-    decomposition=decomposition, runs_on_cpu=RUNS_ON_CPU, module=__name__)
+    decomposition=decomposition, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES, module=__name__)

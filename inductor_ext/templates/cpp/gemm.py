@@ -29,6 +29,9 @@ OPS = ("mm", "addmm", "bmm")
 CHOICE_KIND = "inductor_template"
 INDUCTOR_TEMPLATE = "cpp_gemm"  # the Inductor template lowering hands through (lowering/cpp_gemm.py)
 RUNS_ON_CPU = True  # its kernels are CPU kernels: no interpreter involved
+# Inductor's template takes a symbolic M (and bmm's batch) at run time, blocking threads and
+# caches then; N and K it needs static (``problem_for`` refuses them symbolic).
+DYNAMIC_SHAPES = True
 
 DTYPES = ("float32", "bfloat16")
 ISAS = ("amx", "avx512", "avx2")
@@ -88,6 +91,10 @@ def problem_for(spec: OpSpec) -> CppGemmProblem | str:
         return f"mixed dtypes {a.dtype} @ {b.dtype} -> {spec.out.dtype}"
     if a.stride[-1] != 1:
         return "A is not row-major (its last stride is not 1)"
+    symbolic = [name for name, dim in (("K", -2), ("N", -1)) if b.dynamic and b.dynamic[dim]]
+    if symbolic:
+        return (f"{' and '.join(symbolic)} symbolic (dynamic shapes): Inductor's C++ GEMM template takes only M "
+                "(and bmm's batch) at run time")
     if spec.op == "bmm":
         problem = CppGemmProblem("bmm", a.shape[1], b.shape[2], a.shape[2], a.dtype, batch=a.shape[0])
     else:
@@ -137,4 +144,4 @@ def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
-    config_supports=config_supports, runs_on_cpu=RUNS_ON_CPU, module=__name__)
+    config_supports=config_supports, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES, module=__name__)

@@ -46,6 +46,8 @@ TARGETS = ("sm_90a", "sm_100a", "gfx950", "gfx1250", "cpu")
 OPS = ("mm", "addmm")
 CHOICE_KIND = "triton_template"
 CPU_EXECUTOR = "the Triton interpreter"  # how interpret mode runs it on CPU tensors
+# Inductor renders M, N, K and the strides as kernel arguments; a symbolic K turns EVEN_K off.
+DYNAMIC_SHAPES = True
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -67,6 +69,8 @@ class GemmProblem:
     # set_float32_matmul_precision("high"/"medium"), when lowering built the problem); only
     # targets with TF32 tensor cores use it (``input_precision``). Off: full fp32, as ATen.
     allow_tf32: bool = flag(False)
+    # K is symbolic (dynamic shapes; ``k`` is its hint): the K loop masks its last tile whatever K is
+    k_dynamic: bool = flag(False)
 
     @property
     def result_dtype(self) -> str:
@@ -100,7 +104,8 @@ def problem_for(spec: OpSpec) -> GemmProblem | str:
         return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
     a, b = spec.inputs[-2:]
     problem = GemmProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, spec.out.dtype,
-                          allow_tf32=spec.scalars.get("fp32_precision") == "tf32")
+                          allow_tf32=spec.scalars.get("fp32_precision") == "tf32",
+                          k_dynamic=bool(a.dynamic and a.dynamic[1]) or bool(b.dynamic and b.dynamic[0]))
     return supports(problem) or problem
 
 
@@ -341,7 +346,7 @@ def constexprs(problem: GemmProblem, config: GemmConfig, target: str = "cpu") ->
         "BLOCK_N": config.block_n,
         "BLOCK_K": config.block_k,
         "GROUP_M": config.group_m,
-        "EVEN_K": problem.k % config.block_k == 0,
+        "EVEN_K": not problem.k_dynamic and problem.k % config.block_k == 0,
         "INPUT_PRECISION": input_precision(problem, target),
         "USE_PDL": problem.use_pdl,
     }
@@ -435,4 +440,4 @@ FAMILY = Family(
     problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
     inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
     cpu_executor=CPU_EXECUTOR, key_instructions=key_instructions, launch_values=launch_values,
-    module=__name__)
+    dynamic_shapes=DYNAMIC_SHAPES, module=__name__)
