@@ -340,10 +340,7 @@ SORT_KEYS = ("graph", "kernel", "template", "reason", "speedup")
 def _speedup(kernel: dict[str, Any]) -> float | None:
     """ATen's time over the winner's, when both were measured."""
     d = kernel.get("decision") or {}
-    times = {c["name"]: c.get("time_us") for c in d.get("candidates", [])}
-    aten = [c["time_us"] for c in d.get("candidates", []) if c["kind"] == "aten" and c.get("time_us")]
-    won = times.get(d.get("winner"))
-    return min(aten) / won if aten and won else None
+    return decision_text.speedup_vs_aten(d.get("winner", ""), d.get("reason", ""), d.get("candidates", []))
 
 
 def select(index: dict[str, Any], sort: str = "graph", contains: str | None = None) -> list[dict[str, Any]]:

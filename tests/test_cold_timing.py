@@ -1,5 +1,7 @@
 """CPU autotuning times flushed calls (lowering/cold_timing.py): what runs, and that it is undone."""
 
+import itertools
+
 import pytest
 import torch
 from torch._inductor.runtime.benchmarking import Benchmarker, benchmarker
@@ -21,7 +23,13 @@ class Counting:
         self.seen.append(int(self.flush[0]))  # what the flush wrote just before this call
 
 
-def test_each_timed_call_follows_a_full_flush():
+@pytest.fixture
+def unswitched(monkeypatch):
+    """No thread is ever switched out (a loaded test machine would otherwise add calls)."""
+    monkeypatch.setattr(cold_timing, "context_switches", lambda: 0)
+
+
+def test_each_timed_call_follows_a_full_flush(unswitched):
     flush = torch.zeros(4096, dtype=torch.uint8)
     fn = Counting(flush)
     ms = cold_timing.flushed_median_ms(fn, flush, calls=5)
@@ -31,7 +39,7 @@ def test_each_timed_call_follows_a_full_flush():
     assert ms >= 0
 
 
-def test_inductors_cpu_benchmarks_time_flushed_calls_only_inside(monkeypatch):
+def test_inductors_cpu_benchmarks_time_flushed_calls_only_inside(monkeypatch, unswitched):
     monkeypatch.setattr(cold_timing, "last_level_cache_bytes", lambda: 1 << 16)
     warm = Benchmarker.benchmark_cpu
     calls = []
@@ -68,3 +76,85 @@ def test_the_choice_inductor_times_is_also_timed_warm_while_inside(monkeypatch):
         assert cold_timing.warm_ms(untimed) is None
     assert cold_timing.warm_ms(choice) is None
     assert AlgorithmSelectorCache.benchmark_choice == timer
+
+
+# ------------------------------------------- calls the OS switched out are not the kernel's (issue 29)
+
+class Switches:
+    """A fake ``context_switches``: ``switched[i]`` says whether timed call i had a thread switched out."""
+
+    def __init__(self, switched):
+        self.switched, self.count, self.reads = list(switched), 0, 0
+
+    def __call__(self):
+        self.reads += 1
+        if self.reads % 2 == 0 and self.switched and self.switched.pop(0):  # read after the call
+            self.count += 1
+        return self.count
+
+
+def test_a_timed_call_a_thread_was_switched_out_in_is_timed_again(monkeypatch):
+    monkeypatch.setattr(cold_timing, "context_switches", Switches([False, True, True, False, False]))
+    flush = torch.zeros(4096, dtype=torch.uint8)
+    fn = Counting(flush)
+    times, clean = cold_timing.clean_times(fn, lambda i: flush.fill_(i), wanted=3, attempts=10)
+    assert clean and len(times) == 3
+    assert fn.seen == [0, 1, 2, 3, 4]  # five tries, each after its own flush, for three clean calls
+
+
+def test_when_no_call_is_clean_the_switched_ones_are_all_there_is(monkeypatch):
+    monkeypatch.setattr(cold_timing, "context_switches", Switches([True] * 4))
+    times, clean = cold_timing.clean_times(lambda: None, lambda i: None, wanted=3, attempts=4)
+    assert not clean and len(times) == 4
+
+
+def test_the_threads_are_woken_after_the_flush_on_memory_the_call_never_reads(monkeypatch, unswitched):
+    order = []
+    flush = torch.zeros(4096, dtype=torch.uint8)
+    monkeypatch.setattr(cold_timing, "wake_threads", lambda: order.append(("wake", int(flush[-1]))))
+    cold_timing.flushed_median_ms(lambda: order.append(("call", int(flush[-1]))), flush, calls=2)
+    assert order == [("call", 0), ("wake", 0), ("call", 0), ("wake", 1), ("call", 1)]
+    wake = cold_timing._wake_buffer(torch.get_num_threads())
+    assert wake.numel() >= cold_timing._GRAIN * torch.get_num_threads()  # a grain per thread: all of them run
+    assert wake.data_ptr() != flush.data_ptr()
+
+
+def test_warm_timing_leaves_switched_calls_out(monkeypatch):
+    """Back to back, a switched call waited for a core: 12 ms among 5 us calls is not the median."""
+    times = itertools.chain([0.012] * 30, itertools.repeat(5e-6))
+    monkeypatch.setattr(cold_timing, "timed_call", lambda fn: (t := next(times), t < 1e-3))
+    ms, clean = cold_timing.warm_timing(lambda: None, warmup_ms=0, rep_ms=1)
+    assert clean and ms == pytest.approx(5e-3)
+    monkeypatch.setattr(cold_timing, "timed_call", lambda fn: (0.012, False))
+    assert cold_timing.warm_timing(lambda: None, warmup_ms=0, rep_ms=1) == (pytest.approx(12.0), False)
+
+
+@pytest.mark.parametrize("flushed, retimes, want_ms, disturbed", [
+    ([(0.05, True)], 0, 0.05, False),                     # agrees with 5 us warm: timed once
+    ([(6.77, True), (0.06, True)], 1, 0.06, False),       # 1354x: timed again, the lower kept
+    ([(6.77, False), (0.07, True)], 1, 0.07, False),      # no clean call: timed again, clean now
+    ([(6.77, False), (7.0, False)], 1, 6.77, True),       # never clean: flagged
+])
+def test_a_flushed_time_that_disagrees_with_the_warm_one_is_timed_again(monkeypatch, flushed, retimes, want_ms,
+                                                                       disturbed):
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    monkeypatch.setattr(cold_timing, "last_level_cache_bytes", lambda: 1 << 16)
+    results = iter(flushed)
+    monkeypatch.setattr(cold_timing, "flushed_timing", lambda fn, flush: next(results))
+    monkeypatch.setattr(cold_timing, "warm_timing", lambda fn, warmup, rep: (0.005, True))
+
+    class Choice:
+        def benchmark(self, *args, out):
+            return benchmarker.benchmark_cpu(lambda: None)
+
+    class Args:
+        def get_benchmark_tensors(self, _):
+            return type("T", (), {"unpack": lambda self: ((), torch.zeros(1))})()
+
+    choice = Choice()
+    with cold_timing.cold_cpu_benchmarks():
+        assert AlgorithmSelectorCache.benchmark_choice(choice, Args()) == want_ms
+        assert cold_timing.disturbed(choice) is disturbed
+        assert len(list(results)) == len(flushed) - 1 - retimes  # nothing left: each timing was used
+    assert not cold_timing.disturbed(choice)  # forgotten on exit

@@ -319,9 +319,9 @@ def built(tmp_path_factory, fewer_configs):
     """``inductor-ext tune build`` on CPU for Net, then a cache-only compile whose cache names
     the template as every winner (so its path runs from the cache)."""
     out = tmp_path_factory.mktemp("cpp_tune")
-    flushed, timed = [], cold_timing.flushed_median_ms  # the build's CPU timings (lowering/cold_timing.py)
+    flushed, timed = [], cold_timing.flushed_timing  # the build's CPU timings (lowering/cold_timing.py)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cold_timing, "flushed_median_ms", lambda fn, flush, *a: flushed.append(fn) or timed(fn, flush, *a))
+        mp.setattr(cold_timing, "flushed_timing", lambda fn, flush, *a: flushed.append(fn) or timed(fn, flush, *a))
         mp.setattr(jinja_templates, "_compiled", {})  # the sources this build's kernels were rendered from
         cache = tune.build("test_cpp_gemm:model", out / "built.db", inputs_spec="test_cpp_gemm:inputs", progress=False)
         jinja_sources = len(jinja_templates._compiled)
@@ -356,8 +356,12 @@ def test_build_stores_a_timed_decision_per_gemm(built):
         aten = {e.key.op, "ext_mkl_packed_mm"} if e.key.op == "mm" else {e.key.op}
         assert {n for n in timed if not n.startswith("cpp_")} == aten, e.candidates
         assert any(n.startswith("cpp_") for n in timed), e.candidates
-        assert e.aten_time_us is not None and e.winner in ("aten", "cpp.gemm")
-        assert e.reason == "benchmark" and e.key.arch == "cpu" and e.key.preset == "cpu"
+        assert e.winner in ("aten", "cpp.gemm")
+        # or, on a machine busy enough that the OS set a time, flagged (autotune/decide.py, issue 29)
+        disturbed = e.reason.startswith("fallback: every timed")  # then no time is compared with ATen's
+        assert e.reason == "benchmark" or disturbed or e.reason.startswith("fallback: flushed and warm")
+        assert (e.aten_time_us is None) is disturbed
+        assert e.key.arch == "cpu" and e.key.preset == "cpu"
 
 
 def test_build_leaves_a_file_that_is_the_whole_cache(built, tmp_path):

@@ -136,3 +136,92 @@ def test_the_cache_decides_without_timing(autotune, cached, reason):
 
 def test_a_forced_compile_neither_reads_nor_writes_the_cache():
     assert decide.uses_cache(forced=False) and not decide.uses_cache(forced=True)
+
+
+# ------------------------------------------------- flushed and warm timings that disagree (issue 29)
+
+@pytest.mark.parametrize("flushed_ms, warm_ms, disagree", [
+    (6.7733, 0.0079, True),     # the issue's 1526x: ATen's GEMM waiting for a time slice
+    (0.165, 0.0057, False),     # 29x, but 0.16 ms: a small op's operands and code from DRAM
+    (0.079, 0.0079, False),     # exactly 10x
+    (0.30, 0.02, True),         # 15x and 0.28 ms over
+    (2.0, 0.25, False),         # 8x: a GEMM whose weights left the cache
+    (float("inf"), 0.01, False),  # failed to run flushed: no timing to disagree with
+])
+def test_regimes_disagree_beyond_the_factor_and_the_cold_allowance(flushed_ms, warm_ms, disagree):
+    assert decide.regimes_disagree(flushed_ms, warm_ms) is disagree
+    assert aten(flushed_ms, warm_ms).regimes_disagree is disagree
+    assert not aten(flushed_ms).regimes_disagree  # never timed warm: nothing to disagree with
+
+
+def test_regimes_that_disagree_put_the_whole_decision_on_warm_timings():
+    """The issue's decision: flushed, ATen 6773 us against the template's 4.4 us (a '1526x'
+    speed-up); warm 7.9 us against 9.0 us, so ATen serves, and the reason says why."""
+    candidates = (aten(6.7733, 0.0079), template("t0", 0.0044, 0.0090))
+    assert pick(*candidates) == (
+        "aten", "benchmark; flushed and warm timings over 10x apart (aten 6773.3us flushed, 7.9us warm): "
+                "decided warm")
+    chosen = decide.pick(candidates[1], candidates, 0.05)[0]
+    assert chosen is candidates[0]  # the record the caller passed, not its warm copy
+    assert decide.decided_times(candidates, chosen) == (0.0079, 0.0079, decide.disagreement_text(candidates))
+
+
+def test_warm_timings_still_let_a_faster_template_win():
+    candidates = (aten(6.7733, 0.0079), template("t0", 0.0044, 0.0050))
+    assert pick(*candidates)[0] == "t0"
+    winner_ms, aten_ms, why = decide.decided_times(candidates, candidates[1])
+    assert (winner_ms, aten_ms) == (0.0050, 0.0079) and "decided warm" in why  # a 1.6x speed-up, not 1539x
+
+
+def test_regimes_that_agree_decide_on_flushed_timings_as_before():
+    candidates = (aten(0.165, 0.0057), template("t0", 0.050, 0.0055))
+    assert pick(*candidates) == ("t0", "benchmark")
+    assert decide.decided_times(candidates, candidates[1]) == (0.050, 0.165, None)
+
+
+def test_without_warm_timings_for_every_candidate_nothing_is_switched():
+    """A decision outside the cpu preset (no warm timings) keeps Inductor's timings."""
+    candidates = (aten(6.7733, 0.0079), template("t0", 0.0044))
+    assert decide.in_trusted_regime(candidates) == list(candidates)
+
+
+def test_a_disturbed_timing_falls_back_to_aten_and_is_no_speed_up():
+    """Every call of ATen's GEMM switched out (its time measured the OS): no timing is compared."""
+    candidates = (Candidate("aten", 16.0, 16.0, "aten", "aten", disturbed=True), template("t0", 0.006, 0.004))
+    assert pick(*candidates) == ("aten", "fallback: every timed call of aten was switched out by the OS: ATen")
+    assert decide.decided_times(candidates, candidates[0])[1:] == (None, "every timed call of aten was switched out "
+                                                                         "by the OS: ATen")
+
+
+def test_a_disturbed_decision_prefers_the_packed_gemm_freezing_would_call():
+    candidates = (aten(0.02, 0.01, name="mm"), aten(0.02, 0.01, name="packed", packed=True),
+                  Candidate("t0", 12.0, 12.0, "template", "cpp.gemm", disturbed=True))
+    assert pick(*candidates)[0] == "packed"
+    assert pick(*candidates, forced=("cpp.gemm",))[0] == "t0"  # forced is forced
+
+
+def test_the_decision_line_flags_a_time_its_warm_timing_contradicts():
+    """What the autotune log, the demo and ``dumps show`` print: the time, never a ratio from it."""
+    from inductor_ext.autotune import decision_text
+
+    candidates = [{"name": "addmm", "kind": "aten", "time_us": 6773.3, "warm_time_us": 7.9},
+                  {"name": "t0", "kind": "template", "config": "cpp.gemm avx512_8x48x1", "time_us": 4.4,
+                   "warm_time_us": 9.0}]
+    assert decision_text.timings_text(candidates) == (
+        "addmm 6773.3us (7.9us warm: over 10x apart, not compared), cpp.gemm avx512_8x48x1 4.4us")
+    candidates[0]["warm_time_us"] = 2000.0
+    assert decision_text.timings_text(candidates) == "addmm 6773.3us, cpp.gemm avx512_8x48x1 4.4us"
+
+
+def test_a_speed_up_over_aten_comes_from_the_regime_the_decision_was_made_in():
+    """``dumps show``'s "vs aten": the issue's '1526x' is 0.88x warm; none where the OS set a time."""
+    from inductor_ext.autotune import decision_text
+
+    candidates = [{"name": "addmm", "kind": "aten", "time_us": 6773.3, "warm_time_us": 7.9},
+                  {"name": "t0", "kind": "template", "time_us": 4.4, "warm_time_us": 9.0}]
+    assert decision_text.speedup_vs_aten("t0", "benchmark", candidates) == pytest.approx(7.9 / 9.0)
+    candidates[0]["warm_time_us"] = 2000.0  # regimes agree: flushed, as decided
+    assert decision_text.speedup_vs_aten("t0", "benchmark", candidates) == pytest.approx(6773.3 / 4.4)
+    reason = "fallback: every timed call of addmm was switched out by the OS: ATen"
+    assert decision_text.speedup_vs_aten("addmm", reason, candidates) is None
+    assert decision_text.speedup_vs_aten("t0", "benchmark", candidates[1:]) is None  # no ATen timed

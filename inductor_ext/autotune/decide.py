@@ -15,12 +15,18 @@ timings into records, asks ``pick``, and hands Inductor's choice for the winner 
 - ``force_template``: the forced families' fastest finite candidate, else the rules above.
 - The cache (``untimed``): a cached winner serves without timing; ``cache-only`` without an entry
   falls back to ATen's default.
+- Regimes that disagree (``regimes_disagree``): a candidate timed flushed over ``DISAGREE_FACTOR``
+  times its warm time (beyond ``COLD_ALLOWANCE_MS``) was timed waiting for the OS, not its caches;
+  ``lowering/cold_timing.py`` re-times it, and if it still disagrees the decision is made on the
+  warm timings of every candidate and says so (``pick``, ``decided_times``). A candidate whose
+  every timed call in a regime was switched out (``disturbed``) has no time to compare: ATen's
+  choice serves, and the reason says why.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 # Another micro-kernel replaces Inductor's pick for a GEMM timed in both regimes (the cpu preset)
@@ -28,6 +34,16 @@ from typing import Sequence
 # (bench/cpu_decode.py, decode b1 fp32): a 16x16 vocabulary micro-kernel that beat Inductor's 8x32
 # by 9% flushed and by over 5% warm ran 10% slower inside the graph.
 CPU_CONFIG_MARGIN = 0.15
+
+# A flushed time this many times the warm one, and more than COLD_ALLOWANCE_MS over it, is no
+# cache effect. Refetching a GEMM's operands and code from DRAM costs at most the bytes over the
+# read bandwidth (a GEMM whose operands fit the last-level cache: < 1.1 ms at 31 GB/s, and then
+# its warm time is rarely under 0.1 ms), and a small op's cold code path ~0.05-0.17 ms (measured:
+# addmm 2x96x48, 4-8 us warm, 35-165 us flushed, 1 and 2 threads). What is left is the OS: a
+# 2-thread ATen GEMM whose second thread waits for a core another process runs on measured
+# 6-16 ms (a scheduler time slice) against 5-8 us warm.
+DISAGREE_FACTOR = 10.0
+COLD_ALLOWANCE_MS = 0.2
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,10 +57,48 @@ class Candidate:
     family: str | None = None  # the template family ("aten" for ATen's), None when unknown
     default: bool = False  # the family's default config (its upstream heuristic's pick)
     packed: bool = False  # a packed library GEMM (``lowering/aten_choices.py``), ATen's default under freezing
+    disturbed: bool = False  # every call timed in a regime was switched out by the OS (cold_timing.py)
 
     @property
     def is_aten(self) -> bool:
         return self.kind == "aten"
+
+    @property
+    def regimes_disagree(self) -> bool:
+        """Timed flushed and warm, and the two cannot both be true (``regimes_disagree``)."""
+        return self.warm_ms is not None and regimes_disagree(self.time_ms, self.warm_ms)
+
+
+def regimes_disagree(flushed_ms: float, warm_ms: float) -> bool:
+    """Whether a flushed time is more than ``DISAGREE_FACTOR`` times the warm one and more than
+    ``COLD_ALLOWANCE_MS`` over it: no cache state explains that much (see the constants)."""
+    return (math.isfinite(flushed_ms) and math.isfinite(warm_ms)
+            and flushed_ms > warm_ms * DISAGREE_FACTOR and flushed_ms - warm_ms > COLD_ALLOWANCE_MS)
+
+
+def disagreement_text(candidates: Sequence[Candidate]) -> str:
+    """Why a decision was made on warm timings, naming the candidates whose regimes disagree:
+    ``flushed and warm timings over 10x apart (addmm 6773.3us flushed, 7.9us warm): decided warm``."""
+    apart = ", ".join(f"{c.name} {c.time_ms * 1000:.1f}us flushed, {c.warm_ms * 1000:.1f}us warm"
+                      for c in candidates if c.regimes_disagree and c.warm_ms is not None)
+    return f"flushed and warm timings over {DISAGREE_FACTOR:g}x apart ({apart}): decided warm"
+
+
+def disturbed_text(candidates: Sequence[Candidate]) -> str | None:
+    """Why no timing of ``candidates`` can be compared (some were ``disturbed``), else None."""
+    names = ", ".join(c.name for c in candidates if c.disturbed)
+    return f"every timed call of {names} was switched out by the OS: ATen" if names else None
+
+
+def in_trusted_regime(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """``candidates`` as the rules read them: unchanged, unless one's regimes disagree and every
+    candidate that ran was also timed warm; then each as its warm time alone (a flushed time the
+    OS inflated says nothing about the others' flushed times, so none of them is compared so)."""
+    if not any(c.regimes_disagree for c in candidates):
+        return list(candidates)
+    if any(c.warm_ms is None for c in candidates if math.isfinite(c.time_ms)):
+        return list(candidates)  # no warm regime to fall back on (not a cpu-preset timing)
+    return [c if c.warm_ms is None else replace(c, time_ms=c.warm_ms, warm_ms=None) for c in candidates]
 
 
 def _fastest(candidates: Sequence[Candidate]) -> Candidate:
@@ -121,8 +175,36 @@ def prefer_packed(chosen: Candidate, aten: Sequence[Candidate], margin: float, r
 
 def pick(best: Candidate, candidates: Sequence[Candidate], margin: float,
          forced_families: Sequence[str] = ()) -> tuple[Candidate, str]:
-    """The candidate that serves, and why: Inductor's fastest (``best``, one of ``candidates``)
-    through the forced families, the ATen margin, the family's default and the packed GEMM."""
+    """The candidate that serves (one of ``candidates``), and why: Inductor's fastest (``best``)
+    through the forced families, the ATen margin, the family's default and the packed GEMM; all of
+    them on warm timings where a candidate's flushed and warm timings disagree (the reason says so)."""
+    aten = [c for c in candidates if c.is_aten]
+    if aten and not any(c.family in forced_families for c in candidates) and (why := disturbed_text(candidates)):
+        packed = [c for c in aten if c.packed and math.isfinite(c.time_ms)]
+        return (packed[0] if packed else _fastest(aten)), f"fallback: {why}"
+    trusted = in_trusted_regime(candidates)
+    if all(t is c for t, c in zip(trusted, candidates)):
+        return _pick(best, candidates, margin, forced_families)
+    original = {id(t): c for t, c in zip(trusted, candidates)}
+    chosen, reason = _pick(_fastest(trusted), trusted, margin, forced_families)
+    return original[id(chosen)], f"{reason}; {disagreement_text(candidates)}"
+
+
+def decided_times(candidates: Sequence[Candidate], chosen: Candidate) -> tuple[float, float | None, str | None]:
+    """The winner's and the fastest ATen choice's times (ms; None when no ATen choice was timed) in
+    the regime the decision was made in, and why that is the warm one (None when it is not): what
+    a speed-up over ATen may be computed from."""
+    if why := disturbed_text(candidates):
+        return chosen.time_ms, None, why  # no speed-up: the times measured the OS
+    trusted = in_trusted_regime(candidates)
+    warm = any(t is not c for t, c in zip(trusted, candidates))
+    mine = next(t for t, c in zip(trusted, candidates) if c is chosen)
+    aten = [t.time_ms for t in trusted if t.is_aten and math.isfinite(t.time_ms)]
+    return mine.time_ms, min(aten, default=None), disagreement_text(candidates) if warm else None
+
+
+def _pick(best: Candidate, candidates: Sequence[Candidate], margin: float,
+          forced_families: Sequence[str]) -> tuple[Candidate, str]:
     aten = [c for c in candidates if c.is_aten]
     forced = [c for c in candidates if c.family in forced_families and c.time_ms != float("inf")]
     if forced:

@@ -15,6 +15,20 @@ Neither regime alone predicts the decoder: a micro-kernel that beat Inductor's p
 fp32 decode projections, where Inductor's 8x48 won warm) each ran 5-10% slower inside it. So each
 timed choice is also timed warm, as Inductor would (``warm_ms``), and ext's choices keep
 Inductor's pick unless another micro-kernel beats it in both regimes (ext_choices.py's rules).
+
+A timed call during which a thread of this process was switched out (``getrusage``'s context
+switches) measured the OS and is timed again. Issue 29: on a 2-core VM whose cores other
+processes kept busy, ATen's 2-thread ``addmm`` 2x96x48 measured 6-48 ms flushed (inside a
+cpu-preset compile as much warm) against 4-9 us: the scheduler had put ATen's two OpenMP threads
+on one core (/proc showed both on CPU 1 while it was timed) or preempted one, and each call's
+parallel region waited a time slice (~12 ms) at its barrier. Every such call counted an
+involuntary context switch; those that counted none took 35-170 us flushed, 4-9 us warm. The
+cache state and waking ATen's pool asleep after a flush account for tens of microseconds each.
+After the flush, a tiny parallel region on memory the timed call never reads wakes ATen's threads
+and the dispatcher, as the op before it in a running graph would; the operands stay flushed. A
+flushed time its warm one contradicts (``decide.regimes_disagree``) is timed again (``RETIMES``);
+a choice with no clean call in a regime is ``disturbed``, and ``autotune/decide.py`` then serves
+ATen and compares no time.
 """
 
 from __future__ import annotations
@@ -30,19 +44,41 @@ import torch
 from torch._inductor.runtime.benchmarking import Benchmarker
 from torch._inductor.select_algorithm import AlgorithmSelectorCache
 
+from inductor_ext.autotune import decide
+
+try:
+    import resource
+except ImportError:  # Windows: no getrusage, so no call is known to have been switched out
+    resource = None  # type: ignore[assignment]
+
 TIMED_CALLS = 15  # medians of flushed calls settle by ~10 on a 2-core VM; each flush costs ~20 ms
+ATTEMPTS = 4  # at most this many flushed calls per clean one wanted (a loaded machine switches some)
+RETIMES = 1  # a choice whose flushed time disagrees with its warm one is timed flushed again, once
+_GRAIN = 32768  # at::internal::GRAIN_SIZE: the fewest elements per thread ATen's parallel_for gives
 _FALLBACK_CACHE_BYTES = 64 << 20  # when sysfs does not say: larger than most server LLCs per socket
 WARM_REP_MS = 50  # Inductor's own CPU timing, shortened (it runs 100 ms): medians of us-scale calls
+# Timed warm on a loaded 2-core VM, a 2-thread ATen GEMM's first calls after a pause each waited
+# ~12 ms for a core (switched out), then ran thousands of calls in 5-8 us: so warm timing goes on
+# past WARM_REP_MS until this many calls were clean, for up to WARM_PATIENCE times as long.
+WARM_CLEAN_CALLS = 20
+WARM_PATIENCE = 10
 
 # While inside cold_cpu_benchmarks: the choice Inductor is timing, and each timed choice's warm
 # median (ms) by id; emptied on exit (ids of dead choices are reused).
 _timing: list[Any] = [None]
 _warm: dict[int, float] = {}
+_disturbed: set[int] = set()  # ids of choices with a regime in which every timed call was switched out
 
 
 def warm_ms(choice: Any) -> float | None:
     """The warm median of ``choice`` if it was timed inside ``cold_cpu_benchmarks``, else None."""
     return _warm.get(id(choice))
+
+
+def disturbed(choice: Any) -> bool:
+    """Whether every call of ``choice`` timed flushed, or every one timed warm, inside
+    ``cold_cpu_benchmarks`` had a thread switched out (its times measured the OS)."""
+    return id(choice) in _disturbed
 
 
 @functools.lru_cache(maxsize=None)
@@ -59,16 +95,87 @@ def last_level_cache_bytes() -> int:
     return max(sizes, default=_FALLBACK_CACHE_BYTES)
 
 
-def flushed_median_ms(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS) -> float:
-    """Median milliseconds of ``calls`` calls of ``fn``, each after writing all of ``flush``."""
+def context_switches() -> int:
+    """Context switches of all of this process's threads so far (voluntary and not), 0 where the
+    OS does not count them."""
+    if resource is None:
+        return 0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
+@functools.lru_cache(maxsize=4)
+def _wake_buffer(threads: int) -> torch.Tensor:
+    return torch.empty(_GRAIN * threads, dtype=torch.uint8)
+
+
+def wake_threads() -> None:
+    """A parallel region on every ATen intra-op thread (one grain each) over a buffer of its own."""
+    _wake_buffer(torch.get_num_threads()).fill_(0)
+
+
+def timed_call(fn: Callable[[], Any]) -> tuple[float, bool]:
+    """Seconds one call of ``fn`` took, and whether no thread of this process was switched out
+    meanwhile (a switched call timed the scheduler too)."""
+    switches = context_switches()
+    start = time.perf_counter()
+    fn()
+    elapsed = time.perf_counter() - start
+    return elapsed, context_switches() == switches
+
+
+def clean_times(fn: Callable[[], Any], before: Callable[[int], Any], wanted: int,
+                attempts: int) -> tuple[list[float], bool]:
+    """Seconds of up to ``wanted`` clean calls of ``fn`` (``timed_call``), each after
+    ``before(i)`` (untimed), in at most ``attempts`` tries, and True; all of them and False when
+    none was clean."""
+    clean: list[float] = []
+    switched: list[float] = []
+    for i in range(attempts):
+        before(i)
+        elapsed, ok = timed_call(fn)
+        (clean if ok else switched).append(elapsed)
+        if len(clean) == wanted:
+            break
+    return (clean, True) if clean else (switched, False)
+
+
+def flushed_timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS) -> tuple[float, bool]:
+    """Median milliseconds of ``calls`` calls of ``fn``, each after writing all of ``flush`` and
+    waking ATen's threads, none switched out while timed (``clean_times``); and whether any was not."""
     fn()  # first-call costs (page faults, lazy initialisation) are not the kernel's
-    times = []
-    for i in range(calls):
+
+    def flushed(i: int) -> None:
         flush.fill_(i & 0xFF)
-        start = time.perf_counter()
+        wake_threads()
+
+    times, clean = clean_times(fn, flushed, calls, calls * ATTEMPTS)
+    return statistics.median(times) * 1e3, clean
+
+
+def flushed_median_ms(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS) -> float:
+    """``flushed_timing``'s median alone."""
+    return flushed_timing(fn, flush, calls)[0]
+
+
+def warm_timing(fn: Callable[[], Any], warmup_ms: float = 20, rep_ms: float = WARM_REP_MS) -> tuple[float, bool]:
+    """Inductor's CPU timing (``Benchmarker.benchmark_cpu``: calls back to back for ``warmup_ms``,
+    then the median of those in the next ``rep_ms``) of the calls no thread was switched out in,
+    going on past ``rep_ms`` (up to ``WARM_PATIENCE`` times it) until ``WARM_CLEAN_CALLS`` of them
+    were clean; and whether any was."""
+    deadline = time.perf_counter() + warmup_ms / 1e3
+    while time.perf_counter() < deadline:
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    clean: list[float] = []
+    switched: list[float] = []
+    start = time.perf_counter()
+    end, give_up = start + rep_ms / 1e3, start + rep_ms * WARM_PATIENCE / 1e3
+    while True:
+        elapsed, ok = timed_call(fn)
+        (clean if ok else switched).append(elapsed)
+        now = time.perf_counter()
+        if now >= end and (len(clean) >= WARM_CLEAN_CALLS or now >= give_up):
+            return statistics.median(clean or switched) * 1e3, bool(clean)
 
 
 @contextlib.contextmanager
@@ -76,12 +183,26 @@ def cold_cpu_benchmarks() -> Iterator[None]:
     """Inductor's CPU benchmarks time flushed calls while inside (and warm ones, ``warm_ms``);
     restored on exit."""
     flush = torch.empty(int(last_level_cache_bytes() * 1.25), dtype=torch.uint8)
-    warm, choice_timer = Benchmarker.benchmark_cpu, AlgorithmSelectorCache.benchmark_choice.__func__
+    inductors, choice_timer = Benchmarker.benchmark_cpu, AlgorithmSelectorCache.benchmark_choice.__func__
 
     def cold(self: Benchmarker, _callable: Callable[[], Any], warmup: int = 20, rep: int = 100, **_: Any) -> float:
-        if _timing[0] is not None:
-            _warm[id(_timing[0])] = warm(self, _callable, warmup=warmup, rep=min(rep, WARM_REP_MS))
-        return flushed_median_ms(_callable, flush)
+        flushed, clean = flushed_timing(_callable, flush)
+        choice = _timing[0]
+        if choice is None:
+            return flushed
+        warm, warm_clean = warm_timing(_callable, warmup, min(rep, WARM_REP_MS))
+        for _ in range(RETIMES):  # the OS, not the caches, set this flushed time: once more
+            if clean and not decide.regimes_disagree(flushed, warm):
+                break
+            again, again_clean = flushed_timing(_callable, flush)
+            if again_clean == clean:
+                flushed = min(flushed, again)
+            elif again_clean:
+                flushed, clean = again, True
+        _warm[id(choice)] = warm
+        if not (clean and warm_clean):
+            _disturbed.add(id(choice))
+        return flushed
 
     def noting_choice(cls: type, choice: Any, autotune_args: Any) -> float:
         _timing[0] = choice
@@ -95,7 +216,8 @@ def cold_cpu_benchmarks() -> Iterator[None]:
     try:
         yield
     finally:
-        Benchmarker.benchmark_cpu = warm  # type: ignore[method-assign]
+        Benchmarker.benchmark_cpu = inductors  # type: ignore[method-assign]
         AlgorithmSelectorCache.benchmark_choice = classmethod(choice_timer)  # type: ignore[method-assign, assignment]
         _timing[0] = None
         _warm.clear()
+        _disturbed.clear()

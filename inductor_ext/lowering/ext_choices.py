@@ -263,21 +263,24 @@ class ExtChoices(InductorChoices):
         autotune_log.debug("%s", decision_text.decision_line(decision.node, decision.problem, decision.winner, reason,
                                                              decision.candidates))
         if decision.key is not None and decide.uses_cache(bool(forced_families)):
-            aten_time = min((r.time_ms for _, r in records if r.is_aten), default=float("inf"))
-            self._remember(decision, winner, aten_time)
+            self._remember(decision, winner, *decide.decided_times([r for _, r in records], picked))
         _announce(decision)
         return chosen
 
-    def _remember(self, decision: Decision, winner: dict[str, Any], aten_time_ms: float) -> None:
+    def _remember(self, decision: Decision, winner: dict[str, Any], winner_ms: float, aten_time_ms: float | None,
+                  flag: str | None) -> None:
+        """Winner and ATen times in the regime the decision was made in (``decide.decided_times``):
+        what ``tune show`` divides for a speed-up (none when the OS set the times); decided on warm
+        times or fallen back to ATen for that, the reason says why."""
         is_aten = winner["kind"] == "aten"
         cache_for(self.config).put(Entry(
             key=decision.key, winner="aten" if is_aten else winner["family"],
             config={"name": winner["name"]} if is_aten else winner["config_dict"],
-            winner_time_us=winner["time_us"] or 0.0,
-            aten_time_us=None if aten_time_ms == float("inf") else round(aten_time_ms * 1000, 3),
+            winner_time_us=round(winner_ms * 1000, 3) if math.isfinite(winner_ms) else 0.0,
+            aten_time_us=None if aten_time_ms is None else round(aten_time_ms * 1000, 3),
             candidates=[_cache_candidate(c) for c in decision.candidates],
-            # margin or not, a benchmark decided it (the dumps keep the detailed reason)
-            reason="benchmark", device_name=decision.key.device_name))
+            # margin or not, a benchmark decided it (the dumps keep the detailed reason), unless the OS set a time
+            reason=f"fallback: {flag}" if flag else "benchmark", device_name=decision.key.device_name))
 
 
 def unusable_reason(config: ExtConfig, family: Family, device: str) -> str | None:
@@ -415,10 +418,11 @@ def _record(choice: Any, time_ms: float, decision: Decision | None) -> decide.Ca
     packed = choice.name in aten_choices.PACKED_NAMES
     if i is None:
         kind = "aten" if isinstance(choice, ExternKernelCaller) else "template"
-        return decide.Candidate(choice.name, time_ms, cold_timing.warm_ms(choice), kind, None, False, packed)
+        return decide.Candidate(choice.name, time_ms, cold_timing.warm_ms(choice), kind, None, False, packed,
+                                cold_timing.disturbed(choice))
     candidate = decision.candidates[i]
     return decide.Candidate(choice.name, time_ms, cold_timing.warm_ms(choice), candidate["kind"], candidate["family"],
-                            bool(candidate.get("default")), packed)
+                            bool(candidate.get("default")), packed, cold_timing.disturbed(choice))
 
 
 def choices_factory(config: ExtConfig) -> Callable[[], ExtChoices]:
