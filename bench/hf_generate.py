@@ -327,6 +327,8 @@ def main() -> None:
     with fresh_inductor_caches(), contextlib.redirect_stdout(sys.stderr):  # cold Inductor caches for every arm
         for name in names:
             rows[name] = measure_row(known[name], args, w, bandwidth)
+            print(f"  {name}: " + ", ".join(f"{a} {t['ms']:.1f} ms" for a, t in rows[name]["arms"].items()),
+                  file=sys.stderr)
     with open("/proc/loadavg") as f:
         load_after = f.read().split()[:3]
     figures = {"widths": asdict(w), "quick": args.quick, "threads": args.threads, "reps": args.reps,
