@@ -49,7 +49,6 @@ from inductor_ext.autotune import pdl_policy, policy  # noqa: E402
 from inductor_ext.kernels import matmul, nvfp4, pdl_consumer, scaled_gemm  # noqa: E402
 from inductor_ext.templates.cutedsl import nvfp4_gemm as cutedsl_nvfp4  # noqa: E402
 from inductor_ext.templates.triton import gemm, nvfp4_dequant_gemm, nvfp4_gemm  # noqa: E402
-from inductor_ext.templates.family import Family  # noqa: E402
 
 # The layer rule: what this check imports of ours, and that none of it pulled in torch._inductor
 # (quack, the CuTeDSL family's library, imports torch._dynamo itself when its configs are checked).
@@ -94,9 +93,9 @@ def _problem(family: ModuleType, m: int, n: int, k: int) -> Any:
 
 def offered(family: ModuleType, problem: Any, target: str) -> list[Any]:
     """What autotuning would benchmark for ``problem`` (as ``inductor-ext asm --all-configs``)."""
-    check = Family.of(family).config_supports
-    return [c.config for c in policy.candidates(family, problem, target, "full")
-            if check is None or not check(problem, c.config, target)]
+    record = family.FAMILY
+    return [c.config for c in policy.candidates(record, problem, target, "full")
+            if record.config_supports is None or not record.config_supports(problem, c.config, target)]
 
 
 def build_checks(target: str) -> tuple[list[Check], dict[str, str]]:

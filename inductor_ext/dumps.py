@@ -305,7 +305,7 @@ def _inlined_winner(kernel: dict[str, Any], decisions: list[Any]) -> tuple[Any, 
 
 def _is_inlined(family: str) -> bool:
     found = registry.families().get(family)
-    return found is not None and registry.Family.of(found).inductor_template == "subgraph"
+    return found is not None and found.inductor_template == "subgraph"
 
 
 def _extend_index(root: Path, entries: list[dict[str, Any]]) -> None:

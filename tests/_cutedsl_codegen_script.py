@@ -7,6 +7,7 @@ plain torch. What is checked is ext's side: Inductor benchmarks the choice, the 
 wrapper calls the op with the winning config, and the numbers are the reference's.
 """
 
+import dataclasses
 import json
 
 import torch
@@ -19,10 +20,11 @@ from test_cutedsl_lowering import _fake_launch_quack
 from _nvfp4_e2e_script import NvFp4Linear, reference_scaled_mm
 
 template.DEVICE_TYPES = ("cuda", "cpu")
-template.RUNS_ON_CPU = True  # this process's CPU kernel of the op (below) stands in for the GPU
+# this process's CPU kernel of the op (below) stands in for the GPU
+template.FAMILY = dataclasses.replace(template.FAMILY, runs_on_cpu=True)
 _fake_launch_quack.calls = []
 template._launch_quack = _fake_launch_quack
-registry._scan.cache_clear()  # the registry reads each family module once: read the stand-in
+registry._scan.cache_clear()  # the registry reads each family's record once: read the stand-in
 
 
 @torch.library.impl("inductor_ext::nvfp4_gemm_cutedsl", "CPU")

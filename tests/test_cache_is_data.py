@@ -84,7 +84,7 @@ def produced_configs(module: types.ModuleType) -> list[Any]:
     for problem in example_problems(module):
         if module.supports(problem) is None:
             for target in module.TARGETS:
-                found.update(dict.fromkeys(c.config for c in policy.candidates(module, problem, target, "full")))
+                found.update(dict.fromkeys(c.config for c in policy.candidates(module.FAMILY, problem, target, "full")))
     return list(found)
 
 

@@ -100,13 +100,13 @@ def test_amx_needs_even_k_and_unit_alpha(monkeypatch):
 
 def test_where_each_family_runs():
     on_cpu = presets.resolve({"templates": ["triton.gemm", "cpp.gemm"], "interpret": True})
-    assert ext_choices.unusable_reason(on_cpu, gemm, "cpu") is None
+    assert ext_choices.unusable_reason(on_cpu, gemm.FAMILY, "cpu") is None
     # Triton kernels run on CPU tensors only as a GPU preset's, interpreted: the message says how.
     why = ext_choices.unusable_reason(on_cpu, registry.get("triton.gemm"), "cpu")
     assert "options={'preset': 'hopper', 'interpret': True}" in why, why
     hopper = presets.resolve({"preset": "hopper", "interpret": True})
     assert ext_choices.unusable_reason(hopper, registry.get("triton.gemm"), "cpu") is None
-    assert ext_choices.unusable_reason(hopper, gemm, "cpu") == "verified for cpu, not target sm_90a"
+    assert ext_choices.unusable_reason(hopper, gemm.FAMILY, "cpu") == "verified for cpu, not target sm_90a"
 
 
 @pytest.mark.skipif(not gemm.host_isas(), reason="this CPU has neither AVX2 nor AVX-512: Inductor has no vector "

@@ -26,7 +26,7 @@ KEPT = {("sm_90a", 4096): {128, 64}, ("sm_90a", 14336): {128, 64},
 
 
 def _offered(problem: GemmProblem, target: str) -> list:
-    return DecodePolicy().propose(gemm, problem, target)
+    return DecodePolicy().propose(gemm.FAMILY, problem, target)
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
@@ -79,8 +79,7 @@ def test_plain_tiles_stay_where_the_model_does_not_apply():
     assert decode_mma_model.mma_sync_ties(plain, problem, "sm_100a", 148, 4.0, 4.0)  # fp32: FMAs either way
 
     # a family that cannot express the swap-AB twin keeps its plain tiles
-    with pytest.MonkeyPatch.context() as patch:
-        plain_only = gemm.config_from_tile
-        patch.setattr(gemm, "config_from_tile", lambda tile, *a: None if tile.swap_ab else plain_only(tile, *a))
-        offered = DecodePolicy().propose(gemm, problem, "sm_100a")
+    plain_only = gemm.config_from_tile
+    family = dataclasses.replace(gemm.FAMILY, config_from_tile=lambda tile, *a: None if tile.swap_ab else plain_only(tile, *a))
+    offered = DecodePolicy().propose(family, problem, "sm_100a")
     assert {c.block_n for c in offered} == {128, 64} and not any(c.swap_ab for c in offered)

@@ -4,6 +4,7 @@ hands out, and the one check of the protocol (building the record): what a famil
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 
@@ -17,7 +18,7 @@ def test_the_registry_hands_out_records_built_once():
     found = registry.families()
     assert found and all(isinstance(f, Family) for f in found.values())
     family = registry.get("triton.gemm")
-    assert family is found["triton.gemm"] and Family.of(family) is family and family.module is triton_gemm
+    assert family is found["triton.gemm"] is triton_gemm.FAMILY and family.module is triton_gemm
     assert [f.name for f in registry.for_op("addmm", "xpu")] == ["sycl.gemm"]
 
 
@@ -51,3 +52,13 @@ def test_a_record_missing_part_of_the_protocol_is_named():
         dataclasses.replace(sycl, name="extern", all_configs=())
     with pytest.raises(FamilyError, match=r"choice_kind = 'kernel'; use one of \('triton_template', 'extern'"):
         dataclasses.replace(sycl, choice_kind="kernel")
+
+
+def test_the_registry_takes_only_a_record():
+    """One shape: a module is a family by its FAMILY record; the name string family modules once
+    defined is refused by name, not probed for the protocol's names."""
+    old = types.ModuleType("old_family")
+    vars(old).update({k: v for k, v in vars(sycl_gemm).items() if not k.startswith("__")}, FAMILY="sycl.gemm")
+    with pytest.raises(FamilyError, match=r"old_family: FAMILY = 'sycl.gemm' is not a template family record; end the"):
+        registry.check(old)
+    assert registry.check(sycl_gemm) is sycl_gemm.FAMILY

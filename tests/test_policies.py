@@ -30,7 +30,6 @@ from inductor_ext.autotune.policy import (
     default_policies,
 )
 from inductor_ext.templates.base import Tile
-from inductor_ext.templates.family import Family
 from inductor_ext.templates.triton import gemm, nvfp4_gemm
 from inductor_ext.templates.triton.gemm import GemmProblem
 
@@ -109,8 +108,8 @@ def test_default_policy_is_the_family_defaults():
     policy = DefaultPolicy()
     for target in ("sm_90a", "gfx950", "cpu"):
         for problem in (PROBLEM, GemmProblem(512, 512, 512, "float16")):
-            assert policy.applies(gemm, problem, target)
-            assert policy.propose(gemm, problem, target) == gemm.configs(problem, target)
+            assert policy.applies(gemm.FAMILY, problem, target)
+            assert policy.propose(gemm.FAMILY, problem, target) == gemm.configs(problem, target)
     assert [p.name for p in default_policies("sm_90a")] == ["decode", "nvmatmulheuristics", "default"]
     assert [p.name for p in default_policies("gfx950")] == ["default"]
 
@@ -118,8 +117,8 @@ def test_default_policy_is_the_family_defaults():
 # --- candidates() with the real policies ------------------------------------------------------
 
 def _expected_merge(problem: GemmProblem, target: str) -> list[Candidate]:
-    proposals = [(p.name, p.propose(gemm, problem, target)) for p in default_policies(target)
-                 if p.applies(gemm, problem, target)]
+    proposals = [(p.name, p.propose(gemm.FAMILY, problem, target)) for p in default_policies(target)
+                 if p.applies(gemm.FAMILY, problem, target)]
     merged: dict[Any, Candidate] = {}
     for rank in range(max(len(c) for _, c in proposals)):
         for name, configs in proposals:
@@ -132,7 +131,7 @@ def _expected_merge(problem: GemmProblem, target: str) -> list[Candidate]:
 @pytest.mark.parametrize("m", [1, 64, 512])
 def test_candidates_real_policies_budgets_and_credit(m):
     problem = GemmProblem(m, 6144, 4096, "bfloat16")
-    full = candidates(gemm, problem, "sm_90a", "full")
+    full = candidates(gemm.FAMILY, problem, "sm_90a", "full")
     assert full == _expected_merge(problem, "sm_90a")
     assert len(full) == len(set(c.config for c in full))
     names = {c.policy for c in full}
@@ -141,11 +140,11 @@ def test_candidates_real_policies_budgets_and_credit(m):
     assert ("decode" in names) == (m <= 256)
     for c in full:
         assert isinstance(c.config, gemm.GemmConfig)
-    quick = candidates(gemm, problem, "sm_90a", "quick")
+    quick = candidates(gemm.FAMILY, problem, "sm_90a", "quick")
     assert 0 < len(quick) <= 4 and quick == full[:4]
     # even the quick budget benchmarks nvMatmulHeuristics' best idea beside the decode policy's
     assert "nvmatmulheuristics" in {c.policy for c in quick}
-    assert candidates(gemm, problem, "sm_90a", "off") == []
+    assert candidates(gemm.FAMILY, problem, "sm_90a", "off") == []
 
 
 # --- nvMatmulHeuristics -----------------------------------------------------------------------
@@ -201,13 +200,13 @@ def test_nvmmh_gpu_override():
 def test_nvmmh_policy_maps_through_the_family():
     problem = GemmProblem(1, 6144, 4096, "bfloat16")
     policy = NvMatmulHeuristicsPolicy()
-    assert policy.applies(gemm, problem, "sm_90a")
+    assert policy.applies(gemm.FAMILY, problem, "sm_90a")
     tiles = nvmmh_tiles(problem, "sm_90a")
-    identity = dataclasses.replace(Family.of(gemm), config_from_tile=lambda t: t)
+    identity = dataclasses.replace(gemm.FAMILY, config_from_tile=lambda t: t)
     assert policy.propose(identity, problem, "sm_90a") == tiles
     # triton.gemm has no split-K: exactly the unsplit tiles survive, as GemmConfigs.
     expected = list(dict.fromkeys(gemm.config_from_tile(t) for t in tiles if t.split_k == 1))
-    assert expected and policy.propose(gemm, problem, "sm_90a") == expected
+    assert expected and policy.propose(gemm.FAMILY, problem, "sm_90a") == expected
     assert any(t.split_k > 1 for t in tiles)  # so the dropping above was exercised
 
 
@@ -215,11 +214,11 @@ def test_nvmmh_policy_maps_through_the_family():
 def test_nvmmh_policy_off_without_a_mapping_or_the_library(monkeypatch, caplog):
     problem = GemmProblem(1, 6144, 4096, "bfloat16")
     policy = NvMatmulHeuristicsPolicy()
-    assert not policy.applies(gemm, problem, "gfx950")
-    assert not policy.applies(gemm, problem, "cpu")
+    assert not policy.applies(gemm.FAMILY, problem, "gfx950")
+    assert not policy.applies(gemm.FAMILY, problem, "cpu")
     with pytest.raises(ValueError, match="no nvMatmulHeuristics GPU"):
         nvmmh_query(problem, "sm_120")  # no generic fallback for an unmapped NVIDIA target
-    assert NvMatmulHeuristicsPolicy(gpu="RTX_5090").applies(gemm, problem, "sm_120")
+    assert NvMatmulHeuristicsPolicy(gpu="RTX_5090").applies(gemm.FAMILY, problem, "sm_120")
 
     # The library missing: applies() is False, propose() empty, one log line in all.
     monkeypatch.setitem(sys.modules, "nvMatmulHeuristics", None)  # import now raises
@@ -227,13 +226,13 @@ def test_nvmmh_policy_off_without_a_mapping_or_the_library(monkeypatch, caplog):
     nvmmh_policy._query_library.cache_clear()
     try:
         with records_of(caplog, nvmmh_policy.__name__, logging.WARNING):
-            assert not policy.applies(gemm, problem, "sm_90a")
-            assert not policy.applies(gemm, GemmProblem(8, 4096, 4096, "bfloat16"), "sm_100a")
-            assert policy.propose(gemm, problem, "sm_90a") == []
+            assert not policy.applies(gemm.FAMILY, problem, "sm_90a")
+            assert not policy.applies(gemm.FAMILY, GemmProblem(8, 4096, 4096, "bfloat16"), "sm_100a")
+            assert policy.propose(gemm.FAMILY, problem, "sm_90a") == []
         lines = [r for r in caplog.records if r.name == nvmmh_policy.__name__]
         assert len(lines) == 1 and "cannot import nvMatmulHeuristics" in lines[0].getMessage()
         # Without the library the real candidates still come from decode + default.
-        got = candidates(gemm, problem, "sm_90a", "full")
+        got = candidates(gemm.FAMILY, problem, "sm_90a", "full")
         assert got and {c.policy for c in got} <= {"decode", "default"}
     finally:
         nvmmh_policy._query_library.cache_clear()
@@ -250,7 +249,7 @@ def test_nvmmh_precisions():
     for dtype in ("float16", "float32"):
         assert nvmmh_tiles(GemmProblem(32, 4096, 4096, dtype), "sm_100a")
     # Problems of other families name their dtypes differently; only header-listed strings.
-    nvfp4 = Family.of(nvfp4_gemm)
+    nvfp4 = nvfp4_gemm.FAMILY
     fp4_problem = SimpleNamespace(m=8, n=4096, k=4096, out_dtype="bfloat16")
     assert nvmmh_policy.precision_for(fp4_problem, "sm_100a", nvfp4) == "OOTST"
     assert nvmmh_tiles(fp4_problem, "sm_100a", family=nvfp4)
@@ -331,25 +330,25 @@ def test_decode_applies_only_to_small_m_on_nvidia():
     policy = DecodePolicy()
     for target in NVIDIA_TARGETS:
         for name, (n, k) in DECODE_SHAPES.items():
-            assert policy.applies(gemm, GemmProblem(256, n, k, "bfloat16"), target)
+            assert policy.applies(gemm.FAMILY, GemmProblem(256, n, k, "bfloat16"), target)
             for m in (257, 512, 4096):
                 big = GemmProblem(m, n, k, "bfloat16")
-                assert not policy.applies(gemm, big, target), (name, m)
+                assert not policy.applies(gemm.FAMILY, big, target), (name, m)
                 assert decode_tiles(big, target) == []
-                assert all(c.policy != "decode" for c in candidates(gemm, big, target, "full"))
+                assert all(c.policy != "decode" for c in candidates(gemm.FAMILY, big, target, "full"))
     for target in ("gfx950", "cpu", "mps"):
-        assert not policy.applies(gemm, PROBLEM, target)
+        assert not policy.applies(gemm.FAMILY, PROBLEM, target)
 
 
 def test_decode_propose_maps_through_the_family():
     problem = GemmProblem(8, 4096, 14336, "bfloat16")
     tiles = decode_tiles(problem, "sm_90a")
     policy = DecodePolicy()
-    assert policy.propose(dataclasses.replace(Family.of(gemm), config_from_tile=lambda t: t), problem, "sm_90a") == tiles
+    assert policy.propose(dataclasses.replace(gemm.FAMILY, config_from_tile=lambda t: t), problem, "sm_90a") == tiles
     # triton.gemm has no split-K: it keeps the swap-AB (decode on wgmma) and the plain tiles (issue 30)
     unsplit = [t for t in tiles if t.split_k == 1]
     assert any(t.swap_ab for t in unsplit) and len(unsplit) < len(tiles)
-    assert policy.propose(gemm, problem, "sm_90a") == [gemm.config_from_tile(t) for t in unsplit]
+    assert policy.propose(gemm.FAMILY, problem, "sm_90a") == [gemm.config_from_tile(t) for t in unsplit]
 
 
 @needs_nvmmh

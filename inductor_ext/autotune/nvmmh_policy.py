@@ -112,12 +112,12 @@ class NvmmhConfig:
 
 def operand_dtypes(problem: Any, family: Family | None = None) -> tuple[str | None, str | None, str | None]:
     """(A dtype, B dtype, output dtype) of a GEMM problem of any of our template families:
-    ``dtype`` (both operands) or ``a_dtype``/``b_dtype``; a family whose FAMILY name says nvfp4
-    has NVFP4 operands wherever the problem names none (a family module is read as its record)."""
+    ``dtype`` (both operands) or ``a_dtype``/``b_dtype``; a family whose name says nvfp4
+    has NVFP4 operands wherever the problem names none."""
     dtype = getattr(problem, "dtype", None)
     a = dtype or getattr(problem, "a_dtype", None)
     b = dtype or getattr(problem, "b_dtype", None)
-    if family is not None and "nvfp4" in Family.of(family).name:
+    if family is not None and "nvfp4" in family.name:
         a, b = a or "nvfp4", b or "nvfp4"
     out = getattr(problem, "out_dtype", None) or dtype
     return a, b, out

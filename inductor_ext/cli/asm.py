@@ -55,7 +55,7 @@ class AsmError(ValueError):
 
 def family_targets(family: Family) -> list[str]:
     """The device targets a family claims (not the interpreter's "cpu")."""
-    return [t for t in Family.of(family).targets if t in targets.all_targets() and not targets.has(t, targets.INTERPRETER)]
+    return [t for t in family.targets if t in targets.all_targets() and not targets.has(t, targets.INTERPRETER)]
 
 
 INDUCTOR_PREFIX = "inductor."
@@ -69,8 +69,8 @@ def inductor_kinds() -> dict[str, tuple[str, ...]]:
 
 
 def listing() -> str:
-    rows = [(name, ", ".join(family_targets(m)) or "(none: CPU only)", Family.of(m).choice_kind)
-            for name, m in sorted(registry.families().items())]
+    rows = [(name, ", ".join(family_targets(family)) or "(none: CPU only)", family.choice_kind)
+            for name, family in sorted(registry.families().items())]
     rows += [(name, ", ".join(claimed), "inductor codegen") for name, claimed in inductor_kinds().items()]
     return tables.render(("family", "targets", "kind"), [(name, claimed, f"[{kind}]") for name, claimed, kind in rows])
 
@@ -124,7 +124,6 @@ def example_problem(family: Family, shape: tuple[int, int, int], dtype: str | No
     """The family's problem for an MxNxK GEMM: its own ``example_problem`` when it has one, else
     the plain mm of that shape."""
     m, n, k = shape
-    family = Family.of(family)
     if family.example_problem is not None:
         problem = family.example_problem(m, n, k, dtype)
     elif "mm" in family.ops:
@@ -142,7 +141,7 @@ def key_patterns(family: Family, target: str, asm: dict[str, str], problem: Any 
     else the target's MMA instruction (in SASS too, for NVIDIA)."""
     t = targets.get(target)
     found: dict[str, list[str]] = {}
-    own = Family.of(family).key_instructions(problem, config, target)  # [(stage, regex)]
+    own = family.key_instructions(problem, config, target)  # [(stage, regex)]
     for stage, pattern in own:
         found.setdefault(stage, []).append(pattern)
     if not own and t.asm_key and t.mma_instruction:
@@ -156,7 +155,7 @@ def launch_hints(family: Family, problem: Any, ks: Any) -> dict[str, int] | None
     """The specialisation a launch of a Triton family's kernel gets (``family.launch_values``:
     the integer arguments for contiguous tensors; unit strides become constants), or None
     (the compiler's default: only pointers aligned) for a family that does not say."""
-    values = Family.of(family).launch_values
+    values = family.launch_values
     if values is None:
         return None
     from inductor_ext.runtime.triton_compile import launch_hints as hints
@@ -187,7 +186,7 @@ def offered_configs(family: Family, problem: Any, target: str) -> list[Any]:
     the order it tries them, without those the family's ``config_supports`` refuses."""
     from inductor_ext.autotune import policy
 
-    check = Family.of(family).config_supports
+    check = family.config_supports
     return [c.config for c in policy.candidates(family, problem, target, "full")
             if check is None or not check(problem, c.config, target)]
 
@@ -207,7 +206,7 @@ def _family(family_name: str, target: str) -> Family:
     families = registry.families()
     if family_name not in families:
         raise AsmError(f"unknown template family {family_name!r}; families: {', '.join(sorted(families))}")
-    family = Family.of(families[family_name])
+    family = families[family_name]
     claimed = family_targets(family)
     if target not in claimed:
         raise AsmError(f"{family_name} does not claim target {target!r}; it claims: {', '.join(claimed) or 'none'}")
@@ -216,7 +215,6 @@ def _family(family_name: str, target: str) -> Family:
 
 def compile_config(family: Family, problem: Any, config: Any, target: str) -> dict[str, Any]:
     """Render and compile one config; the summary ``inductor-ext asm`` prints."""
-    family = Family.of(family)
     family_name = family.name
     ks = family.render(problem, config, target)
     if family.compile_asm is not None:

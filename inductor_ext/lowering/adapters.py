@@ -47,7 +47,6 @@ log = logging.getLogger("inductor_ext.autotune")
 
 def prepare(family: Family, kernel_inputs: Any, op: str) -> Prepared | str:
     """The family's problem for this op instance with every choice's inputs, or why not."""
-    family = Family.of(family)
     inputs = op_inputs(op, kernel_inputs)
     if isinstance(inputs, str):
         return inputs
@@ -91,14 +90,13 @@ def config_refusal(family: Family, problem: Any, config: Any, target: str) -> st
         registry.config_from_dict(family, registry.config_to_dict(config))
     except allowed.InvalidField as e:
         return f"outside its declared values: {e}"
-    check = Family.of(family).config_supports
+    check = family.config_supports
     return check(problem, config, target) if check is not None else None
 
 
 def append(family: Family, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
     """Append the choice for ``config``; returns it, or None when the family (or Inductor)
     cannot generate it."""
-    family = Family.of(family)
     if config_refusal(family, prepared.problem, config, target):
         return None
     kind = family.choice_kind
@@ -115,7 +113,6 @@ def default_config(family: Family, prepared: Prepared, target: str) -> Any | Non
     """The config the family's upstream heuristic would pick for this problem (for an Inductor
     template, the one Inductor renders unasked), or None when it names none. Another config of
     the family must beat it by the preset's margin (ext_choices)."""
-    family = Family.of(family)
     if family.choice_kind != "inductor_template":
         return None
     return inductor_glue(family).default_config(family, prepared, target)
@@ -208,7 +205,6 @@ def prebuild_extern(family: Family, problem: Any, configs: list[Any], target: st
     (``prebuild(pairs, target, device_type)``, optional), before Inductor benchmarks them one by
     one. A failure is logged, never fatal: ``call()`` then builds each config on its own, and
     only a broken one loses the benchmark."""
-    family = Family.of(family)
     hook = family.prebuild
     if hook is None or not configs:
         return

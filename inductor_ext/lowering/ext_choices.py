@@ -285,7 +285,6 @@ class ExtChoices(InductorChoices):
 
 def unusable_reason(config: ExtConfig, family: Family, device: str) -> str | None:
     """Why ``family`` cannot serve this compile's tensors on ``device``, or None."""
-    family = Family.of(family)
     claimed = family.targets
     if config.target not in claimed:
         return f"verified for {', '.join(claimed)}, not target {config.target}"

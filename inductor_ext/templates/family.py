@@ -1,16 +1,28 @@
-"""The template-family protocol: what every family module (one DSL x one op family) exposes;
-``Family``, the record of it that the rest of the package reads (fields, never attribute
-probing); and ``OpSpec``, the plain-data description of one op instance that lowering hands a
-family.
+"""The template-family protocol: ``Family``, the record every family module (one DSL x one op
+family) ends with and the rest of the package reads (fields, never attribute probing); and
+``OpSpec``, the plain-data description of one op instance that lowering hands a family.
 
-A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/scaled_mm.py``::
+A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/scaled_mm.py``.
+It keeps its names as plain module names (``NAME``, ``TARGETS``, ``OPS``, ``CHOICE_KIND``,
+``Problem``, ``Config``, the functions) and ends with its record, built from them::
 
-    FAMILY = "metal.scaled_mm"           # "<dsl>.<op family>"; the name users write in options
-    TARGETS = ("mps",)                   # targets claimed (names in inductor_ext/targets): each
+    NAME = "metal.scaled_mm"             # "<dsl>.<op family>"; the name users write in options
+    ...                                  # Problem, Config, problem_for, supports, configs, ...
+    FAMILY = Family(
+        name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
+        problem_for=problem_for, supports=supports, configs=configs, render=render, call=call,
+        all_configs=ALL_CONFIGS, cpu_executor=CPU_EXECUTOR, example_problem=example_problem,
+        key_instructions=key_instructions, compile_asm=compile_asm, module=__name__)
+
+Building the record checks it (:class:`FamilyError`, naming the module, the family and what it
+lacks), so a malformed family fails when its module is imported. Every record has:
+
+    name                                 # "<dsl>.<op family>"
+    targets                              # targets claimed (names in inductor_ext/targets): each
                                          # passed tier I there (tier C for Metal and SYCL)
-    OPS = ("scaled_mm",)                 # the ops it serves (OpSpec.op values: the lowering's
+    ops                                  # the ops it serves (OpSpec.op values: the lowering's
                                          # name, "mm", "addmm", "scaled_mm", "grouped_mm", ...)
-    CHOICE_KIND = "extern"               # how lowering offers it: "triton_template" (Inductor
+    choice_kind                          # how lowering offers it: "triton_template" (Inductor
                                          # renders inductor_source() and can fuse epilogues),
                                          # "extern" (a compiled kernel called through call()) or
                                          # "inductor_template" (one of Inductor's own templates,
@@ -19,66 +31,66 @@ A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/s
                                          # every field declares what it allows (templates/allowed.py:
                                          # size, integer, number, flag, one_of), checked whenever one
                                          # is rebuilt from a dict (a cache entry, a JSON)
+    problem_for(spec: OpSpec) -> Problem | str          # the problem, or why not served
+    supports(problem: Problem) -> str | None            # None, or the reason it cannot serve
+    configs(problem: Problem, target: str) -> list[Config]   # default candidates, best first
+    module                               # given as ``module=__name__``: its source is hashed into
+                                         # cache keys
 
-    def problem_for(spec: OpSpec) -> Problem | str          # the problem, or why not served
-    def supports(problem: Problem) -> str | None            # None, or the reason it cannot serve
-    def configs(problem: Problem, target: str) -> list[Config]   # default candidates, best first
-    def render(problem: Problem, config: Config, target: str) -> KernelSource   # not for
-                                         # "inductor_template": Inductor renders those
+And, by choice kind:
 
-``Problem`` and ``Config`` are module attributes of exactly those names (aliases are fine:
-``Problem, Config = GemmProblem, GemmConfig``). And, by choice kind:
-
-    "triton_template":  inductor_source() -> str, the jinja template Inductor renders, and
-                        inductor_kwargs(problem, config, target) -> dict, its kwargs as Inductor
-                        renders them into source (strings already quoted); config has num_warps
-                        and num_stages
-    "extern":           call(problem, config, target, *tensors) -> Tensor, what the compiled
-                        graph runs (through runtime/ launchers: the device, or on CPU tensors the
-                        CPU executor), and ALL_CONFIGS, every config it may be called with
-                        (registered by name at import so cached graphs find them; config.name(),
-                        or else its fields, names each). A family with its own torch op sets
-                        EXTERN_OP ("ns::op") and extern_kwargs(problem, config) instead of being
-                        called through call().
-    "inductor_template": INDUCTOR_TEMPLATE, the name of the Inductor template that lowering
+    "triton_template":  render(problem, config, target) -> KernelSource; inductor_source() -> str,
+                        the jinja template Inductor renders, and inductor_kwargs(problem, config,
+                        target) -> dict, its kwargs as Inductor renders them into source (strings
+                        already quoted); config has num_warps and num_stages
+    "extern":           render(...); call(problem, config, target, *tensors) -> Tensor, what the
+                        compiled graph runs (through runtime/ launchers: the device, or on CPU
+                        tensors the CPU executor), and all_configs, every config it may be called
+                        with (registered by name at import so cached graphs find them;
+                        config.name(), or else its fields, names each). A family with its own torch
+                        op sets extern_op ("ns::op") and extern_kwargs(problem, config) instead of
+                        being called through call().
+    "inductor_template": inductor_template, the name of the Inductor template that lowering
                         configures with this family's configs and hands to Inductor's autotuning
                         (``lowering/adapters.py`` maps names to Inductor glue, e.g.
                         "cpp_gemm" -> ``lowering/cpp_gemm.py``, whose optional
-                        ``default_config(family, prepared, target)`` names Inductor's own pick);
-                        the family stays plain data.
+                        ``default_config(family, prepared, target)`` names Inductor's own pick;
+                        "subgraph" takes the family's decomposition(problem, config), the torch
+                        function and kwargs Inductor compiles); the family stays plain data.
 
-Optional, for lowering and autotuning: ``config_supports(problem, config, target) -> str | None``
-(a config the family cannot render for this problem); ``missing() -> str | None`` (None when its
-kernels can run here, else what to install: lowering then offers ATen alone, with that reason);
-for "extern" families ``prebuild(pairs, target, device_type)``, called once per autotune decision
-with every (problem, config) pair about to be benchmarked and the device type of the tensors
-("cpu" in interpret mode), so a family whose compiler has a large fixed cost per run (SYCL) builds
-them all in one run before ``call()`` needs them (a failure is logged and each ``call()`` builds
-its own); ``config_from_tile(tile) -> Config | None`` lets the generic candidate policies
-(nvMatmulHeuristics, the decode policy) propose ``templates/base.py: Tile`` s to the family;
-``CPU_EXECUTOR`` names what runs its kernels on CPU tensors under ``options={"interpret": True}``
-(e.g. "the Triton interpreter"; none: it runs only on its device); ``RUNS_ON_CPU = True`` for a
-family whose kernels are CPU kernels (no interpreter needed); ``DYNAMIC_SHAPES = True`` for a
-family whose kernels leave sizes to run time (Inductor renders them with symbolic sizes as
-values): only such a family is handed an ``OpSpec`` with symbolic dims (``TensorSpec.dynamic``,
-the sizes their hints) and its ``problem_for`` refuses the dims it cannot leave open; lowering
-refuses every other family a graph's symbolic sizes (``lowering/ops/_spec.py: symbolic_refusal``).
+Optional (None when left out), for lowering and autotuning: ``config_supports(problem, config,
+target) -> str | None`` (a config the family cannot render for this problem); ``missing() -> str |
+None`` (None when its kernels can run here, else what to install: lowering then offers ATen alone,
+with that reason); for "extern" families ``prebuild(pairs, target, device_type)``, called once per
+autotune decision with every (problem, config) pair about to be benchmarked and the device type of
+the tensors ("cpu" in interpret mode), so a family whose compiler has a large fixed cost per run
+(SYCL) builds them all in one run before ``call()`` needs them (a failure is logged and each
+``call()`` builds its own); ``config_from_tile(tile) -> Config | None`` lets the generic candidate
+policies (nvMatmulHeuristics, the decode policy) propose ``templates/base.py: Tile`` s to the
+family; ``cpu_executor`` names what runs its kernels on CPU tensors under
+``options={"interpret": True}`` (e.g. "the Triton interpreter"; none: it runs only on its device);
+``runs_on_cpu=True`` for a family whose kernels are CPU kernels (no interpreter needed);
+``dynamic_shapes=True`` for a family whose kernels leave sizes to run time (Inductor renders them
+with symbolic sizes as values): only such a family is handed an ``OpSpec`` with symbolic dims
+(``TensorSpec.dynamic``, the sizes their hints) and its ``problem_for`` refuses the dims it cannot
+leave open; lowering refuses every other family a graph's symbolic sizes
+(``lowering/ops/_spec.py: symbolic_refusal``).
 
 Optional, for ``inductor-ext asm`` (``cli/asm.py``) and tier I: ``example_problem(m, n, k, dtype)
 -> Problem | str`` (the problem for an MxNxK shape; without it, the plain "mm" of that shape);
-``KEY_INSTRUCTIONS = {target: [(asm stage, regex), ...]}``, the instructions its kernels must
-contain (without it, the target's MMA instruction), or ``key_instructions(problem, config, target)``
-when they depend on the problem; ``compile_asm(problem, config, target) -> {stage: text}`` for a
-family whose kernels are not Triton (Triton ones are compiled by ``runtime/triton_compile.py``),
-and ``isa_many(jobs, cache=None)`` where one run compiles many (FlyDSL, Helion: one subprocess);
+``key_instructions(problem, config, target) -> [(asm stage, regex), ...]``, the instructions its
+kernels must contain (none: the target's MMA instruction), ``by_target(KEY_INSTRUCTIONS)`` for a
+``{target: [...]}`` table; ``compile_asm(problem, config, target) -> {stage: text}`` for a family
+whose kernels are not Triton (Triton ones are compiled by ``runtime/triton_compile.py``), and
+``isa_many(jobs, cache=None)`` where one run compiles many (FlyDSL, Helion: one subprocess);
 ``launch_values(problem) -> {arg: int}``, the integer launch arguments, for the specialisation
 (unit strides become constants) a real launch gets.
 
 Rules every family keeps: no ``torch._inductor`` import (templates run on the lent GPU machine's
 older torch), torch imported lazily (Triton picks its interpreter at first import), ``render``
 returns plain text plus the data needed to launch it, and a refusal is a reason string, never an
-exception. ``templates/registry.py`` finds families and hands each out as its ``Family``
-record (``Family.of(module)``, which checks the module once); adding one is one new file.
+exception. ``templates/registry.py`` finds the modules whose ``FAMILY`` is a record and hands the
+records out; adding a family is one new file.
 """
 
 from __future__ import annotations
@@ -212,30 +224,3 @@ class Family:
                               "templates/allowed.py (integer, size, number, flag, one_of)")
         for name in ("ops", "targets", "all_configs"):  # a list given is kept as the tuple the type says
             object.__setattr__(self, name, tuple(getattr(self, name)))
-
-    @classmethod
-    def of(cls, family: "Family | ModuleType") -> "Family":
-        """TRANSITIONAL: the record of a module whose ``FAMILY`` is still the name string."""
-        if isinstance(family, Family):
-            return family
-        names = vars(family)
-        if isinstance(names.get("FAMILY"), Family):
-            return names["FAMILY"]
-        table: Mapping[str, Sequence[tuple[str, str]]] = names.get("KEY_INSTRUCTIONS", {})
-        return cls(name=names.get("FAMILY", "?"), choice_kind=names.get("CHOICE_KIND"), ops=names.get("OPS"),
-                   targets=names.get("TARGETS"), Problem=names.get("Problem"), Config=names.get("Config"),
-                   problem_for=names.get("problem_for"), supports=names.get("supports"), configs=names.get("configs"),
-                   module=family, all_configs=tuple(names.get("ALL_CONFIGS", ())),
-                   runs_on_cpu=bool(names.get("RUNS_ON_CPU", False)),
-                   dynamic_shapes=bool(names.get("DYNAMIC_SHAPES", False)),
-                   key_instructions=names.get("key_instructions") or by_target(table),
-                   **{field_: names.get(name) for field_, name in _OPTIONAL.items()})
-
-
-_OPTIONAL = {  # TRANSITIONAL
-    "render": "render", "call": "call", "inductor_source": "inductor_source", "inductor_kwargs": "inductor_kwargs",
-    "inductor_template": "INDUCTOR_TEMPLATE", "decomposition": "decomposition", "extern_op": "EXTERN_OP",
-    "extern_kwargs": "extern_kwargs", "config_supports": "config_supports", "config_from_tile": "config_from_tile",
-    "missing": "missing", "prebuild": "prebuild", "cpu_executor": "CPU_EXECUTOR", "example_problem": "example_problem",
-    "compile_asm": "compile_asm", "isa_many": "isa_many", "launch_values": "launch_values",
-}

@@ -1,12 +1,13 @@
-"""Finds the template families: every module ``templates/<dsl>/<name>.py`` defining ``FAMILY``.
+"""Finds the template families: every module ``templates/<dsl>/<name>.py`` whose ``FAMILY`` is
+a ``templates/family.py: Family`` record.
 
-A new family is one new file; nothing here lists them. Each is handed out as its record,
-``templates/family.py: Family``, built and checked once when its module is found. A family
-whose toolchain is not installed (an extra of ``pip install inductor-ext[...]`` left out) is
-listed by :func:`unavailable` with the reason, and the rest load as usual. Modules without
-``FAMILY`` (shared pieces such as ``triton/launch.py``) are skipped. A module that defines
-``FAMILY`` but misses part of the protocol (``templates/family.py``) is an error naming what is
-missing, not a family that silently never gets offered.
+A new family is one new file; nothing here lists them. Each module builds its own record as its
+last statement, and building it checks it (a family that misses part of the protocol fails
+when its module is imported, naming what is missing), so the registry checks one shape and
+hands out the records. A family whose toolchain is not installed (an extra of
+``pip install inductor-ext[...]`` left out) is listed by :func:`unavailable` with the reason,
+and the rest load as usual. Modules without ``FAMILY`` (shared pieces such as
+``triton/launch.py``) are skipped; a ``FAMILY`` that is not a record is an error.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import pkgutil
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import inductor_ext.templates as _package
@@ -58,7 +60,6 @@ def unavailable() -> dict[str, str]:
 def missing(family: Family) -> str | None:
     """None when ``family``'s kernels can be built here, else why not: a module its DSL
     package ``REQUIRES`` is not installed, or the family's own ``missing()`` says what is absent."""
-    family = Family.of(family)
     for name in _required(family.module.__name__.rpartition(".")[0]):
         if not _installed(name):
             return f"needs {name}, which is not installed here: {extras.hint(name)}"
@@ -117,17 +118,18 @@ def _declared_family(module_name: str) -> str | None:
     if spec is None or not spec.origin:
         return None
     source = Path(spec.origin).read_text()
-    legacy = re.search(r'^FAMILY\s*=\s*["\']([^"\']+)["\']', source, re.MULTILINE)  # TRANSITIONAL
-    if legacy:
-        return legacy.group(1)
     match = re.search(r'^NAME\s*=\s*["\']([^"\']+)["\']', source, re.MULTILINE)
     return match.group(1) if match and re.search(r"^FAMILY\s*=\s*Family\(", source, re.MULTILINE) else None
 
 
-def check(module: Any) -> Family:
-    """``module``'s record (``Family.of``): a :class:`FamilyError` naming what it misses of the
-    family protocol, or a field declaring no allowed values."""
-    return Family.of(module)
+def check(module: ModuleType) -> Family:
+    """``module``'s record, its ``FAMILY`` (checked when it was built); a :class:`FamilyError`
+    when ``FAMILY`` is something else (the name string family modules once defined)."""
+    record = vars(module).get("FAMILY")
+    if not isinstance(record, Family):
+        raise FamilyError(f"{module.__name__}: FAMILY = {record!r} is not a template family record; end the module "
+                          "with FAMILY = Family(name=..., ...) (templates/family.py)")
+    return record
 
 
 def get(name: str) -> Family:
@@ -137,13 +139,12 @@ def get(name: str) -> Family:
         raise KeyError(f"template family {name!r} is not available here: {not_loaded[name]}")
     if name not in known:
         raise KeyError(f"unknown template family {name!r}; available: {', '.join(sorted(known))}")
-    return Family.of(known[name])  # a test may stand a module in for one found here
+    return known[name]
 
 
 def for_op(op: str, target: str) -> list[Family]:
     """Families serving ``op`` that claim ``target``, by name."""
-    found = [Family.of(f) for _, f in sorted(families().items())]
-    return [f for f in found if op in f.ops and target in f.targets]
+    return [f for _, f in sorted(families().items()) if op in f.ops and target in f.targets]
 
 
 def slug(family: str) -> str:
@@ -168,7 +169,7 @@ def extern_choices() -> dict[str, tuple[Family, Any]]:
     """Every extern family's choice name -> (family, config), over its ALL_CONFIGS. Two configs
     of one name would call one kernel for both: an error naming them."""
     found: dict[str, tuple[Family, Any]] = {}
-    for family in map(Family.of, families().values()):
+    for family in families().values():
         if family.choice_kind != "extern":
             continue
         for config in family.all_configs:
@@ -193,13 +194,11 @@ def from_dict(cls: type, data: dict[str, Any], owner: str | None = None) -> Any:
 
 def config_from_dict(family: Family, data: dict[str, Any]) -> Any:
     """``family``'s Config from a dict, checked (see :func:`from_dict`)."""
-    family = Family.of(family)
     return from_dict(family.Config, data, f"{family.name} Config")
 
 
 def problem_from_dict(family: Family, data: dict[str, Any]) -> Any:
     """``family``'s Problem from a dict, checked (see :func:`from_dict`)."""
-    family = Family.of(family)
     return from_dict(family.Problem, data, f"{family.name} Problem")
 
 
@@ -207,7 +206,7 @@ def problem_from_dict(family: Family, data: dict[str, Any]) -> Any:
 def _owner(cls: type) -> str:
     """``"triton.gemm/triton.tdm_gemm Config"``: the families using ``cls``, for messages."""
     for part in ("Problem", "Config"):
-        users = [name for name, family in sorted(families().items()) if getattr(Family.of(family), part) is cls]
+        users = [name for name, family in sorted(families().items()) if getattr(family, part) is cls]
         if users:
             return f"{'/'.join(users)} {part}"
     return cls.__qualname__
