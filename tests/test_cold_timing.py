@@ -33,8 +33,8 @@ def test_each_timed_call_follows_a_full_flush(unswitched):
     flush = torch.zeros(4096, dtype=torch.uint8)
     fn = Counting(flush)
     ms = cold_timing.flushed_median_ms(fn, flush, calls=5)
-    assert fn.calls == 6  # one untimed first call, then the timed ones
-    assert fn.seen == [0, 0, 1, 2, 3, 4]  # each timed call right after its own flush
+    assert fn.calls == 1 + 5 * 3  # one untimed first call, then per flush: timed, untimed, timed warm
+    assert fn.seen[1::3] == [0, 1, 2, 3, 4]  # each timed flushed call right after its own flush
     assert int(flush[-1]) == 4  # the whole buffer, not its start
     assert ms >= 0
 
@@ -45,7 +45,7 @@ def test_inductors_cpu_benchmarks_time_flushed_calls_only_inside(monkeypatch, un
     calls = []
     with cold_timing.cold_cpu_benchmarks():
         benchmarker.benchmark_cpu(lambda: calls.append(1))
-        assert len(calls) == cold_timing.TIMED_CALLS + 1
+        assert len(calls) == 1 + cold_timing.TIMED_CALLS * 3  # each flushed call, then the same twice warm
     assert Benchmarker.benchmark_cpu is warm
     with pytest.raises(RuntimeError), cold_timing.cold_cpu_benchmarks():
         raise RuntimeError("a failed compile")
@@ -94,39 +94,40 @@ class Switches:
 
 
 def test_a_timed_call_a_thread_was_switched_out_in_is_timed_again(monkeypatch):
-    monkeypatch.setattr(cold_timing, "context_switches", Switches([False, True, True, False, False]))
+    # per try: the flushed call, then the warm one; the second try's flushed call was switched out
+    monkeypatch.setattr(cold_timing, "context_switches", Switches([False, False, True, False, False, False]))
     flush = torch.zeros(4096, dtype=torch.uint8)
     fn = Counting(flush)
-    times, clean = cold_timing.clean_times(fn, lambda i: flush.fill_(i), wanted=3, attempts=10)
-    assert clean and len(times) == 3
-    assert fn.seen == [0, 1, 2, 3, 4]  # five tries, each after its own flush, for three clean calls
+    timed = cold_timing.timing(fn, flush, calls=2)
+    assert timed.flushed_clean and timed.warm_clean
+    # three tries for two clean flushed calls: each try's calls (timed, untimed, timed warm) after its own flush
+    assert fn.seen == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
 
 
 def test_when_no_call_is_clean_the_switched_ones_are_all_there_is(monkeypatch):
-    monkeypatch.setattr(cold_timing, "context_switches", Switches([True] * 4))
-    times, clean = cold_timing.clean_times(lambda: None, lambda i: None, wanted=3, attempts=4)
-    assert not clean and len(times) == 4
+    monkeypatch.setattr(cold_timing, "context_switches", Switches([True] * 8))
+    timed = cold_timing.timing(lambda: None, torch.zeros(64, dtype=torch.uint8), calls=1)
+    assert not timed.flushed_clean and not timed.warm_clean  # ATTEMPTS tries, every one switched
 
 
 def test_the_threads_are_woken_after_the_flush_on_memory_the_call_never_reads(monkeypatch, unswitched):
     order = []
     flush = torch.zeros(4096, dtype=torch.uint8)
     monkeypatch.setattr(cold_timing, "wake_threads", lambda: order.append(("wake", int(flush[-1]))))
-    cold_timing.flushed_median_ms(lambda: order.append(("call", int(flush[-1]))), flush, calls=2)
-    assert order == [("call", 0), ("wake", 0), ("call", 0), ("wake", 1), ("call", 1)]
+    cold_timing.flushed_median_ms(lambda: order.append(("call", int(flush[-1]))), flush, calls=1)
+    assert order == [("call", 0), ("wake", 0), ("call", 0), ("call", 0), ("wake", 0), ("call", 0)]
     wake = cold_timing._wake_buffer(torch.get_num_threads())
     assert wake.numel() >= cold_timing._GRAIN * torch.get_num_threads()  # a grain per thread: all of them run
     assert wake.data_ptr() != flush.data_ptr()
 
 
-def test_warm_timing_leaves_switched_calls_out(monkeypatch):
-    """Back to back, a switched call waited for a core: 12 ms among 5 us calls is not the median."""
-    times = itertools.chain([0.012] * 30, itertools.repeat(5e-6))
-    monkeypatch.setattr(cold_timing, "timed_call", lambda fn: (t := next(times), t < 1e-3))
-    ms, clean = cold_timing.warm_timing(lambda: None, warmup_ms=0, rep_ms=1)
-    assert clean and ms == pytest.approx(5e-3)
-    monkeypatch.setattr(cold_timing, "timed_call", lambda fn: (0.012, False))
-    assert cold_timing.warm_timing(lambda: None, warmup_ms=0, rep_ms=1) == (pytest.approx(12.0), False)
+def test_switched_calls_are_left_out_of_both_medians(monkeypatch):
+    """A switched call waited for a core: 12 ms among 5 us calls is in neither median."""
+    calls = itertools.chain([(0.001, True), (0.012, False)],  # try 1: flushed clean, warm switched
+                            itertools.cycle([(0.012, False), (5e-6, True)]))  # then flushed switched, warm clean
+    monkeypatch.setattr(cold_timing, "timed_call", lambda fn: next(calls))
+    timed = cold_timing.timing(lambda: None, torch.zeros(64, dtype=torch.uint8), calls=1)
+    assert timed == cold_timing.Timing(pytest.approx(1.0), pytest.approx(5e-3), True, True)
 
 
 @pytest.mark.parametrize("flushed, retimes, want_ms, disturbed", [
@@ -134,6 +135,7 @@ def test_warm_timing_leaves_switched_calls_out(monkeypatch):
     ([(6.77, True), (0.06, True)], 1, 0.06, False),       # 1354x: timed again, the lower kept
     ([(6.77, False), (0.07, True)], 1, 0.07, False),      # no clean call: timed again, clean now
     ([(6.77, False), (7.0, False)], 1, 6.77, True),       # never clean: flagged
+    ([(0.05, True, False)], 0, 0.05, True),               # no clean warm call: flagged
 ])
 def test_a_flushed_time_that_disagrees_with_the_warm_one_is_timed_again(monkeypatch, flushed, retimes, want_ms,
                                                                        disturbed):
@@ -141,8 +143,8 @@ def test_a_flushed_time_that_disagrees_with_the_warm_one_is_timed_again(monkeypa
 
     monkeypatch.setattr(cold_timing, "last_level_cache_bytes", lambda: 1 << 16)
     results = iter(flushed)
-    monkeypatch.setattr(cold_timing, "flushed_timing", lambda fn, flush: next(results))
-    monkeypatch.setattr(cold_timing, "warm_timing", lambda fn, warmup, rep: (0.005, True))
+    monkeypatch.setattr(cold_timing, "timing", lambda fn, flush: cold_timing.Timing(
+        (r := next(results))[0], 0.005, r[1], r[2] if len(r) > 2 else True))
 
     class Choice:
         def benchmark(self, *args, out):

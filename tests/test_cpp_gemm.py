@@ -319,9 +319,9 @@ def built(tmp_path_factory, fewer_configs):
     """``inductor-ext tune build`` on CPU for Net, then a cache-only compile whose cache names
     the template as every winner (so its path runs from the cache)."""
     out = tmp_path_factory.mktemp("cpp_tune")
-    flushed, timed = [], cold_timing.flushed_timing  # the build's CPU timings (lowering/cold_timing.py)
+    flushed, timed = [], cold_timing.timing  # the build's CPU timings (lowering/cold_timing.py)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cold_timing, "flushed_timing", lambda fn, flush, *a: flushed.append(fn) or timed(fn, flush, *a))
+        mp.setattr(cold_timing, "timing", lambda fn, flush, *a: flushed.append(fn) or timed(fn, flush, *a))
         mp.setattr(jinja_templates, "_compiled", {})  # the sources this build's kernels were rendered from
         cache = tune.build("test_cpp_gemm:model", out / "built.db", inputs_spec="test_cpp_gemm:inputs", progress=False)
         jinja_sources = len(jinja_templates._compiled)

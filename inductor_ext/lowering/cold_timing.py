@@ -13,8 +13,9 @@ the GPU's L2, and reports the median of the flushed calls.
 Neither regime alone predicts the decoder: a micro-kernel that beat Inductor's pick by 8% warm
 (the vocabulary GEMM's 16x16, stop 19) and others that beat it by 40% flushed (8x32 for the
 fp32 decode projections, where Inductor's 8x48 won warm) each ran 5-10% slower inside it. So each
-timed choice is also timed warm, as Inductor would (``warm_ms``), and ext's choices keep
-Inductor's pick unless another micro-kernel beats it in both regimes (ext_choices.py's rules).
+timed choice is also timed warm (``warm_ms``: the call again right after each flushed one), and
+ext's choices keep Inductor's pick unless another micro-kernel beats it in both regimes
+(ext_choices.py's rules).
 
 A timed call during which a thread of this process was switched out (``getrusage``'s context
 switches) measured the OS and is timed again. Issue 29: on a 2-core VM whose cores other
@@ -34,6 +35,7 @@ ATen and compares no time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import statistics
 import time
@@ -56,12 +58,6 @@ ATTEMPTS = 4  # at most this many flushed calls per clean one wanted (a loaded m
 RETIMES = 1  # a choice whose flushed time disagrees with its warm one is timed flushed again, once
 _GRAIN = 32768  # at::internal::GRAIN_SIZE: the fewest elements per thread ATen's parallel_for gives
 _FALLBACK_CACHE_BYTES = 64 << 20  # when sysfs does not say: larger than most server LLCs per socket
-WARM_REP_MS = 50  # Inductor's own CPU timing, shortened (it runs 100 ms): medians of us-scale calls
-# Timed warm on a loaded 2-core VM, a 2-thread ATen GEMM's first calls after a pause each waited
-# ~12 ms for a core (switched out), then ran thousands of calls in 5-8 us: so warm timing goes on
-# past WARM_REP_MS until this many calls were clean, for up to WARM_PATIENCE times as long.
-WARM_CLEAN_CALLS = 20
-WARM_PATIENCE = 10
 
 # While inside cold_cpu_benchmarks: the choice Inductor is timing, and each timed choice's warm
 # median (ms) by id; emptied on exit (ids of dead choices are reused).
@@ -124,58 +120,46 @@ def timed_call(fn: Callable[[], Any]) -> tuple[float, bool]:
     return elapsed, context_switches() == switches
 
 
-def clean_times(fn: Callable[[], Any], before: Callable[[int], Any], wanted: int,
-                attempts: int) -> tuple[list[float], bool]:
-    """Seconds of up to ``wanted`` clean calls of ``fn`` (``timed_call``), each after
-    ``before(i)`` (untimed), in at most ``attempts`` tries, and True; all of them and False when
-    none was clean."""
-    clean: list[float] = []
-    switched: list[float] = []
-    for i in range(attempts):
-        before(i)
-        elapsed, ok = timed_call(fn)
-        (clean if ok else switched).append(elapsed)
-        if len(clean) == wanted:
-            break
-    return (clean, True) if clean else (switched, False)
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One choice's medians (ms) flushed and warm, and whether each is of calls no thread was
+    switched out in (else of all of them: the OS set it)."""
+
+    flushed_ms: float
+    warm_ms: float
+    flushed_clean: bool
+    warm_clean: bool
 
 
-def flushed_timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS) -> tuple[float, bool]:
-    """Median milliseconds of ``calls`` calls of ``fn``, each after writing all of ``flush`` and
-    waking ATen's threads, none switched out while timed (``clean_times``); and whether any was not."""
+def timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS) -> Timing:
+    """Medians of ``calls`` clean calls of ``fn`` (``timed_call``) in at most ``calls * ATTEMPTS``
+    tries, each after writing all of ``flush`` and waking ATen's threads; and warm, of the same
+    call again right after each (an untimed call and the wake between: operands and code cached,
+    as Inductor's back-to-back timing has them). Paired so: timed back to back for 0.5 s inside a
+    compile, a 2-thread GEMM whose threads the scheduler had put on one core waited ~12 ms in
+    every call, and without the wake every warm call of a template did (18 ms) where its flushed
+    calls were clean."""
     fn()  # first-call costs (page faults, lazy initialisation) are not the kernel's
-
-    def flushed(i: int) -> None:
+    flushed: tuple[list[float], list[float]] = ([], [])  # (clean, switched) seconds
+    warm: tuple[list[float], list[float]] = ([], [])
+    for i in range(calls * ATTEMPTS):
         flush.fill_(i & 0xFF)
         wake_threads()
-
-    times, clean = clean_times(fn, flushed, calls, calls * ATTEMPTS)
-    return statistics.median(times) * 1e3, clean
+        elapsed, ok = timed_call(fn)
+        flushed[not ok].append(elapsed)
+        fn()
+        wake_threads()
+        elapsed, ok = timed_call(fn)
+        warm[not ok].append(elapsed)
+        if len(flushed[0]) >= calls and len(warm[0]) >= calls:
+            break
+    return Timing(statistics.median(flushed[0] or flushed[1]) * 1e3, statistics.median(warm[0] or warm[1]) * 1e3,
+                  bool(flushed[0]), bool(warm[0]))
 
 
 def flushed_median_ms(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS) -> float:
-    """``flushed_timing``'s median alone."""
-    return flushed_timing(fn, flush, calls)[0]
-
-
-def warm_timing(fn: Callable[[], Any], warmup_ms: float = 20, rep_ms: float = WARM_REP_MS) -> tuple[float, bool]:
-    """Inductor's CPU timing (``Benchmarker.benchmark_cpu``: calls back to back for ``warmup_ms``,
-    then the median of those in the next ``rep_ms``) of the calls no thread was switched out in,
-    going on past ``rep_ms`` (up to ``WARM_PATIENCE`` times it) until ``WARM_CLEAN_CALLS`` of them
-    were clean; and whether any was."""
-    deadline = time.perf_counter() + warmup_ms / 1e3
-    while time.perf_counter() < deadline:
-        fn()
-    clean: list[float] = []
-    switched: list[float] = []
-    start = time.perf_counter()
-    end, give_up = start + rep_ms / 1e3, start + rep_ms * WARM_PATIENCE / 1e3
-    while True:
-        elapsed, ok = timed_call(fn)
-        (clean if ok else switched).append(elapsed)
-        now = time.perf_counter()
-        if now >= end and (len(clean) >= WARM_CLEAN_CALLS or now >= give_up):
-            return statistics.median(clean or switched) * 1e3, bool(clean)
+    """``timing``'s flushed median alone."""
+    return timing(fn, flush, calls).flushed_ms
 
 
 @contextlib.contextmanager
@@ -186,21 +170,21 @@ def cold_cpu_benchmarks() -> Iterator[None]:
     inductors, choice_timer = Benchmarker.benchmark_cpu, AlgorithmSelectorCache.benchmark_choice.__func__
 
     def cold(self: Benchmarker, _callable: Callable[[], Any], warmup: int = 20, rep: int = 100, **_: Any) -> float:
-        flushed, clean = flushed_timing(_callable, flush)
+        timed = timing(_callable, flush)
         choice = _timing[0]
         if choice is None:
-            return flushed
-        warm, warm_clean = warm_timing(_callable, warmup, min(rep, WARM_REP_MS))
+            return timed.flushed_ms
+        flushed, clean = timed.flushed_ms, timed.flushed_clean
         for _ in range(RETIMES):  # the OS, not the caches, set this flushed time: once more
-            if clean and not decide.regimes_disagree(flushed, warm):
+            if clean and not decide.regimes_disagree(flushed, timed.warm_ms):
                 break
-            again, again_clean = flushed_timing(_callable, flush)
-            if again_clean == clean:
-                flushed = min(flushed, again)
-            elif again_clean:
-                flushed, clean = again, True
-        _warm[id(choice)] = warm
-        if not (clean and warm_clean):
+            again = timing(_callable, flush)
+            if again.flushed_clean == clean:
+                flushed = min(flushed, again.flushed_ms)
+            elif again.flushed_clean:
+                flushed, clean = again.flushed_ms, True
+        _warm[id(choice)] = timed.warm_ms
+        if not (clean and timed.warm_clean):
             _disturbed.add(id(choice))
         return flushed
 
