@@ -1,14 +1,17 @@
 """ext's cache answers Inductor's vector-ISA probe in a process whose Inductor cache is fresh
-(lowering/vec_isa_record.py). The probe itself takes ~16 s, so these tests stand in for it; the
-saving is measured by ``bench/cpu_decode.py`` (compile time with a warm ext cache)."""
+(lowering/vec_isa_record.py). The probe itself takes ~16 s, so the first tests stand in for it and
+the last run Inductor's own probe code with its test builds stubbed and counted; the saving is
+measured by ``bench/compile_time.py`` (isa_probe of the ext_cached arm)."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
+import torch
 from torch._inductor import config as inductor_config
-from torch._inductor import cpu_vec_isa
+from torch._inductor import cpp_builder, cpu_vec_isa
 
 from inductor_ext.autotune.cache import AutotuneCache
 from inductor_ext.lowering import vec_isa_record as record
@@ -48,7 +51,7 @@ def test_first_compile_probes_once_then_a_fresh_process_skips_the_probe(machine)
     with record.reused(cache):
         assert _compile(machine) is True  # probed first, all passed: the same switch as later
     assert machine["probes"] == 1
-    assert json.loads(cache.get_fact("inductor.cpu_vec_isa:test")) == {"valid": ISAS, "candidates": ISAS}
+    assert json.loads(cache.get_fact("inductor.cpu_vec_isa:test")) == {"valid": ISAS, "candidates": ISAS, "builds": []}
     machine["probed"] = False  # a new process, Inductor's cache fresh again
     with record.reused(cache):
         assert _compile(machine) is True
@@ -104,3 +107,96 @@ def test_candidates_are_the_isas_the_cpu_has():
     found = record.candidates()
     flags = set(cpu_vec_isa.x86_isa_checker())
     assert all(set(isa.split()) <= flags for isa in found)
+
+
+# ---------------------------------------------------- Inductor's own probe, with its builds counted
+
+_CACHED_CHECKS = [(cpu_vec_isa.VecISA, "_VecISA__bool__impl"), (cpu_vec_isa.VecAVX512, "__bool__"),
+                  (cpu_vec_isa.VecAVX512VNNI, "__bool__"), (cpu_vec_isa.VecAMX, "__bool__")]
+
+
+@pytest.fixture
+def fresh_process(monkeypatch, tmp_path):
+    """Inductor's real probe code (``valid_vec_isa_list`` and each ISA's checks, extra checks
+    included) as a new process with a fresh Inductor cache runs it, with the test builds counted
+    and stubbed: each build writes an empty library that "loads". ``new()`` starts another such
+    process; everything is restored after the test."""
+    if record.probe_key() is None:
+        pytest.skip("ext reuses the probe on x86 Linux with a C++ compiler only; this machine is not one")
+    builds = []
+
+    def build(self, *args, **kwargs):
+        builds.append(self.get_target_file_path())
+        open(self.get_target_file_path(), "w").close()
+
+    monkeypatch.setattr(cpp_builder.CppBuilder, "build", build)
+    monkeypatch.setattr(cpu_vec_isa.VecISA, "_probe_load", lambda self, path: True)
+
+    def new():
+        """A new process: Inductor's in-process caches and its cache directory fresh, no builds yet."""
+        builds.clear()
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / f"inductor{len(list(tmp_path.iterdir()))}"))
+        for owner, name in _CACHED_CHECKS:  # functools.cache'd per instance, and ISAs compare equal by type
+            monkeypatch.setattr(owner, name, functools.cache(getattr(owner, name).__wrapped__))
+        monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", functools.cache(cpu_vec_isa.valid_vec_isa_list.__wrapped__))
+        # new instances: the extra checks set attributes on them
+        monkeypatch.setattr(cpu_vec_isa, "supported_vec_isa_list",
+                            [type(isa)() if isinstance(isa, (cpu_vec_isa.VecAVX2, cpu_vec_isa.VecAVX512)) else isa
+                             for isa in cpu_vec_isa.supported_vec_isa_list])
+        return builds
+
+    with inductor_config.patch({"cpp.vec_isa_ok": None}):
+        yield new
+
+
+def _what_inductor_picked() -> list:
+    """Per valid ISA: what codegen reads from it (flags, and the extra checks' outcomes)."""
+    return [(str(isa), isa.build_arch_flags(), getattr(isa, "_is_avx512_bf16_supported", None),
+             getattr(isa, "_is_amx_fp16_supported", None)) for isa in cpu_vec_isa.valid_vec_isa_list()]
+
+
+def test_a_recorded_machine_runs_no_probe_build(fresh_process):
+    cache = AutotuneCache(":memory:")
+    builds = fresh_process()
+    with record.reused(cache):
+        picked = cpu_vec_isa.pick_vec_isa()
+        probed = _what_inductor_picked()
+    first = len(builds)
+    assert first > 0  # the first compile on the machine: Inductor probes, ext records
+    builds = fresh_process()
+    with record.reused(cache):
+        assert cpu_vec_isa.pick_vec_isa() == picked and _what_inductor_picked() == probed
+    assert builds == []  # neither the probe nor its extra checks (AVX-512 BF16/VNNI, AMX) build
+
+
+def test_a_record_under_another_cpus_key_still_probes(fresh_process, monkeypatch):
+    cache = AutotuneCache(":memory:")
+    builds = fresh_process()
+    with record.reused(cache):
+        cpu_vec_isa.pick_vec_isa()
+    first = len(builds)
+    # the same flags, but a CPU that answers the AVX-512 BF16 extra check the other way
+    other_answer = not torch.cpu._is_avx512_bf16_supported()
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: other_answer)
+    builds = fresh_process()
+    with record.reused(cache):
+        cpu_vec_isa.pick_vec_isa()
+    assert builds and first > 0
+
+
+def test_builds_a_process_ran_before_ext_are_recorded_by_the_next(fresh_process):
+    """A process whose Inductor probed before ext's first compile records the outcome without the
+    builds; the next process runs the extra checks once more and adds them."""
+    cache = AutotuneCache(":memory:")
+    builds = fresh_process()
+    cpu_vec_isa.pick_vec_isa()  # plain Inductor first
+    with record.reused(cache):
+        pass
+    builds = fresh_process()
+    with record.reused(cache):
+        cpu_vec_isa.pick_vec_isa()
+    assert builds  # the extra checks, not in the record yet
+    builds = fresh_process()
+    with record.reused(cache):
+        cpu_vec_isa.pick_vec_isa()
+    assert builds == []

@@ -8,11 +8,17 @@ serving a cache built offline with ``inductor-ext tune build``, a CI job, a benc
 
 ext stores the outcome in its autotune cache (a ``facts`` row) under a key naming everything the
 probe depends on: this torch and Python, the C++ compiler (path, size, mtime), the CPU's ISA flags
-and the source of Inductor's probe and build flags. When every ISA this CPU has passed the probe,
-ext's compiles set Inductor's switch for an already-probed machine, ``cpp.vec_isa_ok=True``, which
-answers yes for exactly those ISAs (their extra checks, e.g. AVX-512 BF16 and AMX FP16, still build
-as before); the first compile on a machine lets Inductor probe first and records the outcome. A
-user's own ``cpp.vec_isa_ok`` is never touched.
+(with the AVX-512 BF16 and AMX FP16 bits Inductor's extra checks ask about) and the source of
+Inductor's probe and build flags. The row keeps which ISAs passed and which of the probe's test
+builds passed (``VecISA.check_build``, by ISA, flags and code). Under a record every test build
+that passed is answered from it, including the extra checks ``cpp.vec_isa_ok`` does not cover
+(AVX-512 VNNI, AVX-512 BF16, AMX, AMX FP16: on an AVX-512 VNNI/BF16 CPU three builds, ~3 s, in
+every compile of a process with a fresh Inductor cache). A build the record lacks runs as before
+and is added once it passes (a failed one runs again in each process, as Inductor does). When every ISA this CPU has passed,
+ext's compiles also set Inductor's switch for an already-probed machine, ``cpp.vec_isa_ok=True``,
+so that Inductor's FX graph cache keys are the same from one process to the next; the first
+compile on a machine lets Inductor probe first and records the outcome. A user's own
+``cpp.vec_isa_ok`` is never touched.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ def probe_key() -> str | None:
     stat = os.stat(compiler)
     parts = {"torch": torch.__version__, "python": sys.version, "executable": sys.executable,
              "compiler": [compiler, stat.st_size, stat.st_mtime_ns], "cpu": cpu_vec_isa.x86_isa_checker(),
+             # what the extra checks ask the CPU besides those flags (they build only where it says yes)
+             "cpu_extra": [torch.cpu._is_avx512_bf16_supported(), torch.cpu._is_amx_fp16_supported()],
              "probe": [_file_digest(cpu_vec_isa.__file__), _file_digest(cpp_builder.__file__)]}
     return f"{FACT}:{hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]}"
 
@@ -75,6 +83,36 @@ def _probe_outcome() -> list[str]:
     return [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
 
 
+def _build_key(isa: cpu_vec_isa.VecISA, code: str) -> str:
+    """One test build: the ISA, the flags it builds with at that moment (an extra check adds its
+    own) and the code, what Inductor names the build's output by."""
+    return f"{isa}|{isa.build_arch_flags()}|{hashlib.sha256(code.encode()).hexdigest()[:16]}"
+
+
+@contextlib.contextmanager
+def _builds_answered(passed: list[str]) -> Iterator[list[str]]:
+    """``VecISA.check_build`` answered yes for the builds in ``passed``; any other build runs as
+    before (a failure is never remembered: it may have been a load that timed out on a busy
+    machine), and those that pass land in the list this yields."""
+    real = cpu_vec_isa.VecISA.check_build
+    found: list[str] = []
+
+    def check_build(isa: cpu_vec_isa.VecISA, code: str) -> bool:
+        key = _build_key(isa, code)
+        if key in passed:
+            return True
+        ok = real(isa, code)
+        if ok:
+            found.append(key)
+        return ok
+
+    cpu_vec_isa.VecISA.check_build = check_build  # type: ignore[method-assign]
+    try:
+        yield found
+    finally:
+        cpu_vec_isa.VecISA.check_build = real  # type: ignore[method-assign]
+
+
 @contextlib.contextmanager
 def reused(cache: AutotuneCache) -> Iterator[None]:
     """Around one compile: Inductor's probe answered from ext's record (or run once, by Inductor,
@@ -88,14 +126,22 @@ def reused(cache: AutotuneCache) -> Iterator[None]:
         return
     stored = cache.get_fact(key)
     fact = json.loads(stored) if stored else None
-    if fact is None:
-        # Inductor's own probe, as its first C++ kernel would run it (free if this process ran it).
-        fact = {"valid": _probe_outcome(), "candidates": candidates()}
-        cache.put_fact(key, json.dumps(fact))
-    elif not _probed_in_process():
-        log.info("ext: Inductor's vector-ISA probe answered from ext's cache (%s)", ", ".join(fact["valid"]))
-    if fact.get("valid") == fact.get("candidates") == candidates():
-        with inductor_config.patch({"cpp.vec_isa_ok": True}):
-            yield
-    else:
-        yield  # an ISA the CPU has failed the probe: Inductor probes each one itself
+    with _builds_answered(list(fact.get("builds", [])) if fact else []) as found:
+        try:
+            if fact is None:
+                # Inductor's own probe, as its first C++ kernel would run it (free if this process ran it).
+                fact = {"valid": _probe_outcome(), "candidates": candidates(), "builds": list(found)}
+                cache.put_fact(key, json.dumps(fact))
+            elif not _probed_in_process():
+                log.info("ext: Inductor's vector-ISA probe answered from ext's cache (%s)", ", ".join(fact["valid"]))
+            if fact.get("valid") == fact.get("candidates") == candidates():
+                with inductor_config.patch({"cpp.vec_isa_ok": True}):
+                    yield
+            else:
+                yield  # an ISA the CPU has failed the probe: Inductor probes each one (answered where recorded)
+        finally:
+            new = [k for k in found if k not in (fact or {}).get("builds", [])]
+            if fact is not None and new:
+                # builds the record lacked (an extra check, or a process that probed before ext)
+                fact["builds"] = [*fact.get("builds", []), *new]
+                cache.put_fact(key, json.dumps(fact))
