@@ -240,7 +240,7 @@ def test_asking_for_sycl_without_the_wheels_says_what_to_install(monkeypatch: py
         backend.device_codegen(presets.resolve({"preset": "xpu", "xpu_codegen": "sycl"}))
     # the template then steps aside for ATen with the same reason
     assert 'pip install "inductor-ext[sycl]"' in gemm.missing()
-    reason = unusable_reason(presets.resolve({"preset": "xpu"}), gemm, "xpu")
+    reason = unusable_reason(presets.resolve({"preset": "xpu"}), gemm.FAMILY, "xpu")
     assert reason.startswith("sycl.gemm cannot run here") and "inductor-ext[sycl]" in reason
 
 
