@@ -328,12 +328,29 @@ def forced_templates(config: ExtConfig) -> tuple[str, ...]:
 def templates_hash(config: ExtConfig) -> str:
     """Source hash of this module, the lowering seam that shapes generated code, every op module
     (``lowering/ops/``, the folder's sources), and every enabled family with every
-    ``inductor_ext.templates`` module it imports (``_template_modules``)."""
+    ``inductor_ext.templates`` module it imports (``_template_modules``), as this process first
+    read them (``_loaded``)."""
     modules = [sys.modules[__name__], *_SEAM_MODULES]
     for family in config.templates:
         modules += _template_modules(registry.get(family).module)
-    parts = [ops.sources_hash(), *(module_source_hash(m) for m in modules)]
+    parts = [_loaded(ops.sources_hash, "lowering/ops"), *(_loaded(module_source_hash, m) for m in modules)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+# Source hashes as first read in this process, by hashing function and module: the key names the
+# code this process runs. Both functions read the files on disk, so a checkout edited while a
+# process compiled (another worker's edit, a branch switched) moved the keys of that process's
+# later decisions: it timed a problem it had just decided again, under a hash of code it does not
+# run. (A later process that loads the edited code misses rightly.) By function too, so a test
+# that swaps the hashing function, as an edit would change the hash, sees its function used.
+_source_hashes: dict[tuple[Callable[..., str], ModuleType | str], str] = {}
+
+
+def _loaded(hasher: Callable[..., str], what: ModuleType | str) -> str:
+    key = (hasher, what)  # a module by identity: two test modules may share a name
+    if key not in _source_hashes:
+        _source_hashes[key] = hasher() if isinstance(what, str) else hasher(what)
+    return _source_hashes[key]
 
 
 def _is_template_module(name: object) -> bool:
