@@ -218,6 +218,38 @@ def test_refused_family_leaves_aten_serving_every_size(extern_only):
         torch.testing.assert_close(extern_only["got"][n], extern_only["want"][n], **TOL)
 
 
+class SliceOfSymbolicWidth(torch.nn.Module):
+    """A Linear over a static-size slice (4 x 2) of a tensor whose width is symbolic: the GEMM's
+    sizes are static, its input's row stride is not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        # 4 x (len(pos) + 2), contiguous: wide enough for the slice whatever len(pos) is
+        wide = torch.outer(torch.arange(4.0), torch.cat([torch.ones(2), pos.float()])) + 1
+        return self.lin(wide[:, :2])
+
+
+@pytest.fixture(scope="module")
+def symbolic_stride(with_fake_family):
+    torch.manual_seed(0)
+    options = {"preset": "cpu", "templates": [fake.NAME], "force_template": fake.NAME}
+    return _run(SliceOfSymbolicWidth().eval(), options, (HINT, 3, 9))
+
+
+def test_a_symbolic_stride_is_refused_like_a_symbolic_size(symbolic_stride):
+    """A kernel built for the hinted row stride (12) would read the wrong rows at every other
+    width: the extern family is refused, even forced, and ATen serves."""
+    (d,) = symbolic_stride["decisions"]
+    assert d.winner == "addmm", (d.winner, d.reason)
+    assert d.reason == (f"fallback: {fake.NAME} builds its kernels for fixed sizes and input 1 stride 0 (hint 12) "
+                        "is symbolic (dynamic shapes): ATen serves every size"), d.reason
+    for n in (HINT, 3, 9):
+        torch.testing.assert_close(symbolic_stride["got"][n], symbolic_stride["want"][n], **TOL)
+
+
 # ---------------------------------------------------------------- the families' word, as data
 
 

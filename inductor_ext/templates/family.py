@@ -117,6 +117,10 @@ class TensorSpec:
     # which dims of ``shape`` are symbolic (dynamic shapes; ``shape`` then holds their size hints,
     # strides likewise); () when none is. Only a family with DYNAMIC_SHAPES = True sees any.
     dynamic: tuple[bool, ...] = ()
+    # which strides are symbolic while their dims' sizes may not be (a static-size slice of a
+    # tensor whose width is symbolic); () when none is. Treated as ``dynamic``: a kernel built for
+    # the hinted stride reads the wrong elements at any other.
+    dynamic_strides: tuple[bool, ...] = ()
 
     @property
     def is_contiguous(self) -> bool:

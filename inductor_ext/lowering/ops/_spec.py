@@ -82,8 +82,9 @@ def tensor_spec(node: Any) -> TensorSpec:
     """A node's shape, strides and dtype, symbolic sizes and strides as their size hints;
     ``dynamic`` marks the symbolic dims (a family that specialises on sizes is refused them,
     ``symbolic_refusal``)."""
-    (shape, dynamic), (stride, _) = hinted(node.get_size()), hinted(node.get_stride())
-    return TensorSpec(shape, stride, dtype_name(node.get_dtype()), is_constant(node), dynamic if any(dynamic) else ())
+    (shape, dynamic), (stride, dynamic_strides) = hinted(node.get_size()), hinted(node.get_stride())
+    return TensorSpec(shape, stride, dtype_name(node.get_dtype()), is_constant(node), dynamic if any(dynamic) else (),
+                      dynamic_strides if any(dynamic_strides) else ())
 
 
 def symbolic_indices(nodes: Any) -> tuple[tuple[int, ...], ...]:
@@ -93,11 +94,12 @@ def symbolic_indices(nodes: Any) -> tuple[tuple[int, ...], ...]:
 
 
 def symbolic_dims(spec: OpSpec) -> list[str]:
-    """The symbolic dims of ``spec``'s inputs (of its output when no input has one), e.g.
-    ["input 0 dim 0 (hint 7)"]."""
+    """The symbolic dims and strides of ``spec``'s inputs (of its output when no input has one),
+    e.g. ["input 0 dim 0 (hint 7)", "input 1 stride 0 (hint 10)"]."""
     def dims(named: list[tuple[str, TensorSpec | None]]) -> list[str]:
-        return [f"{name} dim {d} (hint {t.shape[d]})" for name, t in named if t is not None
-                for d, symbolic in enumerate(t.dynamic) if symbolic]
+        return [f"{name} {what} {d} (hint {hints[d]})" for name, t in named if t is not None
+                for what, marks, hints in (("dim", t.dynamic, t.shape), ("stride", t.dynamic_strides, t.stride))
+                for d, symbolic in enumerate(marks) if symbolic]
 
     return dims([(f"input {i}", t) for i, t in enumerate(spec.inputs)]) or dims([("output", spec.out)])
 

@@ -32,9 +32,12 @@ def tensor_spec(value: Any, contiguous: bool = False) -> TensorSpec | None:
         return None
     shape, stride = tuple(optimization_hint(s) for s in sizes), tuple(optimization_hint(s) for s in strides)
     dynamic = tuple(not isinstance(s, int) for s in sizes)
+    dynamic_strides = tuple(not isinstance(s, int) for s in strides)
     if contiguous:
         stride = tuple(int(torch.Size(shape[i + 1:]).numel()) for i in range(len(shape)))
-    return TensorSpec(shape, stride, dtype_name(value.dtype), dynamic=dynamic if any(dynamic) else ())
+        dynamic_strides = ()  # the output's: follow from its sizes
+    return TensorSpec(shape, stride, dtype_name(value.dtype), dynamic=dynamic if any(dynamic) else (),
+                      dynamic_strides=dynamic_strides if any(dynamic_strides) else ())
 
 
 def refusal(config: ExtConfig, spec: OpSpec) -> str | None:
