@@ -49,6 +49,8 @@ from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from target_report import print_targets  # noqa: E402  (bench/, beside this script)
+
 ARMS = ("inductor", "inductor_max_autotune", "ext_cold", "ext_cached")
 MODELS = ("demo", "bench")
 PHASES = ("isa_probe", "candidate_builds", "benchmarking", "inductor_builds")
@@ -288,11 +290,7 @@ def main() -> None:
         for arm, a in r["arms"].items():
             print(f"  {arm:22s} " + ", ".join(f"{k} {v:.1f}" for k, v in a["phases"].items())
                   + f"  (C++ builds {a['builds']})")
-    for name, t in figures["targets"].items():
-        print(f"target {name}: {t['ratio']} ({t['want']}) -> {'met' if t['met'] else 'NOT met'}")
-        for model, row in t["per_model"].items():
-            if "why" in row:
-                print(f"  {model}: {row['why']}")
+    print_targets(figures["targets"], "per_model")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inductor_ext.models.kv_decoder import SMOKE, Shape, make_model  # noqa: E402
+from target_report import print_targets  # noqa: E402  (bench/, beside this script)
 
 ARMS = ("eager", "inductor", "inductor_max_autotune", "ext", "ext_inductor_freezing")
 # Arms traced with Inductor's freezing flag set, as PyTorch's CPU max-autotune tutorial sets it.
@@ -384,8 +385,7 @@ def main() -> None:
         print(f"{'':28s} around the graph: " + "  ".join(f"{a} {t['around_ms']:.3f} ms"
                                                          for a, t in r["arms"].items() if "around_ms" in t))
     print(f"compile ({compile_time['case']}): " + ", ".join(f"{a} {s:.1f} s" for a, s in compile_time["seconds"].items()))
-    for name, t in figures["targets"].items():
-        print(f"target {name}: {t['ratio']} ({t['want']}) -> {'met' if t['met'] else 'NOT met'}")
+    print_targets(figures["targets"])
 
 
 if __name__ == "__main__":

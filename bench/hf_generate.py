@@ -58,6 +58,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inductor_ext.runtime.timing import Timing, interleaved  # noqa: E402
+from target_report import print_targets  # noqa: E402  (bench/, beside this script)
 
 ARMS = ("eager", "inductor", "inductor_max_autotune", "ext")
 INDUCTOR_ARMS = ("inductor", "inductor_max_autotune")
@@ -354,11 +355,7 @@ def main() -> None:
                                          + (f" roofline {t['roofline']:.2f}" if "roofline" in t else "")
                                          for a, t in r["arms"].items()))
         print(f"{'':26s} compile " + ", ".join(f"{a} {s:.1f} s" for a, s in r["compile_s"].items()))
-    for name, t in figures["targets"].items():
-        print(f"target {name}: {t['ratio']} ({t['want']}) -> {'met' if t['met'] else 'NOT met'}")
-        for row, v in t["per_row"].items():
-            if "why" in v:
-                print(f"  {row}: {v['why']}")
+    print_targets(figures["targets"], "per_row")
 
 
 if __name__ == "__main__":
