@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
+from torch._inductor.codecache import CppCodeCache
 
 from inductor_ext import dumps, presets, tune
 from inductor_ext.autotune import policy
@@ -320,8 +321,16 @@ def built(tmp_path_factory, fewer_configs):
     the template as every winner (so its path runs from the cache)."""
     out = tmp_path_factory.mktemp("cpp_tune")
     flushed, timed = [], cold_timing.timing  # the build's CPU timings (lowering/cold_timing.py)
+    first_loads, load_async = {}, CppCodeCache.load_async.__func__  # each template source's first load: async?
+
+    def noting_load(cls, source, *args, **kwargs):
+        if cpp_gemm.MARKER in source:
+            first_loads.setdefault(source, kwargs.get("submit_fn") is not None)
+        return load_async(cls, source, *args, **kwargs)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cold_timing, "timing", lambda fn, flush, *a: flushed.append(fn) or timed(fn, flush, *a))
+        mp.setattr(CppCodeCache, "load_async", classmethod(noting_load))
         mp.setattr(jinja_templates, "_compiled", {})  # the sources this build's kernels were rendered from
         cache = tune.build("test_cpp_gemm:model", out / "built.db", inputs_spec="test_cpp_gemm:inputs", progress=False)
         jinja_sources = len(jinja_templates._compiled)
@@ -338,7 +347,7 @@ def built(tmp_path_factory, fewer_configs):
         "autotune": "cache-only", "autotune_cache": str(out / "template.db"), "dump_dir": str(out / "dump")})
     with torch.no_grad():
         want = m(*args)
-    return {"cache": cache, "flushed": len(flushed), "jinja_sources": jinja_sources, "out": out_cached, "want": want,
+    return {"cache": cache, "flushed": len(flushed), "jinja_sources": jinja_sources, "first_loads": first_loads, "out": out_cached, "want": want,
             "decisions": decisions, "benchmarks": benchmarks, "index": dumps.read_index(out / "dump"), "dir": out,
             "code": _output_code(out / "dump")}
 
@@ -375,6 +384,12 @@ def test_build_leaves_a_file_that_is_the_whole_cache(built, tmp_path):
 def test_build_times_every_candidate_with_flushed_caches(built):
     timed = sum(c["time_us"] is not None for e in built["cache"].entries() for c in e.candidates)
     assert built["flushed"] >= timed > 0, (built["flushed"], timed)
+
+
+def test_build_compiles_each_decisions_candidates_side_by_side_before_timing(built):
+    """Inductor skips its parallel precompile on Python 3.11.0-3.11.8 (lowering/parallel_builds.py):
+    every template candidate's C++ is handed to its compile pool before the first is timed."""
+    assert built["first_loads"] and all(built["first_loads"].values()), built["first_loads"].values()
 
 
 def test_build_renders_its_cpp_kernels_from_templates_compiled_once(built):

@@ -30,7 +30,7 @@ from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import decode_attention as decode_attention_kernel
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, packed_weights
 from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, cpp_gemm, cutedsl_nvfp4, ops,
-                                   pdl_consumers, subgraph)
+                                   parallel_builds, pdl_consumers, subgraph)
 from inductor_ext import tracing
 from inductor_ext.logs import autotune_log
 from inductor_ext.lowering.ops._spec import symbolic_indices
@@ -181,6 +181,7 @@ class ExtChoices(InductorChoices):
                 adapters.prebuild_extern(module, ready.problem, offered, self.config.target, kernel_inputs.device_type)
         for i, choice in enumerate(choices):  # one candidate per choice, in order
             decision.track(choice, i)
+        parallel_builds.build_all(choices)  # side by side, and over before Inductor times the first
         decision.reason = "benchmark"
         return choices
 

@@ -1,0 +1,61 @@
+"""A decision's C++ candidates built at once, in Inductor's compile worker pool, before any is timed.
+
+Inductor precompiles a selection's choices in a thread pool (``select_algorithm.make_precompile_fn``)
+except on CPython 3.11.0-3.11.8, where it skips precompiling altogether (cpython#106905, a race in
+the AST validator's recursion count between threads compiling Python) — this machine's Python is
+3.11.7. Each C++ candidate was then built as it was first timed, one after another: 21 builds in
+series, ~123 s of the demo's cold compile (issue 29, bench/compile_time.py's breakdown).
+
+A C++ candidate's build compiles no Python: the worker writes a file and runs the compiler in a
+subprocess. So ext submits every C++ choice's source to ``CppCodeCache.load_async`` with Inductor's
+own pool (``AsyncCompile.submit``: ``compile_threads`` workers, one per core by default; inline when
+that is 1) and waits for all of them before handing the choices back: the builds overlap each other
+and are over before the first timed call (a compiler running beside a timed call would be timed
+too). ``CppBenchmarkRequest`` later loads the same source with the same flags and finds it built.
+A build that fails is left to the benchmark, which builds it again and drops the candidate with the
+compiler's message (``candidate_guard``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from torch._inductor.async_compile import AsyncCompile
+from torch._inductor.autotune_process import CppBenchmarkRequest
+from torch._inductor.codecache import CppCodeCache
+
+log = logging.getLogger(__name__)
+
+
+def cpp_sources(choices: list[Any]) -> list[str]:
+    """The distinct C++ sources of ``choices`` that Inductor would build to time them."""
+    sources: dict[str, None] = {}
+    for choice in choices:
+        request = getattr(choice, "bmreq", None)
+        if isinstance(request, CppBenchmarkRequest):
+            sources.setdefault(request.source_code)
+    return list(sources)
+
+
+def build_all(choices: list[Any]) -> int:
+    """Build every C++ source of ``choices`` in Inductor's compile pool and wait for them; the
+    number of sources handed to it."""
+    sources = cpp_sources(choices)
+    if not sources:
+        return 0
+    start = time.perf_counter()
+    loads = []
+    for source in sources:  # all submitted first, so the pool runs them side by side
+        try:
+            loads.append(CppCodeCache.load_async(source, device_type="cpu", submit_fn=AsyncCompile.submit))
+        except Exception as e:  # noqa: BLE001  (writing the source failed: its benchmark says why)
+            log.debug("ext: could not submit a C++ candidate's build (%s: %s)", type(e).__name__, e)
+    for load in loads:
+        try:
+            load()
+        except Exception as e:  # noqa: BLE001  (its benchmark builds it again and drops it, saying why)
+            log.debug("ext: a C++ candidate did not build (%s: %s)", type(e).__name__, str(e).splitlines()[:1])
+    log.debug("ext: built %d C++ candidates in %.1f s", len(loads), time.perf_counter() - start)
+    return len(loads)
