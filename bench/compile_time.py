@@ -13,8 +13,8 @@ Arms, each a fresh process with a fresh Inductor cache directory (nothing in-pro
 Where the time goes (seconds of wall time in the compiling thread, each counted once, innermost wins):
   isa_probe          Inductor's vector-ISA probe (cpu_vec_isa.VecISA.check_build: test builds, each
                      loaded in a fresh Python); ext reuses its outcome from its cache
-  candidate_builds   C++ builds of autotuning candidates (select_algorithm's precompile, and builds
-                     that happen inside a benchmark)
+  candidate_builds   C++ builds of autotuning candidates (select_algorithm's precompile, ext's
+                     lowering/parallel_builds.py, and builds that happen inside a benchmark)
   benchmarking       timing the choices (select_algorithm's benchmark; ext's flushed and warm timers,
                      lowering/cold_timing.py, run inside it)
   inductor_builds    C++ builds outside autotuning (the compiled graph's own kernels, waited for)
@@ -118,6 +118,9 @@ def install_clock() -> PhaseClock:
     clock.wrap(cpp_builder.CppBuilder, "build", build_phase)
     clock.wrap(async_compile.AsyncCompile, "wait", "inductor_builds")
     clock.wrap(select_algorithm.AlgorithmSelectorCache, "benchmark", "benchmarking")
+    from inductor_ext.lowering import parallel_builds  # ext's own precompile of a decision's C++ candidates
+
+    clock.wrap(parallel_builds, "build_all", "candidate_builds")
     original = select_algorithm.AlgorithmSelectorCache.make_precompile_fn
 
     def make_precompile_fn(self: Any, *args: Any, **kwargs: Any) -> Any:

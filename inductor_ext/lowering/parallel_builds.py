@@ -22,9 +22,10 @@ import logging
 import time
 from typing import Any
 
+import torch._inductor.lowering  # noqa: F401  (first: cpp_template_kernel imported alone is a circular import in 2.15)
 from torch._inductor.async_compile import AsyncCompile
-from torch._inductor.autotune_process import CppBenchmarkRequest
 from torch._inductor.codecache import CppCodeCache
+from torch._inductor.codegen.cpp_template_kernel import CppTemplateCaller
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,9 @@ log = logging.getLogger(__name__)
 def cpp_sources(choices: list[Any]) -> list[str]:
     """The distinct C++ sources of ``choices`` that Inductor would build to time them."""
     sources: dict[str, None] = {}
-    for choice in choices:
-        request = getattr(choice, "bmreq", None)
-        if isinstance(request, CppBenchmarkRequest):
-            sources.setdefault(request.source_code)
+    for choice in choices:  # only these: other callers' bmreq may assert when read (SubgraphChoiceCaller)
+        if isinstance(choice, CppTemplateCaller):
+            sources.setdefault(choice.bmreq.source_code)
     return list(sources)
 
 
