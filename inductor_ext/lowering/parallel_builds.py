@@ -26,6 +26,7 @@ import torch._inductor.lowering  # noqa: F401  (first: cpp_template_kernel impor
 from torch._inductor.async_compile import AsyncCompile
 from torch._inductor.codecache import CppCodeCache
 from torch._inductor.codegen.cpp_template_kernel import CppTemplateCaller
+from torch._inductor.select_algorithm import DataProcessorChoiceCallerWrapper
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,18 @@ def cpp_sources(choices: list[Any]) -> list[str]:
     """The distinct C++ sources of ``choices`` that Inductor would build to time them."""
     sources: dict[str, None] = {}
     for choice in choices:  # only these: other callers' bmreq may assert when read (SubgraphChoiceCaller)
-        if isinstance(choice, CppTemplateCaller):
-            sources.setdefault(choice.bmreq.source_code)
+        caller = _unwrapped(choice)
+        if isinstance(caller, CppTemplateCaller):
+            sources.setdefault(caller.bmreq.source_code)
     return list(sources)
+
+
+def _unwrapped(choice: Any) -> Any:
+    """The caller inside Inductor's ``DataProcessorChoiceCallerWrapper`` (how the C++ GEMM
+    template hands its choices over, to pack the weight it benchmarks with), else ``choice``."""
+    while isinstance(choice, DataProcessorChoiceCallerWrapper):
+        choice = choice._wrapped
+    return choice
 
 
 def build_all(choices: list[Any]) -> int:
