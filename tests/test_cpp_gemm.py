@@ -13,12 +13,14 @@ Each graph is compiled once per module (fixtures), with Inductor's caches fresh.
 from __future__ import annotations
 
 import copy
+import os
 import dataclasses
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
+from torch._inductor import cpp_builder
 from torch._inductor.codecache import CppCodeCache
 
 from inductor_ext import dumps, presets, tune
@@ -328,9 +330,19 @@ def built(tmp_path_factory, fewer_configs):
             first_loads.setdefault(source, kwargs.get("submit_fn") is not None)
         return load_async(cls, source, *args, **kwargs)
 
+    with_pch, build = {}, cpp_builder.CppBuilder.build  # each template source's build: with the prefix PCH?
+
+    def noting_build(self):
+        paths = [p for p in self._sources_args.split() if p.endswith(".cpp") and os.path.exists(p)]
+        text = "".join(open(p).read() for p in paths)
+        if cpp_gemm.MARKER in text:
+            with_pch.setdefault(text, "precompiled_headers" in self.get_command_line())
+        return build(self)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cold_timing, "timing", lambda fn, flush, *a: flushed.append(fn) or timed(fn, flush, *a))
         mp.setattr(CppCodeCache, "load_async", classmethod(noting_load))
+        mp.setattr(cpp_builder.CppBuilder, "build", noting_build)
         mp.setattr(jinja_templates, "_compiled", {})  # the sources this build's kernels were rendered from
         cache = tune.build("test_cpp_gemm:model", out / "built.db", inputs_spec="test_cpp_gemm:inputs", progress=False)
         jinja_sources = len(jinja_templates._compiled)
@@ -347,7 +359,7 @@ def built(tmp_path_factory, fewer_configs):
         "autotune": "cache-only", "autotune_cache": str(out / "template.db"), "dump_dir": str(out / "dump")})
     with torch.no_grad():
         want = m(*args)
-    return {"cache": cache, "flushed": len(flushed), "jinja_sources": jinja_sources, "first_loads": first_loads, "out": out_cached, "want": want,
+    return {"cache": cache, "flushed": len(flushed), "jinja_sources": jinja_sources, "first_loads": first_loads, "with_pch": with_pch, "out": out_cached, "want": want,
             "decisions": decisions, "benchmarks": benchmarks, "index": dumps.read_index(out / "dump"), "dir": out,
             "code": _output_code(out / "dump")}
 
@@ -390,6 +402,12 @@ def test_build_compiles_each_decisions_candidates_side_by_side_before_timing(bui
     """Inductor skips its parallel precompile on Python 3.11.0-3.11.8 (lowering/parallel_builds.py):
     every template candidate's C++ is handed to its compile pool before the first is timed."""
     assert built["first_loads"] and all(built["first_loads"].values()), built["first_loads"].values()
+
+
+def test_build_compiles_candidates_with_inductors_precompiled_prefix_header(built):
+    """Parsing cpp_prefix.h was most of each candidate's build; Inductor's own kernels use its
+    precompiled copy, and so do the candidates (lowering/parallel_builds.py)."""
+    assert built["with_pch"] and all(built["with_pch"].values()), list(built["with_pch"].values())
 
 
 def test_build_renders_its_cpp_kernels_from_templates_compiled_once(built):

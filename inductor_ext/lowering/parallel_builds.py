@@ -13,7 +13,8 @@ that is 1) and waits for all of them before handing the choices back: the builds
 and are over before the first timed call (a compiler running beside a timed call would be timed
 too). ``CppBenchmarkRequest`` later loads the same source with the same flags and finds it built.
 A build that fails is left to the benchmark, which builds it again and drops the candidate with the
-compiler's message (``candidate_guard``).
+compiler's message (``candidate_guard``). The builds include Inductor's precompiled ``cpp_prefix.h``
+(``_PrefixHeaderCache``), which Inductor's own C++ kernels use and its benchmark builds do not.
 """
 
 from __future__ import annotations
@@ -24,11 +25,24 @@ from typing import Any
 
 import torch._inductor.lowering  # noqa: F401  (first: cpp_template_kernel imported alone is a circular import in 2.15)
 from torch._inductor.async_compile import AsyncCompile
-from torch._inductor.codecache import CppCodeCache
+from torch._inductor.codecache import CppCodeCache, _get_cpp_prefix_header
 from torch._inductor.codegen.cpp_template_kernel import CppTemplateCaller
 from torch._inductor.select_algorithm import DataProcessorChoiceCallerWrapper
 
 log = logging.getLogger(__name__)
+
+
+class _PrefixHeaderCache(CppCodeCache):
+    """``CppCodeCache`` (its in-memory table, keys and output paths: ``CppBenchmarkRequest`` finds
+    what is built here) whose builds include Inductor's precompiled ``cpp_prefix.h``, as Inductor's
+    own C++ kernels do (``CppPythonBindingsCodeCache``): a template includes that header first, and
+    parsing it was most of each candidate's build. The key is the source and the command line
+    without the header, so the binary is the one the benchmark would build; where the compiler
+    cannot use the precompiled header it parses the header itself."""
+
+    @classmethod
+    def _get_uncompiled_header(cls, device: str) -> str | None:
+        return _get_cpp_prefix_header(device)
 
 
 def cpp_sources(choices: list[Any]) -> list[str]:
@@ -59,7 +73,7 @@ def build_all(choices: list[Any]) -> int:
     loads = []
     for source in sources:  # all submitted first, so the pool runs them side by side
         try:
-            loads.append(CppCodeCache.load_async(source, device_type="cpu", submit_fn=AsyncCompile.submit))
+            loads.append(_PrefixHeaderCache.load_async(source, device_type="cpu", submit_fn=AsyncCompile.submit))
         except Exception as e:  # noqa: BLE001  (writing the source failed: its benchmark says why)
             log.debug("ext: could not submit a C++ candidate's build (%s: %s)", type(e).__name__, e)
     for load in loads:
