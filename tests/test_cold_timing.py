@@ -1,6 +1,7 @@
 """CPU autotuning times flushed calls (lowering/cold_timing.py): what runs, and that it is undone."""
 
 import itertools
+import time
 
 import pytest
 import torch
@@ -108,6 +109,17 @@ def test_when_no_call_is_clean_the_switched_ones_are_all_there_is(monkeypatch):
     monkeypatch.setattr(cold_timing, "context_switches", Switches([True] * 8))
     timed = cold_timing.timing(lambda: None, torch.zeros(64, dtype=torch.uint8), calls=1)
     assert not timed.flushed_clean and not timed.warm_clean  # ATTEMPTS tries, every one switched
+
+
+def test_calls_too_long_to_be_a_time_slice_count_though_switched(monkeypatch):
+    """A 340 ms GEMM is preempted in every call on a quiet machine: its calls count (not
+    "switched out by the OS"), and fewer of them are made."""
+    monkeypatch.setattr(cold_timing, "LONG_CALL_S", 0.01)
+    monkeypatch.setattr(cold_timing, "context_switches", Switches([True] * 100))
+    calls = []
+    timed = cold_timing.timing(lambda: calls.append(time.sleep(0.012)), torch.zeros(64, dtype=torch.uint8))
+    assert timed.flushed_clean and timed.warm_clean and timed.flushed_ms >= 12 and timed.warm_ms >= 12
+    assert len(calls) == 1 + 3 * cold_timing.LONG_TIMED_CALLS  # the first call, then each try's three
 
 
 def test_the_threads_are_woken_after_the_flush_on_memory_the_call_never_reads(monkeypatch, unswitched):

@@ -54,6 +54,12 @@ except ImportError:  # Windows: no getrusage, so no call is known to have been s
     resource = None  # type: ignore[assignment]
 
 TIMED_CALLS = 15  # medians of flushed calls settle by ~10 on a 2-core VM; each flush costs ~20 ms
+# A call that takes this long even at its fastest is no short call that waited for a time slice
+# (the artifact above: 4-170 us calls measured 6-48 ms), and on a quiet machine it is preempted in
+# every run (a 512x768x50257 fp32 mm: 330-420 ms, 10-17 involuntary switches each): its switched
+# calls count, and LONG_TIMED_CALLS of them per regime do (they vary by ~25%, not by 1000x).
+LONG_CALL_S = 0.05
+LONG_TIMED_CALLS = 5
 ATTEMPTS = 4  # at most this many flushed calls per clean one wanted (a loaded machine switches some)
 RETIMES = 1  # a choice whose flushed time disagrees with its warm one is timed flushed again, once
 _GRAIN = 32768  # at::internal::GRAIN_SIZE: the fewest elements per thread ATen's parallel_for gives
@@ -142,6 +148,7 @@ def timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS)
     fn()  # first-call costs (page faults, lazy initialisation) are not the kernel's
     flushed: tuple[list[float], list[float]] = ([], [])  # (clean, switched) seconds
     warm: tuple[list[float], list[float]] = ([], [])
+    fastest = float("inf")
     for i in range(calls * ATTEMPTS):
         flush.fill_(i & 0xFF)
         wake_threads()
@@ -149,9 +156,14 @@ def timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS)
         flushed[not ok].append(elapsed)
         fn()
         wake_threads()
-        elapsed, ok = timed_call(fn)
-        warm[not ok].append(elapsed)
-        if len(flushed[0]) >= calls and len(warm[0]) >= calls:
+        warm_elapsed, ok = timed_call(fn)
+        warm[not ok].append(warm_elapsed)
+        fastest = min(fastest, elapsed, warm_elapsed)
+        if fastest >= LONG_CALL_S:  # every call so far is long: switched ones count (LONG_CALL_S)
+            flushed, warm = (flushed[0] + flushed[1], []), (warm[0] + warm[1], [])
+            if len(flushed[0]) >= min(calls, LONG_TIMED_CALLS):
+                break
+        elif len(flushed[0]) >= calls and len(warm[0]) >= calls:
             break
     return Timing(statistics.median(flushed[0] or flushed[1]) * 1e3, statistics.median(warm[0] or warm[1]) * 1e3,
                   bool(flushed[0]), bool(warm[0]))
