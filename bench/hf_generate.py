@@ -276,7 +276,8 @@ def targets(rows: dict[str, Any]) -> dict[str, Any]:
             if not crow["met"]:
                 d = r["ext_decisions"]
                 crow["why"] = (f"ext decided {d['total'] - d['from_cache']} of {d['total']} GEMM problems from an empty "
-                               "cache, building each one's C++ candidates one by one and timing them "
+                               "cache, building its C++ candidates and timing each of them flushed and warm, "
+                               "where max-autotune builds and times one per problem "
                                "(bench/compile_time.py shows where a cold compile's time goes)")
             compile_rows[name] = crow
     return {
