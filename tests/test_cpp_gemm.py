@@ -13,8 +13,8 @@ Each graph is compiled once per module (fixtures), with Inductor's caches fresh.
 from __future__ import annotations
 
 import copy
-import os
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -333,8 +333,8 @@ def built(tmp_path_factory, fewer_configs):
     with_pch, build = {}, cpp_builder.CppBuilder.build  # each template source's build: with the prefix PCH?
 
     def noting_build(self):
-        paths = [p for p in self._sources_args.split() if p.endswith(".cpp") and os.path.exists(p)]
-        text = "".join(open(p).read() for p in paths)
+        paths = [Path(p) for p in self._sources_args.split() if p.endswith(".cpp")]
+        text = "".join(p.read_text() for p in paths if p.exists())
         if cpp_gemm.MARKER in text:
             with_pch.setdefault(text, "precompiled_headers" in self.get_command_line())
         return build(self)
@@ -359,7 +359,8 @@ def built(tmp_path_factory, fewer_configs):
         "autotune": "cache-only", "autotune_cache": str(out / "template.db"), "dump_dir": str(out / "dump")})
     with torch.no_grad():
         want = m(*args)
-    return {"cache": cache, "flushed": len(flushed), "jinja_sources": jinja_sources, "first_loads": first_loads, "with_pch": with_pch, "out": out_cached, "want": want,
+    return {"cache": cache, "flushed": len(flushed), "jinja_sources": jinja_sources, "first_loads": first_loads,
+            "with_pch": with_pch, "out": out_cached, "want": want,
             "decisions": decisions, "benchmarks": benchmarks, "index": dumps.read_index(out / "dump"), "dir": out,
             "code": _output_code(out / "dump")}
 

@@ -4,7 +4,8 @@ Inductor precompiles a selection's choices in a thread pool (``select_algorithm.
 except on CPython 3.11.0-3.11.8, where it skips precompiling altogether (cpython#106905, a race in
 the AST validator's recursion count between threads compiling Python) — this machine's Python is
 3.11.7. Each C++ candidate was then built as it was first timed, one after another: 21 builds in
-series, ~123 s of the demo's cold compile (issue 29, bench/compile_time.py's breakdown).
+series, ~123 s of the demo's cold compile on a loaded machine, 52 s on a quiet one (issue 29,
+bench/compile_time.py's breakdown).
 
 A C++ candidate's build compiles no Python: the worker writes a file and runs the compiler in a
 subprocess. So ext submits every C++ choice's source to ``CppCodeCache.load_async`` with Inductor's
@@ -28,6 +29,8 @@ from torch._inductor.async_compile import AsyncCompile
 from torch._inductor.codecache import CppCodeCache, _get_cpp_prefix_header
 from torch._inductor.codegen.cpp_template_kernel import CppTemplateCaller
 from torch._inductor.select_algorithm import DataProcessorChoiceCallerWrapper
+
+from inductor_ext.lowering import candidate_guard
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +78,11 @@ def build_all(choices: list[Any]) -> int:
         try:
             loads.append(_PrefixHeaderCache.load_async(source, device_type="cpu", submit_fn=AsyncCompile.submit))
         except Exception as e:  # noqa: BLE001  (writing the source failed: its benchmark says why)
-            log.debug("ext: could not submit a C++ candidate's build (%s: %s)", type(e).__name__, e)
+            log.debug("ext: could not submit a C++ candidate's build (%s)", candidate_guard.reason(e))
     for load in loads:
         try:
             load()
         except Exception as e:  # noqa: BLE001  (its benchmark builds it again and drops it, saying why)
-            log.debug("ext: a C++ candidate did not build (%s: %s)", type(e).__name__, str(e).splitlines()[:1])
+            log.debug("ext: a C++ candidate did not build (%s)", candidate_guard.reason(e))
     log.debug("ext: built %d C++ candidates in %.1f s", len(loads), time.perf_counter() - start)
     return len(loads)
