@@ -7,6 +7,7 @@ own so that a spawned rank imports little more than torch.distributed and the ch
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import json
 import os
 import time
@@ -50,6 +51,7 @@ def _sequences(world: str, other: str) -> dict[str, tuple[list[Collective], list
 
 
 def mismatch_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    faulthandler.enable()  # a native crash prints each thread's Python stack to the log
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     results: dict = {}

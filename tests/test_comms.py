@@ -655,7 +655,11 @@ def _compare(got, want, rtol, atol, what, norm_rtol=None):
 
 
 def _dist_worker(rank, world, port, out_dir):
+    import faulthandler
+
     import torch.distributed as dist
+
+    faulthandler.enable()  # a native crash (SIGABRT, SIGSEGV) prints each thread's Python stack to the log
     from torch.distributed.device_mesh import init_device_mesh
 
     from inductor_ext.comms_passes.collective_check import agree, flight_recorder
