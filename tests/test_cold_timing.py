@@ -119,7 +119,19 @@ def test_calls_too_long_to_be_a_time_slice_count_though_switched(monkeypatch):
     calls = []
     timed = cold_timing.timing(lambda: calls.append(time.sleep(0.012)), torch.zeros(64, dtype=torch.uint8))
     assert timed.flushed_clean and timed.warm_clean and timed.flushed_ms >= 12 and timed.warm_ms >= 12
-    assert len(calls) == 1 + 3 * cold_timing.LONG_TIMED_CALLS  # the first call, then each try's three
+    assert len(calls) == 1 + cold_timing.LONG_TIMED_CALLS  # the first call, then one timed call per try
+
+
+def test_a_call_that_turns_short_is_timed_in_both_regimes_again(monkeypatch, unswitched):
+    """Long first tries (a cold page-faulting start, say) do not excuse the short calls after
+    them from the flushed + warm pairs."""
+    monkeypatch.setattr(cold_timing, "LONG_CALL_S", 0.01)
+    seconds = iter([0.012, 0.012] + [0.0] * 100)  # the first call and the first try are long
+    calls = []
+    timed = cold_timing.timing(lambda: calls.append(time.sleep(next(seconds))), torch.zeros(64, dtype=torch.uint8),
+                               calls=2)
+    assert timed.flushed_clean and timed.warm_clean and timed.flushed_ms < 12 and timed.warm_ms < 12
+    assert len(calls) == 1 + 1 + 3 * 2  # the first call, the long try, then two tries of three calls
 
 
 def test_the_threads_are_woken_after_the_flush_on_memory_the_call_never_reads(monkeypatch, unswitched):
@@ -172,3 +184,16 @@ def test_a_flushed_time_that_disagrees_with_the_warm_one_is_timed_again(monkeypa
         assert cold_timing.disturbed(choice) is disturbed
         assert len(list(results)) == len(flushed) - 1 - retimes  # nothing left: each timing was used
     assert not cold_timing.disturbed(choice)  # forgotten on exit
+
+
+def test_a_candidate_mostly_switched_out_stops_at_the_time_budget(monkeypatch):
+    """A 15-35 ms call is switched out in most runs: past the budget, a few clean calls per regime
+    do instead of ``calls`` of them (60 tries, 6 s a candidate, before)."""
+    monkeypatch.setattr(cold_timing, "TIME_BUDGET_S", 0.05)
+    monkeypatch.setattr(cold_timing, "MIN_CLEAN_CALLS", 2)
+    monkeypatch.setattr(cold_timing, "context_switches", Switches([True, True, False, False] * 100))  # every other try clean
+    calls = []
+    timed = cold_timing.timing(lambda: calls.append(time.sleep(0.005)), torch.zeros(64, dtype=torch.uint8), calls=15)
+    assert timed.flushed_clean and timed.warm_clean
+    # 2 tries before the budget (15 ms each) and 2 after: 2 clean pairs; without it, 30 tries
+    assert len(calls) < 1 + 3 * 8, len(calls)

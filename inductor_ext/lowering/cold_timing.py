@@ -57,10 +57,19 @@ TIMED_CALLS = 15  # medians of flushed calls settle by ~10 on a 2-core VM; each 
 # A call that takes this long even at its fastest is no short call that waited for a time slice
 # (the artifact above: 4-170 us calls measured 6-48 ms), and on a quiet machine it is preempted in
 # every run (a 512x768x50257 fp32 mm: 330-420 ms, 10-17 involuntary switches each): its switched
-# calls count, and LONG_TIMED_CALLS of them per regime do (they vary by ~25%, not by 1000x).
+# calls count (they vary by ~25%, not by 1000x). Such a call streams far more than the caches hold,
+# so no cache state sets it apart: one timed call per try stands for both regimes, and
+# LONG_TIMED_CALLS of them do (a GPT-2 prefill's vocabulary GEMM took 16 calls per candidate, most
+# of its first compile; Inductor's own CPU benchmark times about two).
 LONG_CALL_S = 0.05
-LONG_TIMED_CALLS = 5
+LONG_TIMED_CALLS = 3
 ATTEMPTS = 4  # at most this many flushed calls per clean one wanted (a loaded machine switches some)
+# A call of 15-35 ms is switched out in 50-75% of its runs on a quiet 2-core machine (the OS ticks
+# every 4 ms and the compile has other threads): 15 clean calls per regime took it 60 tries and 6 s
+# per candidate, most of a GPT-2 prefill's first compile. Past this many seconds of tries, a
+# candidate stops once it has MIN_CLEAN_CALLS clean calls in each regime.
+TIME_BUDGET_S = 1.0
+MIN_CLEAN_CALLS = 3
 RETIMES = 1  # a choice whose flushed time disagrees with its warm one is timed flushed again, once
 _GRAIN = 32768  # at::internal::GRAIN_SIZE: the fewest elements per thread ATen's parallel_for gives
 _FALLBACK_CACHE_BYTES = 64 << 20  # when sysfs does not say: larger than most server LLCs per socket
@@ -144,26 +153,31 @@ def timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS)
     as Inductor's back-to-back timing has them). Paired so: timed back to back for 0.5 s inside a
     compile, a 2-thread GEMM whose threads the scheduler had put on one core waited ~12 ms in
     every call, and without the wake every warm call of a template did (18 ms) where its flushed
-    calls were clean."""
+    calls were clean. A call long at its fastest (``LONG_CALL_S``) is timed once per try, for both;
+    past ``TIME_BUDGET_S``, ``MIN_CLEAN_CALLS`` clean calls per regime are enough."""
     fn()  # first-call costs (page faults, lazy initialisation) are not the kernel's
     flushed: tuple[list[float], list[float]] = ([], [])  # (clean, switched) seconds
     warm: tuple[list[float], list[float]] = ([], [])
+    long_calls: list[float] = []  # while every call is long (LONG_CALL_S); left out once one is not
     fastest = float("inf")
+    start = time.perf_counter()
     for i in range(calls * ATTEMPTS):
         flush.fill_(i & 0xFF)
         wake_threads()
         elapsed, ok = timed_call(fn)
+        fastest = min(fastest, elapsed)
+        if fastest >= LONG_CALL_S:  # every call so far is long: this one counts in both regimes
+            long_calls.append(elapsed)
+            if len(long_calls) >= min(calls, LONG_TIMED_CALLS):
+                return Timing(statistics.median(long_calls) * 1e3, statistics.median(long_calls) * 1e3, True, True)
+            continue
         flushed[not ok].append(elapsed)
         fn()
         wake_threads()
         warm_elapsed, ok = timed_call(fn)
         warm[not ok].append(warm_elapsed)
-        fastest = min(fastest, elapsed, warm_elapsed)
-        if fastest >= LONG_CALL_S:  # every call so far is long: switched ones count (LONG_CALL_S)
-            flushed, warm = (flushed[0] + flushed[1], []), (warm[0] + warm[1], [])
-            if len(flushed[0]) >= min(calls, LONG_TIMED_CALLS):
-                break
-        elif len(flushed[0]) >= calls and len(warm[0]) >= calls:
+        enough = calls if time.perf_counter() - start < TIME_BUDGET_S else min(calls, MIN_CLEAN_CALLS)
+        if len(flushed[0]) >= enough and len(warm[0]) >= enough:
             break
     return Timing(statistics.median(flushed[0] or flushed[1]) * 1e3, statistics.median(warm[0] or warm[1]) * 1e3,
                   bool(flushed[0]), bool(warm[0]))
