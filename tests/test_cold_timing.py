@@ -53,6 +53,22 @@ def test_inductors_cpu_benchmarks_time_flushed_calls_only_inside(monkeypatch, un
     assert Benchmarker.benchmark_cpu is warm  # restored on errors too
 
 
+def test_the_flush_is_real_memory_when_entered_while_the_compile_traces_fake(monkeypatch, unswitched):
+    """compile_context enters cold_cpu_benchmarks under the compile's FakeTensorMode: a flush made
+    there was a FakeTensor, its fill_ wrote nothing, and every flushed time was a warm one."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    monkeypatch.setattr(cold_timing, "last_level_cache_bytes", lambda: 1 << 16)
+    flushes = []
+    timing = cold_timing.timing
+    monkeypatch.setattr(cold_timing, "timing", lambda fn, flush, *a: flushes.append(flush) or timing(fn, flush, *a))
+    with FakeTensorMode(), cold_timing.cold_cpu_benchmarks():
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():  # Inductor benchmarks outside it
+            benchmarker.benchmark_cpu(lambda: None)
+    assert flushes and not isinstance(flushes[0], FakeTensor)
+    assert flushes[0].untyped_storage().nbytes() == (1 << 16) * cold_timing.FLUSH_LLC_MULTIPLE and int(flushes[0][-1]) == (cold_timing.TIMED_CALLS - 1) & 0xFF
+
+
 def test_the_choice_inductor_times_is_also_timed_warm_while_inside(monkeypatch):
     """Inductor times each choice through AlgorithmSelectorCache.benchmark_choice; inside, its
     warm median is kept for ext's choices (warm_ms) and forgotten on exit."""

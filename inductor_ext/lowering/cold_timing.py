@@ -7,8 +7,11 @@ the cache. Timed warm, micro-kernels that differ in how they stream memory rank 
 they run (measured on the cpu preset's decoder: the vocabulary GEMM's 16x16 micro-kernel won by
 8% warm, and its graph ran 10% slower than with Inductor's pick in the benchmark's interleaved
 runs). During an ext compile on the cpu preset with autotuning on, every CPU benchmark writes a
-buffer 1.25x the last-level cache before each timed call, the way Triton's ``do_bench`` clears
-the GPU's L2, and reports the median of the flushed calls.
+buffer ``FLUSH_LLC_MULTIPLE`` times the last-level cache before each timed call, the way Triton's
+``do_bench`` clears the GPU's L2, and reports the median of the flushed calls.
+
+Until the fifth session that buffer was made under the compile's FakeTensorMode, so it was fake
+and its writes did nothing: every "flushed" time (and the figures quoted below) was a warm one.
 
 Neither regime alone predicts the decoder: a micro-kernel that beat Inductor's pick by 8% warm
 (the vocabulary GEMM's 16x16, stop 19) and others that beat it by 40% flushed (8x32 for the
@@ -44,6 +47,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch._inductor.runtime.benchmarking import Benchmarker
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch._inductor.select_algorithm import AlgorithmSelectorCache
 
 from inductor_ext.autotune import decide
@@ -73,6 +77,12 @@ MIN_CLEAN_CALLS = 3
 RETIMES = 1  # a choice whose flushed time disagrees with its warm one is timed flushed again, once
 _GRAIN = 32768  # at::internal::GRAIN_SIZE: the fewest elements per thread ATen's parallel_for gives
 _FALLBACK_CACHE_BYTES = 64 << 20  # when sysfs does not say: larger than most server LLCs per socket
+# The flush writes this many times the last-level cache sysfs reports (at most FLUSH_MAX_BYTES).
+# A decode step streams its whole model between two uses of a weight; on this project's 2-core VMs
+# (32 MiB L3 reported) a 1x768x768 cpp.gemm took 16 us warm and, after writes of 1.25x / 2.5x / 5x
+# the L3, 42-58 / 74-81 / 91-108 us, against ~100 us per call inside a 2-layer Llama's decode step.
+FLUSH_LLC_MULTIPLE = 4
+FLUSH_MAX_BYTES = 1 << 30
 
 # While inside cold_cpu_benchmarks: the choice Inductor is timing, and each timed choice's warm
 # median (ms) by id; emptied on exit (ids of dead choices are reused).
@@ -192,7 +202,10 @@ def flushed_median_ms(fn: Callable[[], Any], flush: torch.Tensor, calls: int = T
 def cold_cpu_benchmarks() -> Iterator[None]:
     """Inductor's CPU benchmarks time flushed calls while inside (and warm ones, ``warm_ms``);
     restored on exit."""
-    flush = torch.empty(int(last_level_cache_bytes() * 1.25), dtype=torch.uint8)
+    # Entered while the compile traces under FakeTensorMode: a buffer made there is fake and its
+    # fill_ writes nothing (every "flushed" time was a warm one until this was made real).
+    with unset_fake_temporarily():
+        flush = torch.empty(min(last_level_cache_bytes() * FLUSH_LLC_MULTIPLE, FLUSH_MAX_BYTES), dtype=torch.uint8)
     inductors, choice_timer = Benchmarker.benchmark_cpu, AlgorithmSelectorCache.benchmark_choice.__func__
 
     def cold(self: Benchmarker, _callable: Callable[[], Any], warmup: int = 20, rep: int = 100, **_: Any) -> float:
