@@ -381,7 +381,7 @@ def test_build_stores_a_timed_decision_per_gemm(built):
         assert e.winner in ("aten", "cpp.gemm")
         # or, on a machine busy enough that the OS set a time, flagged (autotune/decide.py, issue 29)
         disturbed = e.reason.startswith("fallback: every timed")  # then no time is compared with ATen's
-        assert e.reason == "benchmark" or disturbed or e.reason.startswith("fallback: flushed and warm")
+        assert e.reason.startswith("benchmark") or disturbed or e.reason.startswith("fallback: flushed and warm")
         assert (e.aten_time_us is None) is disturbed
         assert e.key.arch == "cpu" and e.key.preset == "cpu"
 

@@ -200,6 +200,17 @@ def test_a_disturbed_decision_prefers_the_packed_gemm_freezing_would_call():
     assert pick(*candidates, forced=("cpp.gemm",))[0] == "t0"  # forced is forced
 
 
+def test_a_disturbed_aten_choice_is_left_out_when_another_was_timed_clean():
+    """The decode lm_head: MKL's 2-thread plain mm (7.8 ms) counted as switched in every call, its
+    packed sgemm timed clean at 4.3 ms, a template clean at 2.0 ms: the template serves."""
+    candidates = (Candidate("mm", 7.8, 7.7, "aten", "aten", disturbed=True), aten(4.3, 4.2, name="packed", packed=True),
+                  template("t0", 2.0, 1.9, family="cpp.gemm"))
+    assert pick(*candidates) == ("t0", "benchmark; mm left out: every timed call switched out by the OS")
+    assert decide.decided_times(candidates, candidates[2]) == (2.0, 4.3, None)  # the speed-up is over the clean one
+    slow = (candidates[0], candidates[1], template("t0", 4.2, 4.1, family="cpp.gemm"))
+    assert pick(*slow)[0] == "packed"  # the rest decide by the usual rules: ATen within the margin serves
+
+
 def test_the_decision_line_flags_a_time_its_warm_timing_contradicts():
     """What the autotune log, the demo and ``dumps show`` print: the time, never a ratio from it."""
     from inductor_ext.autotune import decision_text

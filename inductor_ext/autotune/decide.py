@@ -19,8 +19,9 @@ timings into records, asks ``pick``, and hands Inductor's choice for the winner 
   times its warm time (beyond ``COLD_ALLOWANCE_MS``) was timed waiting for the OS, not its caches;
   ``lowering/cold_timing.py`` re-times it, and if it still disagrees the decision is made on the
   warm timings of every candidate and says so (``pick``, ``decided_times``). A candidate whose
-  every timed call in a regime was switched out (``disturbed``) has no time to compare: ATen's
-  choice serves, and the reason says why.
+  every timed call in a regime was switched out (``disturbed``) has no time to compare: it is
+  left out and the rest decide, as long as an ATen choice was timed clean; else ATen's choice
+  serves. The reason says which.
 """
 
 from __future__ import annotations
@@ -85,9 +86,28 @@ def disagreement_text(candidates: Sequence[Candidate]) -> str:
 
 
 def disturbed_text(candidates: Sequence[Candidate]) -> str | None:
-    """Why no timing of ``candidates`` can be compared (some were ``disturbed``), else None."""
+    """Why no timing of ``candidates`` can be compared (some were ``disturbed`` and no ATen choice
+    was timed clean), else None."""
+    if _clean_aten(candidates):
+        return None
     names = ", ".join(c.name for c in candidates if c.disturbed)
     return f"every timed call of {names} was switched out by the OS: ATen" if names else None
+
+
+def left_out_text(candidates: Sequence[Candidate]) -> str | None:
+    """Which ``disturbed`` candidates a decision leaves out, comparing the rest (an ATen choice
+    among them was timed clean), else None."""
+    names = ", ".join(c.name for c in candidates if c.disturbed)
+    return f"{names} left out: every timed call switched out by the OS" if names and _clean_aten(candidates) else None
+
+
+def _clean_aten(candidates: Sequence[Candidate]) -> bool:
+    """Whether some ATen choice was timed and not ``disturbed``. A 2-thread MKL GEMM of a few ms
+    (the decode lm_head's plain mm, 7.8 ms) blocks a thread in every call, so every call counts as
+    switched; the fallback then served MKL's packed GEMM, timed clean at 4.3 ms, over a template
+    timed clean at 2.0 ms. The disturbed choice is left out instead: it was no candidate to serve
+    (the fallback never serves it either), and what serves is decided on clean timings alone."""
+    return any(c.is_aten and not c.disturbed and math.isfinite(c.time_ms) for c in candidates)
 
 
 def in_trusted_regime(candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -182,6 +202,10 @@ def pick(best: Candidate, candidates: Sequence[Candidate], margin: float,
     if aten and not any(c.family in forced_families for c in candidates) and (why := disturbed_text(candidates)):
         packed = [c for c in aten if c.packed and math.isfinite(c.time_ms)]
         return (packed[0] if packed else _fastest(aten)), f"fallback: {why}"
+    if aten and not any(c.family in forced_families for c in candidates) and (left := left_out_text(candidates)):
+        clean = [c for c in candidates if not c.disturbed]
+        chosen, reason = pick(_fastest(clean), clean, margin, forced_families)
+        return chosen, f"{reason}; {left}"
     trusted = in_trusted_regime(candidates)
     if all(t is c for t, c in zip(trusted, candidates)):
         return _pick(best, candidates, margin, forced_families)
@@ -196,6 +220,7 @@ def decided_times(candidates: Sequence[Candidate], chosen: Candidate) -> tuple[f
     a speed-up over ATen may be computed from."""
     if why := disturbed_text(candidates):
         return chosen.time_ms, None, why  # no speed-up: the times measured the OS
+    candidates = [c for c in candidates if not c.disturbed or c is chosen]  # left out of the comparison
     trusted = in_trusted_regime(candidates)
     warm = any(t is not c for t, c in zip(trusted, candidates))
     mine = next(t for t, c in zip(trusted, candidates) if c is chosen)
