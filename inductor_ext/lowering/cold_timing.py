@@ -47,8 +47,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch._inductor.runtime.benchmarking import Benchmarker
-from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch._inductor.select_algorithm import AlgorithmSelectorCache
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from inductor_ext.autotune import decide
 
@@ -202,13 +202,17 @@ def flushed_median_ms(fn: Callable[[], Any], flush: torch.Tensor, calls: int = T
 def cold_cpu_benchmarks() -> Iterator[None]:
     """Inductor's CPU benchmarks time flushed calls while inside (and warm ones, ``warm_ms``);
     restored on exit."""
-    # Entered while the compile traces under FakeTensorMode: a buffer made there is fake and its
-    # fill_ writes nothing (every "flushed" time was a warm one until this was made real).
-    with unset_fake_temporarily():
-        flush = torch.empty(min(last_level_cache_bytes() * FLUSH_LLC_MULTIPLE, FLUSH_MAX_BYTES), dtype=torch.uint8)
+    flushes: list[torch.Tensor] = []  # made at the first benchmark: a compile that times nothing holds none
     inductors, choice_timer = Benchmarker.benchmark_cpu, AlgorithmSelectorCache.benchmark_choice.__func__
 
     def cold(self: Benchmarker, _callable: Callable[[], Any], warmup: int = 20, rep: int = 100, **_: Any) -> float:
+        if not flushes:
+            # This context is entered while the compile traces under FakeTensorMode: a buffer made
+            # there was fake, its fill_ wrote nothing, and every "flushed" time was a warm one.
+            with unset_fake_temporarily():
+                size = min(last_level_cache_bytes() * FLUSH_LLC_MULTIPLE, FLUSH_MAX_BYTES)
+                flushes.append(torch.empty(size, dtype=torch.uint8))
+        flush = flushes[0]
         timed = timing(_callable, flush)
         choice = _timing[0]
         if choice is None:
