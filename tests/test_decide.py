@@ -200,6 +200,13 @@ def test_a_disturbed_decision_prefers_the_packed_gemm_freezing_would_call():
     assert pick(*candidates, forced=("cpp.gemm",))[0] == "t0"  # forced is forced
 
 
+def test_a_forced_pick_says_only_that_whatever_the_regimes_say():
+    """With real flushes a 21 us packed GEMM timed 224 us flushed (over 10x apart); a forced
+    family's decision is still just forced (the conformance grid reads that reason)."""
+    candidates = (aten(0.224, 0.0215, name="packed", packed=True), template("t0", 0.03, 0.02, family="cpp.gemm"))
+    assert pick(*candidates, forced=("cpp.gemm",)) == ("t0", "force_template=cpp.gemm")
+
+
 def test_a_disturbed_aten_choice_is_left_out_when_another_was_timed_clean():
     """The decode lm_head: MKL's 2-thread plain mm (7.8 ms) counted as switched in every call, its
     packed sgemm timed clean at 4.3 ms, a template clean at 2.0 ms: the template serves."""

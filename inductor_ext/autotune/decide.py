@@ -199,10 +199,12 @@ def pick(best: Candidate, candidates: Sequence[Candidate], margin: float,
     through the forced families, the ATen margin, the family's default and the packed GEMM; all of
     them on warm timings where a candidate's flushed and warm timings disagree (the reason says so)."""
     aten = [c for c in candidates if c.is_aten]
-    if aten and not any(c.family in forced_families for c in candidates) and (why := disturbed_text(candidates)):
+    if any(c.family in forced_families for c in candidates):
+        return _pick(best, candidates, margin, forced_families)  # forced is forced, in any regime
+    if aten and (why := disturbed_text(candidates)):
         packed = [c for c in aten if c.packed and math.isfinite(c.time_ms)]
         return (packed[0] if packed else _fastest(aten)), f"fallback: {why}"
-    if aten and not any(c.family in forced_families for c in candidates) and (left := left_out_text(candidates)):
+    if aten and (left := left_out_text(candidates)):
         clean = [c for c in candidates if not c.disturbed]
         chosen, reason = pick(_fastest(clean), clean, margin, forced_families)
         return chosen, f"{reason}; {left}"
