@@ -88,17 +88,21 @@ def disagreement_text(candidates: Sequence[Candidate]) -> str:
 def disturbed_text(candidates: Sequence[Candidate]) -> str | None:
     """Why no timing of ``candidates`` can be compared (some were ``disturbed`` and no ATen choice
     was timed clean), else None."""
-    if _clean_aten(candidates):
+    names = _disturbed_names(candidates)
+    if not names or _clean_aten(candidates):
         return None
-    names = ", ".join(c.name for c in candidates if c.disturbed)
-    return f"every timed call of {names} was switched out by the OS: ATen" if names else None
+    return f"every timed call of {names} was switched out by the OS: ATen"
 
 
 def left_out_text(candidates: Sequence[Candidate]) -> str | None:
     """Which ``disturbed`` candidates a decision leaves out, comparing the rest (an ATen choice
     among them was timed clean), else None."""
-    names = ", ".join(c.name for c in candidates if c.disturbed)
+    names = _disturbed_names(candidates)
     return f"{names} left out: every timed call switched out by the OS" if names and _clean_aten(candidates) else None
+
+
+def _disturbed_names(candidates: Sequence[Candidate]) -> str:
+    return ", ".join(c.name for c in candidates if c.disturbed)
 
 
 def _clean_aten(candidates: Sequence[Candidate]) -> bool:

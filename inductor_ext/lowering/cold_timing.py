@@ -10,8 +10,8 @@ runs). During an ext compile on the cpu preset with autotuning on, every CPU ben
 buffer ``FLUSH_LLC_MULTIPLE`` times the last-level cache before each timed call, the way Triton's
 ``do_bench`` clears the GPU's L2, and reports the median of the flushed calls.
 
-Until the fifth session that buffer was made under the compile's FakeTensorMode, so it was fake
-and its writes did nothing: every "flushed" time (and the figures quoted below) was a warm one.
+Until c8221ce that buffer was made under the compile's FakeTensorMode, so it was fake and its
+writes did nothing: every "flushed" time (and the figures quoted below) was a warm one.
 
 Neither regime alone predicts the decoder: a micro-kernel that beat Inductor's pick by 8% warm
 (the vocabulary GEMM's 16x16, stop 19) and others that beat it by 40% flushed (8x32 for the
@@ -179,7 +179,8 @@ def timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS)
         if fastest >= LONG_CALL_S:  # every call so far is long: this one counts in both regimes
             long_calls.append(elapsed)
             if len(long_calls) >= min(calls, LONG_TIMED_CALLS):
-                return Timing(statistics.median(long_calls) * 1e3, statistics.median(long_calls) * 1e3, True, True)
+                ms = statistics.median(long_calls) * 1e3
+                return Timing(ms, ms, True, True)
             continue
         flushed[not ok].append(elapsed)
         fn()
