@@ -2,7 +2,9 @@
 
 Models: ``demo`` (inductor_ext/demo.py's decoder block at its default size) and ``bench``
 (bench/cpu_decode.py's stories15M-shaped decoder, fp32, one decode step of batch 1 after a
-512-token prefill, the shape cpu_decode.py times its compiles on).
+512-token prefill, the shape cpu_decode.py times its compiles on). On request (``--models gpt2``):
+``gpt2``, bench/hf_generate.py's GPT-2 prefill row (fp32, 512 tokens, 2 layers: its GEMMs repeat per
+layer, so more layers add graph size, not decisions).
 
 Arms, each a fresh process with a fresh Inductor cache directory (nothing in-process is warm):
   inductor               torch.compile(model)
@@ -52,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from target_report import print_targets  # noqa: E402  (bench/, beside this script)
 
 ARMS = ("inductor", "inductor_max_autotune", "ext_cold", "ext_cached")
-MODELS = ("demo", "bench")
+MODELS = ("demo", "bench", "gpt2")
+DEFAULT_MODELS = ("demo", "bench")  # item 3's two models; gpt2 is hf_generate.py's prefill row, on request
 PHASES = ("isa_probe", "candidate_builds", "benchmarking", "inductor_builds")
 TARGETS = {"first_compile": ("ext_cold", "inductor_max_autotune", 1.5),
            "cached_compile": ("ext_cached", "inductor", 1.3)}
@@ -155,6 +158,22 @@ def make_model(name: str, quick: bool) -> tuple[Any, tuple[Any, ...]]:
         pos = 16 if quick else 512
         g = torch.Generator().manual_seed(1000)
         return make_decoder(shape, torch.float32), (torch.randint(0, shape.vocab, (1, 1), generator=g), pos)
+    if name == "gpt2":  # hf_generate.py's gpt2_prefill_float32 row with 2 layers (compile work per layer repeats)
+        import hf_generate
+
+        w = hf_generate.QUICK if quick else hf_generate.Widths(layers=2)
+        model = hf_generate.build(hf_generate.Row("gpt2", "none", "float32"), w)
+        ids = torch.randint(0, w.gpt2_vocab, (1, 32 if quick else 512), generator=torch.Generator().manual_seed(1))
+
+        class LogitsOnly(torch.nn.Module):  # hf_generate.py's prefill call: no cache, logits out
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, ids: torch.Tensor) -> torch.Tensor:
+                return self.model(ids, use_cache=False).logits
+
+        return LogitsOnly(), (ids,)
     raise ValueError(f"unknown model {name!r}; models: {', '.join(MODELS)}")
 
 
@@ -259,7 +278,7 @@ def measure(model_name: str, repeats: int, quick: bool, work: Path) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes per arm (the median is reported)")
     parser.add_argument("--quick", action="store_true", help="tiny models: checks the script, the figures mean little")
     parser.add_argument("--arm", help=argparse.SUPPRESS)

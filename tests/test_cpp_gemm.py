@@ -101,6 +101,36 @@ def test_amx_needs_even_k_and_unit_alpha(monkeypatch):
     assert "alpha == 1" in gemm.config_supports(scaled, gemm.CppGemmConfig("amx", 32, 16, 32), "cpu")
 
 
+_AVX512 = {blocking: gemm.CppGemmConfig("avx512", *blocking) for blocking in ((8, 48, 1), (8, 32, 1), (16, 16, 1))}
+
+
+@pytest.mark.parametrize("dtype, m, timed", [
+    (FP32, 512, [(16, 16, 1)]),  # prefill: the measured winner alone
+    (FP32, 16, [(16, 16, 1)]),
+    (FP32, 1, [(8, 48, 1), (8, 32, 1)]),  # decode: 16 rows for one is padding
+    (FP32, 4, [(8, 48, 1), (8, 32, 1), (16, 16, 1)]),  # not measured: every one is timed
+    ("bfloat16", 1, [(8, 48, 1), (8, 32, 1), (16, 16, 1)]),
+])
+def test_micro_kernels_measured_to_lose_are_ruled_out(monkeypatch, dtype, m, timed):
+    monkeypatch.setattr(gemm, "_native_bf16_dot", lambda: True)
+    problem = gemm.CppGemmProblem("mm", m, 768, 768, dtype)
+    kept = [b for b, c in _AVX512.items() if gemm.ruled_out(problem, c, "cpu") is None]
+    assert kept == timed
+    for b, c in _AVX512.items():
+        why = gemm.ruled_out(problem, c, "cpu")
+        assert why is None or f"M={m}" in why, why  # the reason names the size it rests on
+
+
+def test_bf16_prefill_leaves_every_vector_micro_kernel_to_onednn_only_where_it_has_bf16_dot_products(monkeypatch):
+    prefill = gemm.CppGemmProblem("mm", 512, 768, 768, "bfloat16")
+    monkeypatch.setattr(gemm, "_native_bf16_dot", lambda: True)
+    assert all("oneDNN" in gemm.ruled_out(prefill, c, "cpu") for c in _AVX512.values())
+    monkeypatch.setattr(gemm, "_native_bf16_dot", lambda: False)  # AMX hosts, or AVX-512 without BF16
+    assert all(gemm.ruled_out(prefill, c, "cpu") is None for c in _AVX512.values())
+    avx2 = gemm.CppGemmProblem("mm", 512, 768, 768, FP32)  # not measured on AVX2: nothing ruled out
+    assert all(gemm.ruled_out(avx2, gemm.CppGemmConfig("avx2", *b), "cpu") is None for b in ((4, 24, 1), (8, 8, 1)))
+
+
 def test_where_each_family_runs():
     on_cpu = presets.resolve({"templates": ["triton.gemm", "cpp.gemm"], "interpret": True})
     assert ext_choices.unusable_reason(on_cpu, gemm.FAMILY, "cpu") is None
@@ -520,7 +550,10 @@ def forced_bf16(tmp_path_factory, fewer_configs):
     g = torch.Generator().manual_seed(2)
     args = (torch.randn(1, 64, generator=g).bfloat16(), torch.randn(4, 3, 32, generator=g).bfloat16(),
             torch.randn(4, 32, 5, generator=g).bfloat16())
-    compiled, got, decisions, _ = _compile(m, args, {"force_template": "cpp.gemm", "dump_dir": str(out)})
+    with pytest.MonkeyPatch.context() as mp:  # every micro-kernel "measured to lose": forcing still offers them
+        mp.setattr(gemm, "RULED_OUT_M", 1)
+        mp.setattr(gemm, "_native_bf16_dot", lambda: True)
+        compiled, got, decisions, _ = _compile(m, args, {"force_template": "cpp.gemm", "dump_dir": str(out)})
     reference = copy.deepcopy(m).float()
     with torch.no_grad():
         want = reference(*(a.float() for a in args))
@@ -598,6 +631,33 @@ def test_cache_only_compile_serves_onednns_packed_linear(forced_bf16, tmp_path):
     with torch.no_grad():
         want = copy.deepcopy(m).float()(*(a.float() for a in args))
     _assert_bf16_close(got, want)
+
+
+class Prefill(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 96, bias=False)  # Inductor picks 8x48 for 16x96x32
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)
+
+
+@pytest.mark.skipif("avx512" not in gemm.host_isas(), reason="the micro-kernels ruled out were measured on AVX-512 "
+                    "hosts; on this CPU every one is timed")
+def test_prefill_gemm_builds_and_times_only_the_micro_kernel_not_ruled_out(tmp_path, caplog):
+    torch.manual_seed(0)
+    m, x = Prefill().eval(), torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
+    with caplog.at_level("INFO", logger="inductor_ext.autotune"):
+        _, got, decisions, _ = _compile(m, (x,), {"autotune_cache": str(tmp_path / "autotune.db")})
+    with torch.no_grad():
+        torch.testing.assert_close(got, m(x), rtol=1e-5, atol=1e-5)
+    (decision,) = decisions
+    templates = [c for c in decision.candidates if c["kind"] == "template"]
+    # Inductor's own pick (8x48 here) is ruled out too: it is neither built nor timed
+    assert [(c["config_dict"]["block_m"], c["config_dict"]["block_n"]) for c in templates] == [(16, 16)], templates
+    assert templates[0]["time_us"] is not None and not templates[0].get("default")
+    assert "not timed" in caplog.text and "ran 1.1-2.1x faster" in caplog.text, caplog.text
+    assert "block_m=8, block_n=48" in caplog.text, caplog.text  # Inductor's pick, ruled out
 
 
 def test_lowering_module_imports_on_its_own():

@@ -157,11 +157,16 @@ class ExtChoices(InductorChoices):
             default = adapters.default_config(module, ready, self.config.target)
             proposed = policy.candidates(module, ready.problem, self.config.target, self.config.autotune)
             if default is not None and all(c.config != default for c in proposed):
-                proposed.append(policy.Candidate(default, "default"))  # the baseline is always timed
+                proposed.append(policy.Candidate(default, "default"))  # the baseline is timed unless ruled out
             for cand in proposed:
                 refusal = adapters.config_refusal(module, ready.problem, cand.config, self.config.target)
                 if refusal:
                     log.info("ext: %s config %s not offered for %s: %s", family, cand.config, node, refusal)
+                    continue
+                ruled = (module.ruled_out(ready.problem, cand.config, self.config.target)
+                         if module.ruled_out and family not in forced_templates(self.config) else None)
+                if ruled:
+                    log.info("ext: %s config %s not timed for %s: %s", family, cand.config, node, ruled)
                     continue
                 try:
                     choice = self._append(module, choices, ready, cand.config)

@@ -59,7 +59,10 @@ And, by choice kind:
                         function and kwargs Inductor compiles); the family stays plain data.
 
 Optional (None when left out), for lowering and autotuning: ``config_supports(problem, config,
-target) -> str | None`` (a config the family cannot render for this problem); ``missing() -> str |
+target) -> str | None`` (a config the family cannot render for this problem); ``ruled_out(problem,
+config, target) -> str | None`` (a config it can render but that measured to lose for this problem
+on this host: autotuning neither builds nor times it, the family's default included; a cached or
+forced config still serves); ``missing() -> str |
 None`` (None when its kernels can run here, else what to install: lowering then offers ATen alone,
 with that reason); for "extern" families ``prebuild(pairs, target, device_type)``, called once per
 autotune decision with every (problem, config) pair about to be benchmarked and the device type of
@@ -197,6 +200,7 @@ class Family:
     extern_op: str | None = None
     extern_kwargs: Hook | None = None
     config_supports: Hook | None = None
+    ruled_out: Hook | None = None
     config_from_tile: Hook | None = None
     missing: Hook | None = None
     prebuild: Hook | None = None

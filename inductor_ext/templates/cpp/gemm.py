@@ -129,6 +129,43 @@ def config_supports(problem: CppGemmProblem, config: CppGemmConfig, target: str)
     return None
 
 
+# Micro-kernels that lose where they were measured, so autotuning neither builds nor times them
+# (each C++ build costs seconds of a first compile). From the candidate times in the autotune records
+# of GPT-2 and Llama-shaped prefill and decode GEMMs, M = 1, 16, 256 and 512, on AVX-512 hosts
+# without AMX (every decision: `inductor-ext tune show` lists them):
+# - fp32, M >= 16: the 16x16 block ran 1.1-2.1x faster than 8x48 and 8x32 in every decision
+#   (512x768x2304: 10.8 ms against 21.3 and 21.8), though Inductor's ranking picks 8x48 there;
+# - fp32, M == 1: 16x16 ran 1.05-1.5x slower than 8x48 or 8x32 (15 of its 16 rows are padding);
+# - bf16 on a host with AVX512-BF16 dot products: at M >= 16 oneDNN's bf16 GEMM (ATen) ran 1.5-4.4x
+#   faster than the best vector micro-kernel, which widens bf16 to fp32 (512x768x3072: 6.3 ms against
+#   27.7), so none is timed there.
+# AVX2 and AMX were not measured: every micro-kernel is timed there. ATen is always timed.
+RULED_OUT_M = 16  # the rows from which the prefill rules hold (the measured M: 16, 256, 512)
+
+
+def _native_bf16_dot() -> bool:
+    import torch
+
+    return torch.cpu._is_avx512_bf16_supported() and not torch.cpu._is_amx_tile_supported()
+
+
+def ruled_out(problem: CppGemmProblem, config: CppGemmConfig, target: str) -> str | None:
+    """Why autotuning leaves ``config`` out for ``problem`` on this host (measured to lose, above),
+    or None. Not a refusal: a cached or forced config still serves."""
+    if config.isa != "avx512":
+        return None
+    block = (config.block_m, config.block_n)
+    if problem.dtype == "float32" and problem.m >= RULED_OUT_M and block != (16, 16):
+        return (f"at M={problem.m} (>= {RULED_OUT_M}) the 16x16 AVX-512 fp32 micro-kernel ran 1.1-2.1x faster "
+                f"than {config.block_m}x{config.block_n} in every measured GEMM")
+    if problem.dtype == "float32" and problem.m == 1 and block == (16, 16):
+        return "at M=1 the 16x16 AVX-512 fp32 micro-kernel ran 1.05-1.5x slower than 8x48 or 8x32 in every measured GEMM"
+    if problem.dtype == "bfloat16" and problem.m >= RULED_OUT_M and _native_bf16_dot():
+        return (f"at M={problem.m} (>= {RULED_OUT_M}) oneDNN's bf16 GEMM (AVX512-BF16 dot products) ran 1.5-4.4x "
+                "faster than every AVX-512 bf16 micro-kernel measured")
+    return None
+
+
 def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
     """The micro-kernels this host runs for the problem's dtype, best guess first: AMX first for
     bf16 from M=16 on (its tiles are 16 rows), vector kernels first below that (decode)."""
@@ -144,4 +181,4 @@ def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
-    config_supports=config_supports, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES, module=__name__)
+    config_supports=config_supports, ruled_out=ruled_out, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES, module=__name__)
