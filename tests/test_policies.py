@@ -104,6 +104,13 @@ def test_candidates_budget_per_effort():
     assert EFFORT_BUDGET["quick"] == 4
 
 
+def test_configs_ruled_out_leave_the_budget_to_the_others():
+    policies = [FakePolicy("p", [f"c{i}" for i in range(10)])]
+    ruled_out = {"c0": "measured to lose", "c2": "measured to lose"}.get
+    got = candidates(FAKE_FAMILY, PROBLEM, "sm_90a", "quick", policies, ruled_out=ruled_out)
+    assert [c.config for c in got] == ["c1", "c3", "c4", "c5"]
+
+
 def test_default_policy_is_the_family_defaults():
     policy = DefaultPolicy()
     for target in ("sm_90a", "gfx950", "cpu"):

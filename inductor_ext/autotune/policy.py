@@ -9,7 +9,7 @@ adds it, so every template is measured against it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from inductor_ext import targets
 from inductor_ext.templates.family import Family
@@ -56,8 +56,10 @@ def default_policies(target: str) -> list[Policy]:
 
 
 def candidates(family: Family, problem: Any, target: str, effort: str,
-               policies: Sequence[Policy] | None = None) -> list[Candidate]:
-    """Merged, de-duplicated proposals, cut to the effort's budget."""
+               policies: Sequence[Policy] | None = None,
+               ruled_out: Callable[[Any], str | None] | None = None) -> list[Candidate]:
+    """Merged, de-duplicated proposals, cut to the effort's budget; a config ``ruled_out`` gives
+    a reason for is left out before the cut (it would otherwise take a place in the budget)."""
     if effort not in EFFORT_BUDGET:
         raise ValueError(f"autotune effort {effort!r} is not one of {', '.join(EFFORT_BUDGET)}")
     budget = EFFORT_BUDGET[effort]
@@ -72,5 +74,5 @@ def candidates(family: Family, problem: Any, target: str, effort: str,
         for name, configs in proposals:
             if rank < len(configs):
                 merged.setdefault(configs[rank], Candidate(configs[rank], name))
-    ranked = list(merged.values())
+    ranked = [c for c in merged.values() if ruled_out is None or not ruled_out(c.config)]
     return ranked if budget is None else ranked[:budget]

@@ -155,18 +155,17 @@ class ExtChoices(InductorChoices):
             module = registry.get(family)
             offered = []
             default = adapters.default_config(module, ready, self.config.target)
-            proposed = policy.candidates(module, ready.problem, self.config.target, self.config.autotune)
-            if default is not None and all(c.config != default for c in proposed):
+            ruled_out = None if family in forced_templates(self.config) else functools.partial(
+                _ruled_out, module, ready.problem, self.config.target, node)
+            proposed = policy.candidates(module, ready.problem, self.config.target, self.config.autotune,
+                                         ruled_out=ruled_out)
+            if default is not None and all(c.config != default for c in proposed) \
+                    and (ruled_out is None or not ruled_out(default)):
                 proposed.append(policy.Candidate(default, "default"))  # the baseline is timed unless ruled out
             for cand in proposed:
                 refusal = adapters.config_refusal(module, ready.problem, cand.config, self.config.target)
                 if refusal:
                     log.info("ext: %s config %s not offered for %s: %s", family, cand.config, node, refusal)
-                    continue
-                ruled = (module.ruled_out(ready.problem, cand.config, self.config.target)
-                         if module.ruled_out and family not in forced_templates(self.config) else None)
-                if ruled:
-                    log.info("ext: %s config %s not timed for %s: %s", family, cand.config, node, ruled)
                     continue
                 try:
                     choice = self._append(module, choices, ready, cand.config)
@@ -323,6 +322,14 @@ def offered_families(config: ExtConfig, op_name: str, device: str) -> list[Famil
         return []
     return [m for m in map(registry.get, config.templates)
             if op_name in m.ops and unusable_reason(config, m, device) is None]
+
+
+def _ruled_out(family: Family, problem: Any, target: str, node: str, config: Any) -> str | None:
+    """The family's reason to leave ``config`` untimed (``ruled_out``), logged; None to time it."""
+    why = family.ruled_out(problem, config, target) if family.ruled_out is not None else None
+    if why:
+        log.info("ext: %s config %s not timed for %s: %s", family.name, config, node, why)
+    return why
 
 
 def forced_templates(config: ExtConfig) -> tuple[str, ...]:
