@@ -215,3 +215,22 @@ def test_a_candidate_mostly_switched_out_stops_at_the_time_budget(monkeypatch):
     assert timed.flushed_clean and timed.warm_clean
     # 2 tries before the budget (15 ms each) and 2 after: 2 clean pairs; without it, 30 tries
     assert len(calls) < 1 + 3 * 8, len(calls)
+
+
+def test_a_thread_that_went_to_sleep_is_not_a_switched_out_call(monkeypatch):
+    """ATen's OpenMP threads sleep when a parallel region ends (a voluntary switch, in every call of
+    a multi-threaded GEMM); only a thread the OS took off its core (involuntary) marks a call."""
+    import resource
+    from types import SimpleNamespace
+
+    usage = {"ru_nvcsw": 0, "ru_nivcsw": 0}
+    monkeypatch.setattr(resource, "getrusage", lambda who: SimpleNamespace(**usage))
+
+    def sleeps_at_the_barrier():
+        usage["ru_nvcsw"] += 3
+
+    def preempted():
+        usage["ru_nivcsw"] += 1
+
+    assert cold_timing.timed_call(sleeps_at_the_barrier)[1] is True
+    assert cold_timing.timed_call(preempted)[1] is False

@@ -20,8 +20,8 @@ timed choice is also timed warm (``warm_ms``: the call again right after each fl
 ext's choices keep Inductor's pick unless another micro-kernel beats it in both regimes
 (ext_choices.py's rules).
 
-A timed call during which a thread of this process was switched out (``getrusage``'s context
-switches) measured the OS and is timed again. Issue 29: on a 2-core VM whose cores other
+A timed call during which a thread of this process was switched out (``getrusage``'s
+involuntary context switches) measured the OS and is timed again. Issue 29: on a 2-core VM whose cores other
 processes kept busy, ATen's 2-thread ``addmm`` 2x96x48 measured 6-48 ms flushed (inside a
 cpu-preset compile as much warm) against 4-9 us: the scheduler had put ATen's two OpenMP threads
 on one core (/proc showed both on CPU 1 while it was timed) or preempted one, and each call's
@@ -117,12 +117,14 @@ def last_level_cache_bytes() -> int:
 
 
 def context_switches() -> int:
-    """Context switches of all of this process's threads so far (voluntary and not), 0 where the
-    OS does not count them."""
+    """Involuntary context switches of all of this process's threads so far (the OS took a thread
+    off its core), 0 where the OS does not count them. Voluntary ones are left out: ATen's OpenMP
+    threads go to sleep when a parallel region ends, so a multi-threaded GEMM of a few ms counted
+    one in every call (MKL's 2-thread vocabulary GEMM: "switched" in all of them); a thread that
+    waits at a barrier for a preempted one is seen through the preempted one's count."""
     if resource is None:
         return 0
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_nvcsw + usage.ru_nivcsw
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
 
 @functools.lru_cache(maxsize=4)
