@@ -123,11 +123,12 @@ def test_force_template_is_not_overridden_by_a_cached_winner(monkeypatch, tmp_pa
             torch.testing.assert_close(got, layer(x), rtol=1.3e-6, atol=1e-5)
         (decision,) = ext_choices.decisions[first:]
         winners.append((decision.winner, decision.reason))
-    # ATen won the first compile, by its timing or (the template faster) by the margin, or (a machine
-    # busy enough that the OS preempted every timed call: lowering/cold_timing.py) as the fallback
-    assert winners[0][0] == "addmm", winners
+    # ATen won the first compile (its addmm, or MKL's packed GEMM on the frozen weight), by its timing
+    # or (the template faster) by the margin, or (a machine busy enough that the OS preempted every
+    # timed call: lowering/cold_timing.py) as the fallback
+    assert winners[0][0] in ("addmm", "ext_mkl_packed_addmm"), winners
     assert (winners[0][1] in ("benchmark", "template within margin 100000000% of ATen")
-            or winners[0][1].startswith("fallback: every timed call of ")), winners
+            or winners[0][1].startswith(("addmm within margin", "fallback: every timed call of "))), winners
     assert winners[1][0].startswith("ext_fake_mm_") and winners[1][1] == f"force_template={fake.NAME}"
 
 

@@ -404,8 +404,8 @@ def test_build_stores_a_timed_decision_per_gemm(built):
     assert sorted(e.key.op for e in entries) == ["addmm", "bmm", "mm"]
     for e in entries:
         timed = {c["name"] for c in e.candidates if c["time_us"] is not None}
-        # ATen's op, MKL's packed sgemm for the frozen fp32 x @ weight (mm only), the templates
-        aten = {e.key.op, "ext_mkl_packed_mm"} if e.key.op == "mm" else {e.key.op}
+        # ATen's op, MKL's packed sgemm for the frozen fp32 x @ weight (with its bias: addmm), the templates
+        aten = {e.key.op, f"ext_mkl_packed_{e.key.op}"} if e.key.op in ("mm", "addmm") else {e.key.op}
         assert {n for n in timed if not n.startswith("cpp_")} == aten, e.candidates
         assert any(n.startswith("cpp_") for n in timed), e.candidates
         assert e.winner in ("aten", "cpp.gemm")
@@ -505,6 +505,25 @@ def test_a_graph_compiled_before_the_build_is_not_reused_after_it(built, tmp_pat
             torch.compile(copy.deepcopy(m), backend="ext", options=options)(*args)
             reasons.append(sorted(d.reason for d in ext_choices.decisions[first:]))
     assert reasons == [["fallback: cache-only and no cache entry"] * 3, ["cache"] * 3]
+
+
+def test_a_linear_with_its_bias_served_by_mkls_packed_gemm_adds_the_bias(built, tmp_path):
+    """The addmm's winner set to MKL's packed GEMM: the graph calls ``mkl::_mkl_linear`` with the
+    weight packed at compile time and the bias as a constant row, and adds it."""
+    with AutotuneCache(tmp_path / "packed.db") as packed:
+        for entry in built["cache"].entries():
+            if entry.key.op == "addmm":
+                entry = dataclasses.replace(entry, winner="aten", config={"name": "ext_mkl_packed_addmm"})
+            packed.put(entry)
+    m, args = model(), inputs()
+    _, got, decisions, benchmarks = _compile(copy.deepcopy(m), args, {
+        "autotune": "cache-only", "autotune_cache": str(tmp_path / "packed.db"), "dump_dir": str(tmp_path / "dump")})
+    with torch.no_grad():
+        torch.testing.assert_close(got, m(*args), rtol=1e-5, atol=1e-5)
+    addmm = next(d for d in decisions if d.op == "addmm")
+    assert addmm.winner == "ext_mkl_packed_addmm" and addmm.reason == "cache" and benchmarks == 0
+    calls = [line for line in _output_code(tmp_path / "dump").splitlines() if "torch.ops.mkl._mkl_linear.default(" in line]
+    assert calls and not any(line.rstrip(")").split(",")[-2].strip() == "None" for line in calls), calls
 
 
 def test_dump_shows_the_cached_configs(built):

@@ -1,6 +1,7 @@
 """The ATen-side packed GEMMs, each with the weight packed once and kept only while it is the
 same weight (kernels/packed_weights.py): ``inductor_ext::mkl_packed_mm`` (MKL's packed sgemm,
-fp32) and ``inductor_ext::mkldnn_packed_mm`` (oneDNN's linear, bf16). The lowering side (offered
+fp32) and ``inductor_ext::mkldnn_packed_mm`` (oneDNN's linear, bf16), and their ``*_packed_addmm``
+(a linear with its bias, which the library adds). The lowering side (offered
 as ATen choices for frozen weights, served from the cache) is tested in test_cpp_gemm.py."""
 
 from __future__ import annotations
@@ -23,15 +24,17 @@ class Packed:
     dtype: torch.dtype
     tol: float  # relative and absolute, against an fp32 reference
     why_not: str  # the skip reason where ops.available() is False
+    addmm: Any = None  # the op with a bias
 
 
 PACKED = {
     # fp32 accumulation in another order: far tighter than a bf16 or tf32 mistake would be
     "mkl": Packed(mkl_packed_ops, torch.ops.inductor_ext.mkl_packed_mm, torch.float32, 1e-5,
-                  "this torch build has no MKL (non-x86 build)"),
+                  "this torch build has no MKL (non-x86 build)", torch.ops.inductor_ext.mkl_packed_addmm),
     # bf16 out, fp32 accumulation: within bf16 rounding (an fp16 or fp32 result would not be bf16)
     "mkldnn": Packed(mkldnn_packed_ops, torch.ops.inductor_ext.mkldnn_packed_mm, torch.bfloat16, 2**-7,
-                     "oneDNN has no bf16 GEMM on this CPU (needs AVX-512 or AMX bf16)"),
+                     "oneDNN has no bf16 GEMM on this CPU (needs AVX-512 or AMX bf16)",
+                     torch.ops.inductor_ext.mkldnn_packed_addmm),
 }
 
 
@@ -59,6 +62,27 @@ def test_matches_mm(packed, m, k, n):
     got = packed.op(x, w.t())
     assert got.shape == (m, n)
     _assert_matches(packed, got, x, w.t())
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 288, 768), (5, 37, 129), (16, 64, 1000)])
+@pytest.mark.parametrize("bias_shape", ["row", "expanded", "one_row"])
+def test_addmm_adds_a_linears_bias(packed, m, k, n, bias_shape):
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(1)).to(packed.dtype)
+    w = _weight(n, k, packed.dtype)
+    b = torch.randn(n, generator=torch.Generator().manual_seed(2)).to(packed.dtype)
+    bias = {"row": b, "expanded": b.expand(m, n), "one_row": b[None]}[bias_shape]  # as addmm's lowering hands it
+    got = packed.addmm(bias, x, w.t())
+    assert got.shape == (m, n) and got.dtype == packed.dtype
+    torch.testing.assert_close(got.float(), b.float() + x.float() @ w.t().float(), rtol=packed.tol, atol=packed.tol)
+    assert w.untyped_storage() in packed.ops._packed  # the library served it, not ATen's addmm
+
+
+def test_addmm_with_a_full_bias_matrix_is_atens(packed):
+    """The packed linears add one row to every row; any other addmm input is ATen's addmm."""
+    x, w = torch.randn(3, 16).to(packed.dtype), _weight(8, 16, packed.dtype)
+    full = torch.randn(3, 8).to(packed.dtype)
+    assert torch.equal(packed.addmm(full, x, w.t()), torch.addmm(full, x, w.t()))
+    assert w.untyped_storage() not in packed.ops._packed
 
 
 def test_non_contiguous_activation(packed):
@@ -106,14 +130,13 @@ def test_other_dtypes_are_plain_mm(name, other):
     assert torch.equal(PACKED[name].op(x, w.t()), x @ w.t())
 
 
-@pytest.mark.parametrize("library, kernels, creator", [
-    ("MKL", mkl_packed_ops, "mkl_linear_on_packed_constant"),
-    ("oneDNN", mkldnn_packed_ops, "onednn_linear_on_packed_constant")])
-def test_autotuning_times_the_packed_gemm_without_the_ops_dispatch(library, kernels, creator):
+@pytest.mark.parametrize("library, kernels", [("MKL", mkl_packed_ops), ("oneDNN", mkldnn_packed_ops)])
+def test_autotuning_times_the_packed_gemm_without_the_ops_dispatch(library, kernels):
     """Where a packed GEMM wins, the graph calls the library on a weight packed at compile time
     (no op of ours): the timed callable is the op's body, not the op."""
     from inductor_ext.lowering import aten_choices
 
-    gemm = next(g for g in aten_choices.PACKED_GEMMS if g.library == library)
-    assert gemm.choice.to_callable() is kernels.packed_mm
-    assert gemm.choice.kernel_creator is getattr(aten_choices, creator)
+    served = {g.op: g for g in aten_choices.PACKED_GEMMS if g.library == library}
+    assert served["mm"].choice.to_callable() is kernels.packed_mm
+    assert served["addmm"].choice.to_callable() is kernels.packed_addmm
+    assert all(g.choice.kernel_creator is not None for g in served.values())

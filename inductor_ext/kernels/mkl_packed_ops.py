@@ -41,6 +41,30 @@ def packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
     return torch.ops.mkl._mkl_linear(x.contiguous(), packed, w_t.t(), None, batch)
 
 
+def packed_addmm(bias: Tensor, x: Tensor, w_t: Tensor) -> Tensor:
+    """``bias + x @ w_t`` for a bias broadcast over the rows (a linear's), through MKL's packed
+    GEMM with the bias added by ``mkl::_mkl_linear``; ATen's addmm where MKL cannot serve it."""
+    row = bias_row(bias, w_t.shape[1])
+    fp32 = row is not None and row.dtype == x.dtype == w_t.dtype == torch.float32
+    if not fp32 or x.device.type != "cpu" or not available():
+        return torch.addmm(bias, x, w_t)
+    batch = x.shape[0]
+    packed = _packed.get(w_t, batch)
+    if packed is None:
+        return torch.addmm(bias, x, w_t)
+    return torch.ops.mkl._mkl_linear(x.contiguous(), packed, w_t.t(), row, batch)
+
+
+def bias_row(bias: Tensor, cols: int) -> Tensor | None:
+    """The one row a linear's bias repeats, as a 1-D tensor of ``cols``; None for any other
+    addmm input (a full matrix, a column broadcast): the packed linears add a per-column bias only."""
+    if bias.dim() == 1:
+        return bias if bias.shape[0] == cols else None
+    if bias.dim() == 2 and bias.shape[-1] == cols and (bias.shape[0] == 1 or bias.stride(0) == 0):
+        return bias[0]
+    return None
+
+
 @torch.library.custom_op("inductor_ext::mkl_packed_mm", mutates_args=())
 def mkl_packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
     return packed_mm(x, w_t)
@@ -48,4 +72,14 @@ def mkl_packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
 
 @mkl_packed_mm.register_fake
 def _(x: Tensor, w_t: Tensor) -> Tensor:
+    return x.new_empty((x.shape[0], w_t.shape[1]))
+
+
+@torch.library.custom_op("inductor_ext::mkl_packed_addmm", mutates_args=())
+def mkl_packed_addmm(bias: Tensor, x: Tensor, w_t: Tensor) -> Tensor:
+    return packed_addmm(bias, x, w_t)
+
+
+@mkl_packed_addmm.register_fake
+def _(bias: Tensor, x: Tensor, w_t: Tensor) -> Tensor:
     return x.new_empty((x.shape[0], w_t.shape[1]))

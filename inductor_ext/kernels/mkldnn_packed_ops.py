@@ -21,6 +21,7 @@ import functools
 import torch
 from torch import Tensor
 
+from inductor_ext.kernels.mkl_packed_ops import bias_row
 from inductor_ext.kernels.packed_weights import PackedWeights
 
 
@@ -46,6 +47,19 @@ def packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
 
 
+def packed_addmm(bias: Tensor, x: Tensor, w_t: Tensor) -> Tensor:
+    """``bias + x @ w_t`` for a bias broadcast over the rows (a linear's), through oneDNN's
+    linear with the bias fused; ATen's addmm where oneDNN cannot serve it."""
+    row = bias_row(bias, w_t.shape[1])
+    bf16 = row is not None and row.dtype == x.dtype == w_t.dtype == torch.bfloat16
+    if not bf16 or x.device.type != "cpu" or not available():
+        return torch.addmm(bias, x, w_t)
+    packed = _packed.get(w_t, x.shape[0])
+    if packed is None:
+        return torch.addmm(bias, x, w_t)
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, row, "none", [], "")
+
+
 @torch.library.custom_op("inductor_ext::mkldnn_packed_mm", mutates_args=())
 def mkldnn_packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
     return packed_mm(x, w_t)
@@ -53,4 +67,14 @@ def mkldnn_packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
 
 @mkldnn_packed_mm.register_fake
 def _(x: Tensor, w_t: Tensor) -> Tensor:
+    return x.new_empty((x.shape[0], w_t.shape[1]))
+
+
+@torch.library.custom_op("inductor_ext::mkldnn_packed_addmm", mutates_args=())
+def mkldnn_packed_addmm(bias: Tensor, x: Tensor, w_t: Tensor) -> Tensor:
+    return packed_addmm(bias, x, w_t)
+
+
+@mkldnn_packed_addmm.register_fake
+def _(bias: Tensor, x: Tensor, w_t: Tensor) -> Tensor:
     return x.new_empty((x.shape[0], w_t.shape[1]))

@@ -2,7 +2,8 @@
 
 ext keeps Inductor's weight-prepack pass off (lowering/install.py) so that the GEMMs of a frozen
 graph reach ExtChoices; the ATen paths that pass gave, MKL's packed sgemm for fp32 weights and
-oneDNN's packed linear for bf16 ones, are offered here instead, as ATen choices (no template
+oneDNN's packed linear for bf16 ones, for ``mm`` and for ``addmm`` with a linear's bias (the
+library adds it), are offered here instead, as ATen choices (no template
 margin) beside ATen's mm: the cpu preset's winner is then the fastest of ATen's mm, the packed
 library GEMM and ext's templates.
 
@@ -26,6 +27,7 @@ from torch._inductor.virtualized import V
 
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops
+from inductor_ext.kernels.mkl_packed_ops import bias_row
 from inductor_ext.lowering import ops
 
 
@@ -37,16 +39,17 @@ class PackedGemm:
     dtype: str
     library: str
     available: Callable[[], bool]  # whether the library serves the dtype here
+    op: str = "mm"  # "mm" (x @ weight) or "addmm" (a linear with its bias)
 
 
 def _packed_gemm(op_name: str, dtype: str, library: str, available: Callable[[], bool],
                  creator: Callable[..., ir.ExternKernel] | None = None,
-                 timed: Callable[..., torch.Tensor] | None = None) -> PackedGemm:
+                 timed: Callable[..., torch.Tensor] | None = None, op: str = "mm") -> PackedGemm:
     """``timed``: what autotuning calls instead of the op, where the graph calls no op of ours
-    (``creator`` makes the node)."""
-    op = getattr(torch.ops.inductor_ext, op_name).default
-    return PackedGemm(ExternKernelChoice(timed or op, name=f"ext_{op_name}", has_out_variant=False, op_overload=op,
-                                         kernel_creator=creator), dtype, library, available)
+    (``creator`` makes the node); ``op``: the GEMM it serves (its inputs in that op's order)."""
+    overload = getattr(torch.ops.inductor_ext, op_name).default
+    return PackedGemm(ExternKernelChoice(timed or overload, name=f"ext_{op_name}", has_out_variant=False,
+                                         op_overload=overload, kernel_creator=creator), dtype, library, available, op)
 
 
 def constant_value(node: Any) -> torch.Tensor:
@@ -58,21 +61,36 @@ def constant_value(node: Any) -> torch.Tensor:
                                               int(layout.offset))
 
 
-def mkl_linear_on_packed_constant(x: Any, w_t: Any) -> ir.ExternKernel:
-    """``x @ w_t`` as ``mkl::_mkl_linear`` on ``w_t`` packed now for x's rows (both static:
-    ``packed_inputs`` offers the choice only then), the packed copy a constant of the graph."""
+def _bias_constant(bias: Any) -> Any:
+    """A linear's bias (a constant ``addmm`` input broadcast over the rows) as a 1-D graph constant."""
+    row = bias_row(constant_value(bias), int(bias.get_size()[-1]))
+    assert row is not None, "packed_inputs offers the packed addmm for a per-column bias only"
+    return V.graph.add_tensor_constant(row.contiguous())
+
+
+def mkl_linear_on_packed_constant(x: Any, w_t: Any, bias: Any = None) -> ir.ExternKernel:
+    """``x @ w_t`` (+ ``bias``) as ``mkl::_mkl_linear`` on ``w_t`` packed now for x's rows (both
+    static: ``packed_inputs`` offers the choice only then), the packed copy a constant of the graph."""
     weight = constant_value(w_t).t()  # (N, K), as MKL's packing and its fallback linear read it
     batch = int(x.get_size()[0])
     packed = V.graph.add_tensor_constant(torch.ops.mkl._mkl_reorder_linear_weight(weight.contiguous(), batch))
-    return mkldnn_ir.MKLPackedLinear.create(x, packed, V.graph.add_tensor_constant(weight), None, batch)
+    b = None if bias is None else _bias_constant(bias)
+    return mkldnn_ir.MKLPackedLinear.create(x, packed, V.graph.add_tensor_constant(weight), b, batch)
 
 
-def onednn_linear_on_packed_constant(x: Any, w_t: Any) -> ir.ExternKernel:
-    """``x @ w_t`` as ``mkldnn::_linear_pointwise`` on ``w_t`` reordered now into oneDNN's blocked
-    layout for x's rows, the reordered copy a constant of the graph (as Inductor's pass makes it)."""
+def onednn_linear_on_packed_constant(x: Any, w_t: Any, bias: Any = None) -> ir.ExternKernel:
+    """``x @ w_t`` (+ ``bias``) as ``mkldnn::_linear_pointwise`` on ``w_t`` reordered now into
+    oneDNN's blocked layout for x's rows, the reordered copy a constant of the graph (as Inductor's
+    pass makes it)."""
     weight = constant_value(w_t).t()  # (N, K)
     packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), int(x.get_size()[0]))
-    return mkldnn_ir.LinearUnary.create(x, V.graph.add_tensor_constant(packed), None, "none", [], "")
+    b = None if bias is None else _bias_constant(bias)
+    return mkldnn_ir.LinearUnary.create(x, V.graph.add_tensor_constant(packed), b, "none", [], "")
+
+
+def _with_bias(creator: Callable[..., ir.ExternKernel]) -> Callable[..., ir.ExternKernel]:
+    """``creator`` for addmm's input order (bias, x, w_t)."""
+    return lambda bias, x, w_t: creator(x, w_t, bias)
 
 
 PACKED_GEMMS = (
@@ -80,6 +98,10 @@ PACKED_GEMMS = (
                  mkl_packed_ops.packed_mm),
     _packed_gemm("mkldnn_packed_mm", "bfloat16", "oneDNN", mkldnn_packed_ops.available, onednn_linear_on_packed_constant,
                  mkldnn_packed_ops.packed_mm),
+    _packed_gemm("mkl_packed_addmm", "float32", "MKL", mkl_packed_ops.available,
+                 _with_bias(mkl_linear_on_packed_constant), mkl_packed_ops.packed_addmm, op="addmm"),
+    _packed_gemm("mkldnn_packed_addmm", "bfloat16", "oneDNN", mkldnn_packed_ops.available,
+                 _with_bias(onednn_linear_on_packed_constant), mkldnn_packed_ops.packed_addmm, op="addmm"),
 )
 
 PACKED_NAMES = frozenset(g.choice.name for g in PACKED_GEMMS)
@@ -89,12 +111,18 @@ def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inpu
     """The op's inputs for ``gemm``, or why it is not offered for this op instance."""
     if config.device_type != "cpu" or kernel_inputs.device_type != "cpu":
         return "not the cpu preset"
-    if op_name != "mm":
-        return f"op {op_name} (only mm: x @ weight)"
+    if op_name != gemm.op:
+        return f"op {op_name} ({gemm.choice.name} serves {gemm.op})"
     inputs = ops.op_inputs(op_name, kernel_inputs)
     if isinstance(inputs, str):
         return inputs
-    x, w_t = inputs.spec.inputs
+    x, w_t = inputs.spec.inputs[-2:]
+    if op_name == "addmm":
+        bias, scalars = inputs.spec.inputs[0], inputs.spec.scalars
+        if float(scalars.get("alpha", 1.0)) != 1.0 or float(scalars.get("beta", 1.0)) != 1.0:
+            return f"addmm with alpha={scalars.get('alpha')}, beta={scalars.get('beta')} (a linear's are 1)"
+        if not bias.constant or len(bias.shape) != 2 or bias.stride[0] != 0 or bias.stride[-1] != 1:
+            return "the bias is not a constant row broadcast over the rows (a linear's)"
     if (x.dtype, w_t.dtype) != (gemm.dtype, gemm.dtype):
         return f"dtypes {x.dtype}, {w_t.dtype} ({gemm.library} packs {gemm.dtype})"
     if not gemm.available():
