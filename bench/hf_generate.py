@@ -26,14 +26,19 @@ cache included), and for decode rows ``roofline``: the weight bytes a token read
 but the embedding table, which a token reads one row of) over the read bandwidth measured here
 (a large ``sum``), divided by the measured seconds per token: 1.0 is the memory bound.
 Timed calls are interleaved (each round runs every arm once) so load from other processes hits
-every arm alike.
+every arm alike. That does not cover where each arm's weights sit: on the VMs this was written on,
+the same read of a 98 MB tensor took 3.3-4.3 ms by copy (six copies, interleaved, one process), and
+the lm_head's kernel 2.0-3.7 ms by process. ``--processes N`` runs the whole measurement in N fresh
+processes; each arm's ``ms`` is then the median of the processes' medians, ``p25_ms``/``p75_ms``
+their quartiles, ``per_process_ms`` each one, and ``ext_ratio_per_process`` ext against the best
+Inductor arm in each process.
 
 ``targets`` (each row's ratio, ``met`` and, when missed, ``why``):
   ext_vs_best_inductor   ext >= 1.1x the faster of inductor and inductor_max_autotune, every row
   ext_first_compile      ext's first call <= 1.5x inductor_max_autotune's, every row
 
     python bench/hf_generate.py [--json] [--rows llama_static_float32,...] [--quick] [--reps 5]
-        [--new-tokens 32] [--prompt 16] [--prefill 512] [--layers 12] [--threads N]
+        [--processes 1] [--new-tokens 32] [--prompt 16] [--prefill 512] [--layers 12] [--threads N]
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ import copy
 import json
 import os
 import re
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -291,6 +298,49 @@ def targets(rows: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------------- several processes
+
+
+def in_processes(n: int) -> dict[str, Any]:
+    """This command's figures (``--json``) from ``n`` fresh processes, one after another, combined."""
+    # this command's arguments without --processes and its value (sys.argv[i] is the one before a)
+    argv = [a for i, a in enumerate(sys.argv[1:]) if a != "--processes" and sys.argv[i] != "--processes"
+            and not a.startswith("--processes=") and a != "--json"]
+    runs = []
+    for i in range(n):
+        print(f"hf_generate: process {i + 1} of {n}", file=sys.stderr)
+        done = subprocess.run([sys.executable, __file__, *argv, "--json"], stdout=subprocess.PIPE, text=True,
+                              timeout=4 * 3600)
+        if done.returncode != 0:
+            raise SystemExit(f"hf_generate: process {i + 1} failed (exit {done.returncode})")
+        runs.append(json.loads(done.stdout))
+    return combine(runs)
+
+
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per row and arm, the median of the runs' medians with their quartiles (``statistics``'
+    inclusive method: with 3 runs, the middle of each half), and each run's; first calls by median."""
+    figures = {**runs[0], "processes": len(runs), "wall_s": round(sum(r["wall_s"] for r in runs), 1),
+               "load_average_after": runs[-1]["load_average_after"], "rows": {}}
+    for name, first in runs[0]["rows"].items():
+        row = {**first, "arms": {}, "compile_s": {}}
+        for arm in first["arms"]:
+            per = [r["rows"][name]["arms"][arm]["ms"] for r in runs]
+            q = statistics.quantiles(per, n=4, method="inclusive") if len(per) > 1 else [per[0]] * 3
+            combined = {**first["arms"][arm], "ms": round(statistics.median(per), 3), "p25_ms": round(q[0], 3),
+                        "p75_ms": round(q[2], 3), "n": len(per), "per_process_ms": per}
+            for key in ("tokens_per_s", "roofline"):
+                if key in combined:
+                    combined[key] = statistics.median(r["rows"][name]["arms"][arm][key] for r in runs)
+            row["arms"][arm] = combined
+            row["compile_s"][arm] = statistics.median(r["rows"][name]["compile_s"][arm] for r in runs)
+        row["ext_ratio_per_process"] = [r["targets"]["ext_vs_best_inductor"]["per_row"][name]["ratio"]
+                                        for r in runs if name in r["targets"]["ext_vs_best_inductor"]["per_row"]]
+        figures["rows"][name] = row
+    figures["targets"] = targets(figures["rows"])
+    return figures
+
+
 # -------------------------------------------------------------------------------------- main
 
 
@@ -305,6 +355,8 @@ def main() -> None:
     parser.add_argument("--prefill", type=int, default=512, help="prompt tokens of the prefill rows")
     parser.add_argument("--layers", type=int, default=Widths.layers)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--processes", type=int, default=1,
+                        help="run the measurement in this many fresh processes and combine them (see above)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny widths, 1 layer, 3 new tokens, rows llama_static_float32 and gpt2_prefill_float32: "
                              "checks the script, the figures mean little")
@@ -326,6 +378,11 @@ def main() -> None:
     if args.prompt + args.new_tokens > w.positions or args.prefill > w.positions:
         parser.error(f"--prompt + --new-tokens and --prefill must fit {w.positions} positions")
 
+    if args.processes < 1:
+        parser.error(f"--processes {args.processes}: at least 1")
+    if args.processes > 1:
+        report(in_processes(args.processes), args)
+        return
     started = time.perf_counter()
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
@@ -347,11 +404,17 @@ def main() -> None:
                "read_bandwidth_gb_s": round(bandwidth / 1e9, 2), "cpu_count": os.cpu_count(), "load_average": load,
                "load_average_after": load_after, "wall_s": round(time.perf_counter() - started, 1),
                "rows": rows, "targets": targets(rows)}
+    report(figures, args)
+
+
+def report(figures: dict[str, Any], args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(figures, indent=2))
         return
-    print(f"read bandwidth {figures['read_bandwidth_gb_s']} GB/s, {args.threads} threads, load {load} -> {load_after}")
-    for name, r in rows.items():
+    print(f"read bandwidth {figures['read_bandwidth_gb_s']} GB/s, {figures['threads']} threads, "
+          f"load {figures['load_average']} -> {figures['load_average_after']}"
+          + (f", {figures['processes']} processes" if "processes" in figures else ""))
+    for name, r in figures["rows"].items():
         print(f"{name:26s} " + "  ".join(f"{a} {t['ms']:.1f} ms [{t['p25_ms']:.1f}-{t['p75_ms']:.1f}]"
                                          + (f" roofline {t['roofline']:.2f}" if "roofline" in t else "")
                                          for a, t in r["arms"].items()))
