@@ -278,7 +278,8 @@ def measure(model_name: str, repeats: int, quick: bool, work: Path) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                        help=f"comma-separated subset of {', '.join(MODELS)}")
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes per arm (the median is reported)")
     parser.add_argument("--quick", action="store_true", help="tiny models: checks the script, the figures mean little")
     parser.add_argument("--arm", help=argparse.SUPPRESS)

@@ -522,7 +522,8 @@ def test_a_linear_with_its_bias_served_by_mkls_packed_gemm_adds_the_bias(built, 
         torch.testing.assert_close(got, m(*args), rtol=1e-5, atol=1e-5)
     addmm = next(d for d in decisions if d.op == "addmm")
     assert addmm.winner == "ext_mkl_packed_addmm" and addmm.reason == "cache" and benchmarks == 0
-    calls = [line for line in _output_code(tmp_path / "dump").splitlines() if "torch.ops.mkl._mkl_linear.default(" in line]
+    code = _output_code(tmp_path / "dump")
+    calls = [line for line in code.splitlines() if "torch.ops.mkl._mkl_linear.default(" in line]
     assert calls and not any(line.rstrip(")").split(",")[-2].strip() == "None" for line in calls), calls
 
 

@@ -155,8 +155,9 @@ class ExtChoices(InductorChoices):
             module = registry.get(family)
             offered = []
             default = adapters.default_config(module, ready, self.config.target)
-            ruled_out = None if family in forced_templates(self.config) else functools.cache(functools.partial(
-                _ruled_out, module, ready.problem, self.config.target, node))  # asked twice for the default: one log line
+            # asked twice for a ruled-out default: cached, so it logs one line
+            ruled_out = None if family in forced_templates(self.config) else functools.cache(
+                functools.partial(_ruled_out, module, ready.problem, self.config.target, node))
             proposed = policy.candidates(module, ready.problem, self.config.target, self.config.autotune,
                                          ruled_out=ruled_out)
             if default is not None and all(c.config != default for c in proposed) \

@@ -159,7 +159,8 @@ def ruled_out(problem: CppGemmProblem, config: CppGemmConfig, target: str) -> st
         return (f"at M={problem.m} (>= {RULED_OUT_M}) the 16x16 AVX-512 fp32 micro-kernel ran 1.1-2.1x faster "
                 f"than {config.block_m}x{config.block_n} in every measured GEMM")
     if problem.dtype == "float32" and problem.m == 1 and block == (16, 16):
-        return "at M=1 the 16x16 AVX-512 fp32 micro-kernel ran 1.05-1.5x slower than 8x48 or 8x32 in every measured GEMM"
+        return ("at M=1 the 16x16 AVX-512 fp32 micro-kernel ran 1.05-1.5x slower than 8x48 or 8x32 in every "
+                "measured GEMM")
     if problem.dtype == "bfloat16" and problem.m >= RULED_OUT_M and _native_bf16_dot():
         return (f"at M={problem.m} (>= {RULED_OUT_M}) oneDNN's bf16 GEMM (AVX512-BF16 dot products) ran 1.5-4.4x "
                 "faster than every AVX-512 bf16 micro-kernel measured")
@@ -181,4 +182,5 @@ def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
-    config_supports=config_supports, ruled_out=ruled_out, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES, module=__name__)
+    config_supports=config_supports, ruled_out=ruled_out, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES,
+    module=__name__)
