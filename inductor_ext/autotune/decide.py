@@ -106,11 +106,11 @@ def _disturbed_names(candidates: Sequence[Candidate]) -> str:
 
 
 def _clean_aten(candidates: Sequence[Candidate]) -> bool:
-    """Whether some ATen choice was timed and not ``disturbed``. A 2-thread MKL GEMM of a few ms
-    (the decode lm_head's plain mm, 7.8 ms) blocks a thread in every call, so every call counts as
-    switched; the fallback then served MKL's packed GEMM, timed clean at 4.3 ms, over a template
-    timed clean at 2.0 ms. The disturbed choice is left out instead: it was no candidate to serve
-    (the fallback never serves it either), and what serves is decided on clean timings alone."""
+    """Whether some ATen choice was timed and not ``disturbed``. While voluntary context switches
+    still counted (until df081f1), the decode lm_head's 2-thread plain mm (7.8 ms) was switched in
+    every call; the fallback then served MKL's packed GEMM, timed clean at 4.3 ms, over a template
+    timed clean at 2.0 ms. A choice that is disturbed is left out instead: it was no candidate to
+    serve (the fallback never serves it either), and what serves is decided on clean timings alone."""
     return any(c.is_aten and not c.disturbed and math.isfinite(c.time_ms) for c in candidates)
 
 

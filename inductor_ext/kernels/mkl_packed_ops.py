@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from inductor_ext.kernels.packed_weights import PackedWeights
+from inductor_ext.kernels.packed_weights import PackedWeights, bias_row
 
 
 def available() -> bool:
@@ -28,41 +28,33 @@ def available() -> bool:
 _packed = PackedWeights(lambda w_t, batch: torch.ops.mkl._mkl_reorder_linear_weight(w_t.t().contiguous(), batch))
 
 
-def packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
-    """The op's body, callable without the dispatcher: what ext's autotuning times (the op's own
-    dispatch costs 15-30 us a call, more than the graph pays for ``mkl::_mkl_linear``)."""
-    if x.dtype != torch.float32 or w_t.dtype != torch.float32 or x.device.type != "cpu" or not available():
-        return torch.mm(x, w_t)
+def _linear(x: Tensor, w_t: Tensor, row: Tensor | None) -> Tensor | None:
+    """``x @ w_t`` (+ ``row`` on every row) through MKL's packed GEMM, or None where MKL cannot
+    serve it (another dtype or device, no MKL, a weight that cannot be cached)."""
+    fp32 = x.dtype == w_t.dtype == torch.float32 and (row is None or row.dtype == torch.float32)
+    if not fp32 or x.device.type != "cpu" or not available():
+        return None
     batch = x.shape[0]
     packed = _packed.get(w_t, batch)
     if packed is None:
-        return torch.mm(x, w_t)
+        return None
     # MKL reads x with a leading dimension of K: it must be row-major contiguous.
-    return torch.ops.mkl._mkl_linear(x.contiguous(), packed, w_t.t(), None, batch)
+    return torch.ops.mkl._mkl_linear(x.contiguous(), packed, w_t.t(), row, batch)
+
+
+def packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
+    """The op's body, callable without the dispatcher: what ext's autotuning times (the op's own
+    dispatch costs 15-30 us a call, more than the graph pays for ``mkl::_mkl_linear``)."""
+    out = _linear(x, w_t, None)
+    return torch.mm(x, w_t) if out is None else out
 
 
 def packed_addmm(bias: Tensor, x: Tensor, w_t: Tensor) -> Tensor:
     """``bias + x @ w_t`` for a bias broadcast over the rows (a linear's), through MKL's packed
     GEMM with the bias added by ``mkl::_mkl_linear``; ATen's addmm where MKL cannot serve it."""
     row = bias_row(bias, w_t.shape[1])
-    fp32 = row is not None and row.dtype == x.dtype == w_t.dtype == torch.float32
-    if not fp32 or x.device.type != "cpu" or not available():
-        return torch.addmm(bias, x, w_t)
-    batch = x.shape[0]
-    packed = _packed.get(w_t, batch)
-    if packed is None:
-        return torch.addmm(bias, x, w_t)
-    return torch.ops.mkl._mkl_linear(x.contiguous(), packed, w_t.t(), row, batch)
-
-
-def bias_row(bias: Tensor, cols: int) -> Tensor | None:
-    """The one row a linear's bias repeats, as a 1-D tensor of ``cols``; None for any other
-    addmm input (a full matrix, a column broadcast): the packed linears add a per-column bias only."""
-    if bias.dim() == 1:
-        return bias if bias.shape[0] == cols else None
-    if bias.dim() == 2 and bias.shape[-1] == cols and (bias.shape[0] == 1 or bias.stride(0) == 0):
-        return bias[0]
-    return None
+    out = None if row is None else _linear(x, w_t, row)
+    return torch.addmm(bias, x, w_t) if out is None else out
 
 
 @torch.library.custom_op("inductor_ext::mkl_packed_mm", mutates_args=())

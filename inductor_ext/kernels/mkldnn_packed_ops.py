@@ -21,8 +21,7 @@ import functools
 import torch
 from torch import Tensor
 
-from inductor_ext.kernels.mkl_packed_ops import bias_row
-from inductor_ext.kernels.packed_weights import PackedWeights
+from inductor_ext.kernels.packed_weights import PackedWeights, bias_row
 
 
 @functools.cache  # asked on every call of the op (~1.5 us through the dispatcher); fixed per process
@@ -36,28 +35,32 @@ def available() -> bool:
 _packed = PackedWeights(lambda w_t, batch: torch.ops.mkldnn._reorder_linear_weight(w_t.t().contiguous(), batch))
 
 
+def _linear(x: Tensor, w_t: Tensor, row: Tensor | None) -> Tensor | None:
+    """``x @ w_t`` (+ ``row`` on every row) through oneDNN's linear on the reordered weight, or
+    None where oneDNN cannot serve it (another dtype or device, no bf16 GEMM here, a weight that
+    cannot be cached)."""
+    bf16 = x.dtype == w_t.dtype == torch.bfloat16 and (row is None or row.dtype == torch.bfloat16)
+    if not bf16 or x.device.type != "cpu" or not available():
+        return None
+    packed = _packed.get(w_t, x.shape[0])
+    if packed is None:
+        return None
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, row, "none", [], "")
+
+
 def packed_mm(x: Tensor, w_t: Tensor) -> Tensor:
     """The op's body, callable without the dispatcher: what ext's autotuning times (the graph
     calls ``mkldnn::_linear_pointwise`` on a weight reordered at compile time instead)."""
-    if x.dtype != torch.bfloat16 or w_t.dtype != torch.bfloat16 or x.device.type != "cpu" or not available():
-        return torch.mm(x, w_t)
-    packed = _packed.get(w_t, x.shape[0])
-    if packed is None:
-        return torch.mm(x, w_t)
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
+    out = _linear(x, w_t, None)
+    return torch.mm(x, w_t) if out is None else out
 
 
 def packed_addmm(bias: Tensor, x: Tensor, w_t: Tensor) -> Tensor:
     """``bias + x @ w_t`` for a bias broadcast over the rows (a linear's), through oneDNN's
     linear with the bias fused; ATen's addmm where oneDNN cannot serve it."""
     row = bias_row(bias, w_t.shape[1])
-    bf16 = row is not None and row.dtype == x.dtype == w_t.dtype == torch.bfloat16
-    if not bf16 or x.device.type != "cpu" or not available():
-        return torch.addmm(bias, x, w_t)
-    packed = _packed.get(w_t, x.shape[0])
-    if packed is None:
-        return torch.addmm(bias, x, w_t)
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, row, "none", [], "")
+    out = None if row is None else _linear(x, w_t, row)
+    return torch.addmm(bias, x, w_t) if out is None else out
 
 
 @torch.library.custom_op("inductor_ext::mkldnn_packed_mm", mutates_args=())

@@ -4,7 +4,8 @@ they are the same weight.
 A copy is keyed honestly: by the weight's storage (a weak key, so the copy goes with the weight),
 its offset, sizes, strides, version counter (any in-place write repacks) and the batch size it
 was packed for. A weight without a version counter (an inference tensor) is never cached: the
-caller then computes a plain mm.
+caller then computes a plain mm. ``bias_row`` reads the bias a packed linear adds out of an
+``addmm`` input.
 """
 
 from __future__ import annotations
@@ -52,3 +53,13 @@ class PackedWeights:
 
     def __getitem__(self, storage: Any) -> dict[tuple[Any, ...], Tensor]:
         return self._by_storage[storage]
+
+
+def bias_row(bias: Tensor, cols: int) -> Tensor | None:
+    """The one row a linear's bias repeats, as a 1-D tensor of ``cols``; None for any other
+    addmm input (a full matrix, a column broadcast): the packed linears add a per-column bias only."""
+    if bias.dim() == 1:
+        return bias if bias.shape[0] == cols else None
+    if bias.dim() == 2 and bias.shape[-1] == cols and (bias.shape[0] == 1 or bias.stride(0) == 0):
+        return bias[0]
+    return None

@@ -27,7 +27,7 @@ from torch._inductor.virtualized import V
 
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops
-from inductor_ext.kernels.mkl_packed_ops import bias_row
+from inductor_ext.kernels.packed_weights import bias_row
 from inductor_ext.lowering import ops
 
 
