@@ -901,11 +901,17 @@ def test_keep_gathered_prefetch_and_reduce_dtypes_change_the_graphs(world):
 
     from inductor_ext.comms_passes.fsdp.data_parallel import NextStepGather
 
+    inflight_flag = torch._C._distributed_c10d._allow_inflight_collective_as_graph_input
+    flag_before = inflight_flag()
     with FakeTensorMode():
         model = data_parallel(Llama(cfg), world, fp32_params=["*norm*"])
-        NextStepGather(model, ["tok_embeddings.*"])()
+        prefetch = NextStepGather(model, ["tok_embeddings.*"])
+        prefetch()
+        assert inflight_flag()  # the compiled forward may take the in-flight gather as an input
         tokens = torch.randint(0, cfg.vocab, (2, cfg.seq))
         captured = capture_graphs(model, (tokens, tokens))
+        prefetch.close()
+    assert inflight_flag() == flag_before  # a process-wide flag: close() gives it back
     pre = {c.kind: post_grad(c, {}) for c in captured}
     assert len(_colls(pre["forward"], "all_gather")) == n_params - 1
     waited = [n.args[0] for n in pre["forward"].graph.nodes if is_wait(n) and n.args[0].op == "placeholder"]

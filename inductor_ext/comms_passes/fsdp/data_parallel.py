@@ -127,7 +127,8 @@ class NextStepGather:
     waits for the prefetched values where it would have gathered; anything else (no prefetch, an
     extra forward) gathers as usual. The numbers are the same as without it. Compiled graphs take
     the in-flight tensor as an input (``_set_allow_inflight_collective_as_graph_input``); the first
-    forward after a prefetch compiles once more (a graph without that gather).
+    forward after a prefetch compiles once more (a graph without that gather); ``close()`` sets
+    that process-wide flag back to what it was before the first gather.
     """
 
     def __init__(self, model: nn.Module, names: FP32Predicate) -> None:
@@ -143,8 +144,11 @@ class NextStepGather:
         if not self.targets:
             raise ValueError(f"NextStepGather: no data_parallel parameter matches {names!r}")
         self._hooks: list[Any] = []
+        self._inflight_flag_before: bool | None = None  # the process-wide flag before the first gather
 
     def __call__(self) -> None:
+        if self._inflight_flag_before is None:
+            self._inflight_flag_before = torch._C._distributed_c10d._allow_inflight_collective_as_graph_input()
         torch._C._distributed_c10d._set_allow_inflight_collective_as_graph_input(True)
         with torch.no_grad():
             for _, gather, shard in self.targets:
@@ -165,7 +169,8 @@ class NextStepGather:
         return handle
 
     def close(self) -> None:
-        """Stop prefetching: remove the hooks, wait for and drop gathers no forward consumed."""
+        """Stop prefetching: remove the hooks, wait for and drop gathers no forward consumed, and
+        set the in-flight-input flag back (other code in the process may rely on its default)."""
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
@@ -173,6 +178,9 @@ class NextStepGather:
             if gather.prefetched is not None:
                 torch.ops._c10d_functional.wait_tensor(gather.prefetched)
                 gather.prefetched = None
+        if self._inflight_flag_before is not None:
+            torch._C._distributed_c10d._set_allow_inflight_collective_as_graph_input(self._inflight_flag_before)
+            self._inflight_flag_before = None
 
 
 def _fp32_matcher(fp32_params: FP32Predicate) -> Callable[[str, nn.Parameter], bool]:
