@@ -25,8 +25,10 @@ its first call's seconds (``compile_s``: every compile that call triggers, recom
 cache included), and for decode rows ``roofline``: the weight bytes a token reads (every parameter
 but the embedding table, which a token reads one row of) over the read bandwidth measured here
 (a large ``sum``), divided by the measured seconds per token: 1.0 is the memory bound.
-Timed calls are interleaved (each round runs every arm once) so load from other processes hits
-every arm alike. That does not cover where each arm's weights sit: on the VMs this was written on,
+Timed calls are interleaved (each round runs every arm twice in a row and times the second) so
+load from other processes hits every arm alike, while each timed call finds the caches its own arm
+left, as a serving loop of one model does (timing the first instead: bf16 decode 97.6 against 74.6
+ms per call, every arm alike). That does not cover where each arm's weights sit: on the VMs this was written on,
 the same read of a 98 MB tensor took 3.3-4.3 ms by copy (six copies, interleaved, one process), and
 the lm_head's kernel 2.0-3.7 ms by process. ``--processes N`` runs the whole measurement in N fresh
 processes; each arm's ``ms`` is then the median of the processes' medians, ``p25_ms``/``p75_ms``
@@ -213,7 +215,7 @@ def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float)
         fns[arm] = run
         print(f"  {row.name} {arm}: first call {compile_s[arm]:.1f} s", file=sys.stderr)
     made = ext_choices.decisions[first:]
-    timings = interleaved(fns, args.reps)
+    timings = interleaved(fns, args.reps, lead_in=1)
     result: dict[str, Any] = {"row": asdict(row), "compile_s": compile_s, "arms": {}}
     for arm, t in timings.items():
         result["arms"][arm] = _arm_figures(t, row, args)

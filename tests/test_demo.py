@@ -3,6 +3,9 @@ and "within noise" instead of a ratio when the arms overlap."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 import torch
 
@@ -27,6 +30,25 @@ def test_interleaved_gives_every_arm_its_samples():
     timings = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, reps=5, warmup=1)
     assert calls == ["a", "b"] * 6 and {t.samples for t in timings.values()} == {5}
     assert all(t.p25 <= t.median <= t.p75 for t in timings.values())
+
+
+def test_interleaved_lead_in_times_the_second_of_each_pair():
+    """With ``lead_in`` each timed call follows an untimed call of its own arm: a first call made
+    slow by the other arm (here: a flag it leaves) is never the one timed."""
+    last = []
+
+    def arm(name: str) -> Any:
+        def call() -> None:
+            if last and last[-1] != name:
+                time.sleep(0.02)  # what the other arm left behind costs this call
+            last.append(name)
+        return call
+
+    timings = interleaved({"a": arm("a"), "b": arm("b")}, reps=3, warmup=0, lead_in=1)
+    assert last == ["a", "a", "b", "b"] * 3
+    assert all(t.p75 < 0.01 for t in timings.values())
+    cold = interleaved({"a": arm("a"), "b": arm("b")}, reps=3, warmup=0)
+    assert all(t.median >= 0.02 for t in cold.values())
 
 
 @pytest.fixture(scope="module")
