@@ -1,5 +1,6 @@
 """Run by test_cache_keys.py with TRITON_INTERPRET=1: a winner cached through the real lowering
-path is found again, and is not found once the template's source hash changes (an edit)."""
+path is found again, and is not found once the template's source hash changes (an edit) or on
+another host CPU."""
 
 import json
 import sys
@@ -29,6 +30,11 @@ if __name__ == "__main__":
     base = {"preset": "hopper", "interpret": True, "templates": ["triton.gemm"], "autotune_cache": cache}
     results = {"tuned": compile_once({**base, "autotune": "quick"}),
                "reused": compile_once({**base, "autotune": "cache-only"})}
+    # Another CPU (here another thread count, a part of the host's name in the key): not a reuse.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2 if threads == 1 else 1)
+    results["other_host"] = compile_once({**base, "autotune": "cache-only"})
+    torch.set_num_threads(threads)
     # Edit-equivalent: the template module's source hash changes, nothing else does.
     original = ext_choices.module_source_hash
     ext_choices.module_source_hash = lambda m: "edited" + original(m) if m is gemm else original(m)

@@ -1,6 +1,6 @@
 """Autotune cache keys are honest through the real lowering path: a cached winner is reused,
 and editing a template (its module's source hash) misses the cache instead of reusing a winner
-chosen for other code."""
+chosen for other code, as does running on another CPU."""
 
 import pytest
 
@@ -25,3 +25,10 @@ def test_editing_the_template_misses_the_cache(results):
     (tuned,), (edited,), (retuned,) = results["tuned"], results["edited"], results["edited_tuned"]
     assert edited["reason"] == "fallback: cache-only and no cache entry", edited
     assert retuned["reason"] != "cache" and retuned["key"] != tuned["key"]
+
+
+def test_a_record_from_another_cpu_misses_the_cache(results):
+    """CPU records name the host (model, ISA, threads): one timed with other threads, or on an
+    AVX-512 host for an AVX2 one (whose micro-kernels it cannot build), is not served."""
+    (other,) = results["other_host"]
+    assert other["reason"] == "fallback: cache-only and no cache entry", other

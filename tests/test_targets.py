@@ -92,3 +92,18 @@ def test_one_datasheet_per_target_everywhere():
         assert current_settings(config).gpu == sheet.name
         if targets.has(config.target, targets.NVMMH):
             assert nvmmh_policy.resolve_gpu(config.target).startswith(sheet.name)
+
+
+def test_the_host_cpu_is_named_by_model_isa_and_threads(monkeypatch):
+    """What CPU autotune records are keyed by: a decision timed on one CPU is no evidence on another."""
+    from inductor_ext.targets import cpu
+
+    threads = torch.get_num_threads()
+    name = cpu.host_name()
+    assert name.startswith(cpu._model_name() + ", ") and name.endswith(f"{threads} thread" + "s" * (threads != 1))
+    assert torch.backends.cpu.get_cpu_capability() in name
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # ATEN_CPU_CAPABILITY=avx2
+    assert cpu.host_name() != name and ", AVX2, " in cpu.host_name()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert "AVX512 AMX" in cpu.host_name()

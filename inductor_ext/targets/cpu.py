@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import platform
 from typing import Any
 
 from inductor_ext.targets.base import INTERPRETER, Target, Vendor
@@ -34,6 +36,36 @@ PRESETS = {
         "passes": [], "templates": [], "autotune": "off", "pdl": "off", "template_margin": 0.0,
     },
 }
+
+
+def host_name() -> str:
+    """The host CPU as autotune records name it (their key's ``device_name``, as a GPU's name):
+    its model, the ISA torch's CPU kernels run at (``ATEN_CPU_CAPABILITY`` honoured, as Inductor
+    does), AMX and AVX512-BF16 where they are used, and the intra-op threads now. A decision timed
+    on one CPU is no evidence on another: a record made on an AVX-512 host names micro-kernels an
+    AVX2 host cannot build (it fell back to ATen there), and 2-thread timings say little at 32."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    features = []
+    if capability == "AVX512":
+        features += ["AMX"] * torch.cpu._is_amx_tile_supported()
+        features += ["AVX512-BF16"] * torch.cpu._is_avx512_bf16_supported()
+    isa = " ".join([capability, *features])
+    threads = torch.get_num_threads()
+    return f"{_model_name()}, {isa}, {threads} thread{'' if threads == 1 else 's'}"
+
+
+@functools.cache
+def _model_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass  # not Linux: the platform module's description
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def detect(device: Any) -> tuple[str, str] | None:
