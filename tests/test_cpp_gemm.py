@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,13 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import cpp_builder
 from torch._inductor.codecache import CppCodeCache
+from torch._inductor.utils import fresh_cache
 
 from inductor_ext import dumps, presets, tune
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry
 from inductor_ext.kernels import mkldnn_packed_ops
-from inductor_ext.lowering import cold_timing, cpp_gemm, ext_choices, frozen_params, jinja_templates
+from inductor_ext.lowering import cold_timing, cpp_gemm, ext_choices, frozen_params, jinja_templates, opaque_constants
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import registry
 from inductor_ext.templates.cpp import gemm
@@ -642,8 +644,24 @@ def test_cache_only_compile_serves_onednns_packed_linear(forced_bf16, tmp_path):
     torch.manual_seed(0)
     m = DecodeNet().eval().to(torch.bfloat16)
     args = (torch.randn(1, 64).bfloat16(), torch.randn(4, 3, 32).bfloat16(), torch.randn(4, 32, 5).bfloat16())
-    _, got, decisions, benchmarks = _compile(copy.deepcopy(m), args, {
-        "autotune": "cache-only", "autotune_cache": str(tmp_path / "onednn.db"), "dump_dir": str(tmp_path / "dump")})
+    inductor_warnings = _Records()
+    cache_log = logging.getLogger(opaque_constants.INDUCTOR_CACHE_LOGGER)
+    cache_log.addHandler(inductor_warnings)
+    torch._dynamo.reset()
+    counters.clear()
+    first = len(ext_choices.decisions)
+    # Inductor's FX graph cache on, as a user has it (empty: the graph is compiled, then saved)
+    with fresh_cache(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
+        try:
+            got = torch.compile(copy.deepcopy(m), backend="ext", options={
+                "autotune": "cache-only", "autotune_cache": str(tmp_path / "onednn.db"),
+                "dump_dir": str(tmp_path / "dump")})(*args)
+        finally:
+            cache_log.removeHandler(inductor_warnings)
+    decisions, benchmarks = ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+    # Inductor could not pickle the opaque constant (the graph is not cached), and said nothing of it
+    assert counters["inductor"]["fxgraph_cache_pickle_error"] == 1
+    assert opaque_constants.UNSERIALIZABLE not in [r.getMessage() for r in inductor_warnings.records]
     assert [(d.winner, d.reason) for d in decisions if d.op == "mm"] == [("ext_mkldnn_packed_mm", "cache")]
     assert benchmarks == 0
     code = _output_code(tmp_path / "dump")  # reordered at compile time, as Inductor's own pass does
@@ -651,6 +669,15 @@ def test_cache_only_compile_serves_onednns_packed_linear(forced_bf16, tmp_path):
     with torch.no_grad():
         want = copy.deepcopy(m).float()(*(a.float() for a in args))
     _assert_bf16_close(got, want)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
 
 
 class Prefill(torch.nn.Module):

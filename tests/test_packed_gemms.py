@@ -140,3 +140,30 @@ def test_autotuning_times_the_packed_gemm_without_the_ops_dispatch(library, kern
     assert served["mm"].choice.to_callable() is kernels.packed_mm
     assert served["addmm"].choice.to_callable() is kernels.packed_addmm
     assert all(g.choice.kernel_creator is not None for g in served.values())
+
+
+def test_only_inductors_failure_to_pickle_ext_opaque_constants_is_quietened():
+    """The filter drops Inductor's 'unable to serialize' warning only for a graph ext gave an opaque
+    oneDNN constant, and only for that error: any other failure to save stays Inductor's warning."""
+    import logging
+    import sys
+
+    from inductor_ext.lowering import opaque_constants
+
+    def record(error: BaseException) -> logging.LogRecord:
+        try:
+            raise error
+        except BaseException:
+            info = sys.exc_info()
+        return logging.LogRecord(opaque_constants.INDUCTOR_CACHE_LOGGER, logging.WARNING, __file__, 1,
+                                 opaque_constants.UNSERIALIZABLE, None, info)
+
+    opaque = NotImplementedError("Cannot access storage of OpaqueTensorImpl")
+    quiet = opaque_constants._FILTER.filter
+    opaque_constants._pending.count = 0
+    assert quiet(record(opaque))  # no opaque constant added by ext: Inductor's warning stands
+    opaque_constants.added()
+    assert quiet(record(TypeError("cannot pickle '_thread.lock' object")))  # another failure: stands
+    assert not quiet(record(opaque))  # ext's constant: one ext log line instead
+    assert quiet(record(opaque))  # once: the next graph's failure is its own
+    assert opaque_constants._FILTER in logging.getLogger(opaque_constants.INDUCTOR_CACHE_LOGGER).filters

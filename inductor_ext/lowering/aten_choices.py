@@ -28,7 +28,7 @@ from torch._inductor.virtualized import V
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops
 from inductor_ext.kernels.packed_weights import bias_row
-from inductor_ext.lowering import ops
+from inductor_ext.lowering import opaque_constants, ops
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,7 @@ def onednn_linear_on_packed_constant(x: Any, w_t: Any, bias: Any = None) -> ir.E
     pass makes it)."""
     weight = constant_value(w_t).t()  # (N, K)
     packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), int(x.get_size()[0]))
+    opaque_constants.added()  # Inductor's FX graph cache cannot pickle it: one log line, not a traceback
     b = None if bias is None else _bias_constant(bias)
     return mkldnn_ir.LinearUnary.create(x, V.graph.add_tensor_constant(packed), b, "none", [], "")
 
