@@ -28,8 +28,8 @@ but the embedding table, which a token reads one row of) over the read bandwidth
 Timed calls are interleaved (each round runs every arm twice in a row and times the second) so
 load from other processes hits every arm alike, while each timed call finds the caches its own arm
 left, as a serving loop of one model does (timing the first instead: bf16 decode 97.6 against 74.6
-ms per call, every arm alike). That does not cover where each arm's weights sit: on the VMs this was written on,
-the same read of a 98 MB tensor took 3.3-4.3 ms by copy (six copies, interleaved, one process), and
+ms per call, every arm alike). That does not cover where each arm's weights sit: on the VMs this
+was written on, the same read of a 98 MB tensor took 3.3-4.3 ms by copy (six copies, interleaved, one process), and
 the lm_head's kernel 2.0-3.7 ms by process. ``--processes N`` runs the whole measurement in N fresh
 processes; each arm's ``ms`` is then the median of the processes' medians, ``p25_ms``/``p75_ms``
 their quartiles, ``per_process_ms`` each one, and ``ext_ratio_per_process`` ext against the best
