@@ -35,7 +35,9 @@ from inductor_ext import tracing
 from inductor_ext.logs import autotune_log
 from inductor_ext.lowering.ops._spec import symbolic_indices
 from inductor_ext.runtime import extras
+from inductor_ext.targets import apple as apple_target
 from inductor_ext.targets import cpu as cpu_target
+from inductor_ext.targets import intel as intel_target
 from inductor_ext.templates import registry
 from inductor_ext.templates.base import module_source_hash
 from inductor_ext.templates.family import Family
@@ -392,6 +394,10 @@ def _device_name(device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
     if device.type == "cpu":
         return cpu_target.host_name()  # model, ISA and threads: every CPU is not the same "cpu"
+    if device.type == "xpu":
+        return intel_target.device_name(device)
+    if device.type == "mps":
+        return apple_target.chip_name()
     return device.type
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import subprocess
 from typing import Any
 
 from inductor_ext.targets.base import Target, Vendor
@@ -29,6 +31,19 @@ PRESETS = {
 
 def detect(device: Any) -> tuple[str, str] | None:
     return ("mps", "Apple GPU") if device.type == "mps" else None
+
+
+@functools.cache
+def chip_name() -> str:
+    """The Apple chip as autotune records name an MPS device (their key's ``device_name``), e.g.
+    "Apple M2 Pro": an M1's timings are no evidence on an M4. "mps" where macOS does not say."""
+    try:
+        done = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                              timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "mps"
+    name = done.stdout.strip()
+    return name if done.returncode == 0 and name.startswith("Apple") else "mps"
 
 
 VENDOR = Vendor("apple", (MPS,), {}, PRESETS, detect, order=30)

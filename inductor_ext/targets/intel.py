@@ -34,4 +34,12 @@ def detect(device: Any) -> tuple[str, str] | None:
     return ("xpu", "Intel GPU") if device.type == "xpu" else None
 
 
+def device_name(device: Any) -> str:
+    """The GPU as autotune records name it (their key's ``device_name``): one Intel GPU's timings
+    (and subgroup sizes) are no evidence on another."""
+    import torch
+
+    return torch.xpu.get_device_name(device)
+
+
 VENDOR = Vendor("intel", (XPU,), {}, PRESETS, detect, order=40)
