@@ -46,7 +46,7 @@ def test_interleaved_lead_in_times_the_second_of_each_pair():
 
     timings = interleaved({"a": arm("a"), "b": arm("b")}, reps=3, warmup=0, lead_in=1)
     assert last == ["a", "a", "b", "b"] * 3
-    assert all(t.p75 < 0.01 for t in timings.values())
+    assert all(t.median < 0.02 for t in timings.values())  # no timed call paid for the other arm
     cold = interleaved({"a": arm("a"), "b": arm("b")}, reps=3, warmup=0)
     assert all(t.median >= 0.02 for t in cold.values())
 
