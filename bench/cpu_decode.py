@@ -24,8 +24,9 @@ Arms (each a deep copy of the model, compiled with static shapes once per shape)
                          instead of passing 40 lifted parameters each call (ext watches them
                          there as well); the lifted path costs 35-110 us a call around the graph
                          (1.5-3% of a decode b1 fp32 step here), which a backend cannot opt out of.
-Timed calls are interleaved (each round runs every arm once, in rotating order) so load from
-other processes hits every arm alike; each arm reports the median with p10/p25/p75/p90, and a
+Timed calls are interleaved (each round runs every arm twice in a row, in rotating order, and
+times the second, as hf_generate does) so load from other processes hits every arm alike while
+each timed call finds the caches its own arm left; each arm reports the median with p10/p25/p75/p90, and a
 compiled arm also the median time inside Inductor's compiled graph (``graph_ms``) and around it
 (``around_ms``: Dynamo's guards, AOTAutograd's wrapper, ext's weight check), so a gap between
 arms that run the same kernels shows where it is.
@@ -187,6 +188,7 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, 
                 fn()
         for r in range(reps):
             for arm in order[r % len(order):] + order[:r % len(order)]:  # rotate who goes first
+                fns[arm]()  # untimed: the timed call finds its own arm's caches, not the last arm's
                 spent[0] = 0.0
                 t0 = time.perf_counter()
                 fns[arm]()
