@@ -26,8 +26,8 @@ Arms (each a deep copy of the model, compiled with static shapes once per shape)
                          (1.5-3% of a decode b1 fp32 step here), which a backend cannot opt out of.
 Timed calls are interleaved (each round runs every arm twice in a row, in rotating order, and
 times the second, as hf_generate does) so load from other processes hits every arm alike while
-each timed call finds the caches its own arm left; each arm reports the median with p10/p25/p75/p90, and a
-compiled arm also the median time inside Inductor's compiled graph (``graph_ms``) and around it
+each timed call finds the caches its own arm left; each arm reports the median with
+p10/p25/p75/p90, and a compiled arm also the median time inside Inductor's compiled graph (``graph_ms``) and around it
 (``around_ms``: Dynamo's guards, AOTAutograd's wrapper, ext's weight check), so a gap between
 arms that run the same kernels shows where it is.
 

@@ -25,6 +25,8 @@ from torch._inductor import cpp_builder
 from torch._inductor.codecache import CppCodeCache
 from torch._inductor.utils import fresh_cache
 
+from _logs import ext_log_lines, records_of
+
 from inductor_ext import dumps, presets, tune
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry
@@ -634,7 +636,7 @@ def test_changed_weight_is_never_used_stale(forced_bf16):
 
 
 @pytest.mark.skipif(not mkldnn_packed_ops.available(), reason="oneDNN has no bf16 GEMM on this CPU (needs AVX-512 or AMX bf16)")
-def test_cache_only_compile_serves_onednns_packed_linear(forced_bf16, tmp_path):
+def test_cache_only_compile_serves_onednns_packed_linear(forced_bf16, tmp_path, caplog):
     """A cache naming oneDNN's packed linear as the bf16 mm's winner: the compiled graph calls it
     on the weight reordered at compile time (a graph constant) and matches an fp32 reference."""
     mm = next(d for d in forced_bf16["decisions"] if d.op == "mm")
@@ -644,24 +646,21 @@ def test_cache_only_compile_serves_onednns_packed_linear(forced_bf16, tmp_path):
     torch.manual_seed(0)
     m = DecodeNet().eval().to(torch.bfloat16)
     args = (torch.randn(1, 64).bfloat16(), torch.randn(4, 3, 32).bfloat16(), torch.randn(4, 32, 5).bfloat16())
-    inductor_warnings = _Records()
-    cache_log = logging.getLogger(opaque_constants.INDUCTOR_CACHE_LOGGER)
-    cache_log.addHandler(inductor_warnings)
     torch._dynamo.reset()
     counters.clear()
     first = len(ext_choices.decisions)
     # Inductor's FX graph cache on, as a user has it (empty: the graph is compiled, then saved)
-    with fresh_cache(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
-        try:
-            got = torch.compile(copy.deepcopy(m), backend="ext", options={
-                "autotune": "cache-only", "autotune_cache": str(tmp_path / "onednn.db"),
-                "dump_dir": str(tmp_path / "dump")})(*args)
-        finally:
-            cache_log.removeHandler(inductor_warnings)
+    with records_of(caplog, opaque_constants.INDUCTOR_CACHE_LOGGER, logging.WARNING), ext_log_lines() as ext_lines, \
+            fresh_cache(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
+        got = torch.compile(copy.deepcopy(m), backend="ext", options={
+            "autotune": "cache-only", "autotune_cache": str(tmp_path / "onednn.db"),
+            "dump_dir": str(tmp_path / "dump")})(*args)
     decisions, benchmarks = ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
-    # Inductor could not pickle the opaque constant (the graph is not cached), and said nothing of it
+    # Inductor could not pickle the opaque constant (the graph is not cached), and said nothing of it;
+    # ext's log says why instead
     assert counters["inductor"]["fxgraph_cache_pickle_error"] == 1
-    assert opaque_constants.UNSERIALIZABLE not in [r.getMessage() for r in inductor_warnings.records]
+    assert opaque_constants.UNSERIALIZABLE not in [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("graph not saved in Inductor's FX graph cache") for line in ext_lines), ext_lines
     assert [(d.winner, d.reason) for d in decisions if d.op == "mm"] == [("ext_mkldnn_packed_mm", "cache")]
     assert benchmarks == 0
     code = _output_code(tmp_path / "dump")  # reordered at compile time, as Inductor's own pass does
@@ -669,15 +668,6 @@ def test_cache_only_compile_serves_onednns_packed_linear(forced_bf16, tmp_path):
     with torch.no_grad():
         want = copy.deepcopy(m).float()(*(a.float() for a in args))
     _assert_bf16_close(got, want)
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 class Prefill(torch.nn.Module):

@@ -34,7 +34,7 @@ def test_interleaved_gives_every_arm_its_samples():
 
 def test_interleaved_lead_in_times_the_second_of_each_pair():
     """With ``lead_in`` each timed call follows an untimed call of its own arm: a first call made
-    slow by the other arm (here: a flag it leaves) is never the one timed."""
+    slow by the other arm (here: a sleep) is never the one timed."""
     last = []
 
     def arm(name: str) -> Any:
