@@ -184,7 +184,15 @@ def test_a_record_under_another_cpus_key_still_probes(fresh_process, monkeypatch
     assert builds and first > 0
 
 
-def test_builds_a_process_ran_before_ext_are_recorded_by_the_next(fresh_process):
+@pytest.fixture
+def avx512_bf16_host(monkeypatch):
+    """The host as an AVX-512 CPU with BF16, whatever this one is: the only CPUs where Inductor's
+    extra checks build (on an AVX2 host there is nothing for them to ask)."""
+    monkeypatch.setattr(cpu_vec_isa, "x86_isa_checker", lambda: ["avx2", "avx512"])
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+
+
+def test_builds_a_process_ran_before_ext_are_recorded_by_the_next(fresh_process, avx512_bf16_host):
     """A process whose Inductor probed before ext's first compile records the outcome without the
     builds; the next process runs the extra checks once more and adds them."""
     cache = AutotuneCache(":memory:")
