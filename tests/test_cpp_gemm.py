@@ -511,17 +511,29 @@ def test_a_graph_compiled_before_the_build_is_not_reused_after_it(built, tmp_pat
     assert reasons == [["fallback: cache-only and no cache entry"] * 3, ["cache"] * 3]
 
 
-def test_a_linear_with_its_bias_served_by_mkls_packed_gemm_adds_the_bias(built, tmp_path):
+def test_a_linear_with_its_bias_served_by_mkls_packed_gemm_adds_the_bias(built, tmp_path, caplog):
     """The addmm's winner set to MKL's packed GEMM: the graph calls ``mkl::_mkl_linear`` with the
-    weight packed at compile time and the bias as a constant row, and adds it."""
+    weight packed at compile time and the bias as a constant row, and adds it. MKL's packed weight
+    is an opaque tensor as oneDNN's is: Inductor's FX graph cache (on, as a user has it) cannot
+    pickle the graph, and ext says so in one line instead of Inductor's traceback."""
     with AutotuneCache(tmp_path / "packed.db") as packed:
         for entry in built["cache"].entries():
             if entry.key.op == "addmm":
                 entry = dataclasses.replace(entry, winner="aten", config={"name": "ext_mkl_packed_addmm"})
             packed.put(entry)
     m, args = model(), inputs()
-    _, got, decisions, benchmarks = _compile(copy.deepcopy(m), args, {
-        "autotune": "cache-only", "autotune_cache": str(tmp_path / "packed.db"), "dump_dir": str(tmp_path / "dump")})
+    torch._dynamo.reset()
+    counters.clear()
+    first = len(ext_choices.decisions)
+    with records_of(caplog, opaque_constants.INDUCTOR_CACHE_LOGGER, logging.WARNING), ext_log_lines() as ext_lines, \
+            fresh_cache(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
+        got = torch.compile(copy.deepcopy(m), backend="ext", options={
+            "autotune": "cache-only", "autotune_cache": str(tmp_path / "packed.db"),
+            "dump_dir": str(tmp_path / "dump")})(*args)
+    decisions, benchmarks = ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+    assert counters["inductor"]["fxgraph_cache_pickle_error"] == 1
+    assert opaque_constants.UNSERIALIZABLE not in [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("graph not saved in Inductor's FX graph cache") for line in ext_lines), ext_lines
     with torch.no_grad():
         torch.testing.assert_close(got, m(*args), rtol=1e-5, atol=1e-5)
     addmm = next(d for d in decisions if d.op == "addmm")

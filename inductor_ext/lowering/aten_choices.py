@@ -73,7 +73,10 @@ def mkl_linear_on_packed_constant(x: Any, w_t: Any, bias: Any = None) -> ir.Exte
     static: ``packed_inputs`` offers the choice only then), the packed copy a constant of the graph."""
     weight = constant_value(w_t).t()  # (N, K), as MKL's packing and its fallback linear read it
     batch = int(x.get_size()[0])
-    packed = V.graph.add_tensor_constant(torch.ops.mkl._mkl_reorder_linear_weight(weight.contiguous(), batch))
+    reordered = torch.ops.mkl._mkl_reorder_linear_weight(weight.contiguous(), batch)
+    if reordered.is_mkldnn:  # an opaque tensor too on MKL builds of torch (2.15's), as oneDNN's is
+        opaque_constants.added()
+    packed = V.graph.add_tensor_constant(reordered)
     b = None if bias is None else _bias_constant(bias)
     return mkldnn_ir.MKLPackedLinear.create(x, packed, V.graph.add_tensor_constant(weight), b, batch)
 

@@ -1,8 +1,9 @@
-"""A graph holding oneDNN's reordered weight is not saved in Inductor's FX graph cache, quietly.
+"""A graph holding oneDNN's or MKL's reordered weight is not saved in Inductor's FX graph cache, quietly.
 
-Where oneDNN's packed linear wins a bf16 decision, ext adds the weight reordered into oneDNN's
-blocked layout (an opaque MKLDNN tensor, no storage to pickle) as a graph constant
-(``aten_choices.onednn_linear_on_packed_constant``). Inductor's own weight-prepack pass makes the
+Where oneDNN's packed linear wins a bf16 decision, or MKL's packed linear an fp32 one, ext adds the
+weight reordered into the library's packed layout (an opaque MKLDNN tensor, no storage to pickle)
+as a graph constant (``aten_choices.onednn_linear_on_packed_constant``,
+``mkl_linear_on_packed_constant``). Inductor's own weight-prepack pass makes the
 same constants before the FX graph cache computes its key, and bypasses the cache without a word;
 ext's lowering adds them after, so Inductor compiles, tries to save, fails to pickle, and logs a
 warning with a traceback on every such compile (a bf16 MLP under ``torch.no_grad()``). The graph is
@@ -32,9 +33,9 @@ class _OpaqueConstantFilter(logging.Filter):
         if not isinstance(error, NotImplementedError) or "OpaqueTensorImpl" not in str(error):
             return True
         count, _pending.count = _pending.count, 0
-        autotune_log.info("graph not saved in Inductor's FX graph cache: it holds %d weight(s) reordered for oneDNN's "
-                          "packed linear (opaque tensors, which cannot be pickled; Inductor's own prepacked graphs "
-                          "are not cached either)", count)
+        autotune_log.info("graph not saved in Inductor's FX graph cache: it holds %d weight(s) reordered for "
+                          "oneDNN's or MKL's packed linear (opaque tensors, which cannot be pickled; Inductor's own "
+                          "prepacked graphs are not cached either)", count)
         return False
 
 
@@ -42,7 +43,7 @@ _FILTER = _OpaqueConstantFilter()
 
 
 def added() -> None:
-    """Record that the graph this thread lowers now holds an opaque oneDNN constant."""
+    """Record that the graph this thread lowers now holds an opaque oneDNN or MKL constant."""
     _pending.count = getattr(_pending, "count", 0) + 1
     logger = logging.getLogger(INDUCTOR_CACHE_LOGGER)
     if _FILTER not in logger.filters:
