@@ -14,8 +14,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from torch._inductor import config as inductor_config
 from torch._inductor.codegen.subgraph import SubgraphTemplate, inline_subgraph_to_ir_nodes
 from torch._inductor.decomposition import select_decomp_table
+from torch._inductor.virtualized import V
 
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates.family import Family
@@ -46,8 +48,33 @@ def append(family: Family, choices: list[Any], prepared: Prepared, config: Any) 
         name=name, input_nodes=list(prepared.inputs), layout=prepared.layout,
         make_fx_graph=functools.partial(_make_fx_graph, function, kwargs),
         description=f"{family.name} {config.name()}")  # what dumps show as its config
+    _benchmark_with_python_wrapper(choice)
     choices.append(choice)
     return choice
+
+
+def _benchmark_with_python_wrapper(choice: Any) -> None:
+    """Compile ``choice``'s benchmark module with Inductor's Python wrapper even where the graph
+    uses its C++ one (``cpp_wrapper=True``): the module is only timed, and Inductor's C++ wrapper of
+    a subgraph with symbolic sizes declares each size twice (a C++ compile error, which dropped
+    the choice from every dynamic graph). The winner is inlined into the graph, whose wrapper
+    stays the C++ one."""
+    compile_for_benchmarking = getattr(choice, "_compile_for_benchmarking", None)
+    if compile_for_benchmarking is None:  # another torch's SubgraphChoiceCaller: left as it is
+        return
+
+    def compile_with_python_wrapper() -> Any:
+        graph = V.graph
+        if not graph.cpp_wrapper:
+            return compile_for_benchmarking()
+        graph.cpp_wrapper = False  # Inductor builds the benchmark graph with the graph's own setting
+        try:
+            with inductor_config.patch(cpp_wrapper=False):
+                return compile_for_benchmarking()
+        finally:
+            graph.cpp_wrapper = True
+
+    choice._compile_for_benchmarking = compile_with_python_wrapper
 
 
 def winner_node(node: Any, choice: Any, inputs: list[Any], name: str) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch._inductor import ir
 from torch._inductor.kernel_inputs import KernelInputs
-from torch._inductor.select_algorithm import autotune_select_algorithm
+from torch._inductor.select_algorithm import ExternKernelChoice, autotune_select_algorithm
 from torch._inductor.virtualized import V
 
 
@@ -30,6 +30,30 @@ class FixedKernelInputs(KernelInputs):
 
     def output_layout(self, flexible: bool = True) -> ir.Layout:
         return self._layout
+
+
+class OpChoice(ExternKernelChoice):
+    """ATen's choice for one of ext's ``torch.library`` ops: the op called as it is. Under Inductor's
+    C++ wrapper (``cpp_wrapper=True``) it is Inductor's ``FallbackKernel``, which the C++ wrapper calls
+    through the dispatcher; a plain extern kernel there becomes a call of ``aoti_torch_cpu_<op>``,
+    a C shim only ATen's own ops have (the wrapper's C++ build failed). Under the Python wrapper it
+    stays the extern kernel named after the choice (``extern_kernels.<name>(``), as dumps read it."""
+
+    def __init__(self, op: torch._ops.OpOverload, name: str) -> None:
+        super().__init__(op, name=name, has_out_variant=False, op_overload=op)
+
+    @property
+    def use_fallback_kernel(self) -> bool:
+        return bool(getattr(V.graph, "cpp_wrapper", False))
+
+    @use_fallback_kernel.setter
+    def use_fallback_kernel(self, value: bool) -> None:  # Inductor's __init__ sets it; the wrapper decides
+        pass
+
+
+def op_choice(op: torch._ops.OpOverload, name: str) -> ExternKernelChoice:
+    """ATen's choice for ``op`` (see OpChoice)."""
+    return OpChoice(op, name)
 
 
 def serves(op: str) -> bool:

@@ -12,14 +12,13 @@ from typing import Any
 
 from torch._inductor import ir
 from torch._inductor.lowering import register_lowering
-from torch._inductor.select_algorithm import ExternKernelChoice
 
 from inductor_ext.kernels.decode_attention_ops import OP
 from inductor_ext.lowering import subgraph
-from inductor_ext.lowering.ops._select import select
+from inductor_ext.lowering.ops._select import op_choice, select
 from inductor_ext.lowering.ops._spec import OpInputs, whole
 
-ATEN_CHOICE = ExternKernelChoice(OP, name="decode_attention_aten", has_out_variant=False, op_overload=OP)
+ATEN_CHOICE = op_choice(OP, "decode_attention_aten")
 
 
 def decode_attention(kernel_inputs: Any) -> OpInputs | str:

@@ -12,13 +12,12 @@ from typing import Any
 
 from torch._inductor import ir
 from torch._inductor.lowering import register_lowering
-from torch._inductor.select_algorithm import ExternKernelChoice
 
 from inductor_ext.kernels.norm_ops import OP
-from inductor_ext.lowering.ops._select import select
+from inductor_ext.lowering.ops._select import op_choice, select
 from inductor_ext.lowering.ops._spec import OpInputs, whole
 
-ATEN_CHOICE = ExternKernelChoice(OP, name="rms_norm_aten", has_out_variant=False, op_overload=OP)
+ATEN_CHOICE = op_choice(OP, "rms_norm_aten")
 
 
 def rms_norm(kernel_inputs: Any) -> OpInputs | str:

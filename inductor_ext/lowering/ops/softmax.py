@@ -13,14 +13,13 @@ from typing import Any
 import torch
 from torch._inductor import ir
 from torch._inductor.lowering import register_lowering
-from torch._inductor.select_algorithm import ExternKernelChoice
 
 from inductor_ext.kernels import softmax_ops  # noqa: F401  (defines the op lowered here)
-from inductor_ext.lowering.ops._select import select
+from inductor_ext.lowering.ops._select import op_choice, select
 from inductor_ext.lowering.ops._spec import OpInputs, dtype_name, whole
 
 OP = torch.ops.inductor_ext.softmax.default
-ATEN_CHOICE = ExternKernelChoice(OP, name="softmax_aten", has_out_variant=False)
+ATEN_CHOICE = op_choice(OP, "softmax_aten")
 
 
 def softmax(kernel_inputs: Any) -> OpInputs | str:

@@ -13,13 +13,12 @@ from typing import Any
 import torch
 from torch._inductor import ir
 from torch._inductor.lowering import register_lowering
-from torch._inductor.select_algorithm import ExternKernelChoice
 
 from inductor_ext.kernels.topk_ops import OP
-from inductor_ext.lowering.ops._select import select
+from inductor_ext.lowering.ops._select import op_choice, select
 from inductor_ext.lowering.ops._spec import OpInputs, whole
 
-ATEN_CHOICE = ExternKernelChoice(OP, name="topk_indices_aten", has_out_variant=False, op_overload=OP)
+ATEN_CHOICE = op_choice(OP, "topk_indices_aten")
 
 
 def topk(kernel_inputs: Any) -> OpInputs | str:

@@ -1,0 +1,90 @@
+"""ext under Inductor's C++ wrapper (``torch._inductor.config.cpp_wrapper = True``, a CPU inference
+setting of PyTorch's own): ext's ops and subgraph templates build and run there, sizes dynamic too
+(``lowering/ops/_select.py``'s OpChoice, ``lowering/subgraph.py``).
+
+One graph: decode attention over a KV cache whose length is dynamic (as Hugging Face's dynamic
+cache makes it). An autotuning compile, where both ATen and the template must be timed (the
+template's benchmark build failed there, and it was dropped), and a cache-only compile in which
+ATen's op wins (its C++ call did not build, and the compile failed). Each compiled once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from inductor_ext import tune
+from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext.kernels.attention import attention_reference
+from inductor_ext.lowering import ext_choices
+
+LENGTHS = (37, 90)  # the cache's length at the first call, and a later one the same graph serves
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v) * 2
+
+
+def _kv(length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(length)
+    k, v = torch.randn(1, 6, length, 48, generator=g), torch.randn(1, 6, length, 48, generator=g)
+    torch._dynamo.mark_dynamic(k, 2)
+    torch._dynamo.mark_dynamic(v, 2)
+    return k, v
+
+
+Q = torch.randn(1, 6, 1, 48, generator=torch.Generator().manual_seed(0))
+
+
+def _compile(tmp, options):
+    """Compile under the C++ wrapper; outputs at every length, decisions, the dumped code."""
+    torch._dynamo.reset()
+    first = len(ext_choices.decisions)
+    dump = tmp / "dump"
+    with tune.fresh_inductor_caches(), torch._inductor.config.patch(cpp_wrapper=True), torch.no_grad():
+        compiled = torch.compile(attend, backend="ext", options={**options, "dump_dir": str(dump)})
+        outs = {n: (compiled(Q, *_kv(n)), attend(Q, *_kv(n))) for n in LENGTHS}
+    code = "\n".join(p.read_text() for p in dump.rglob("output_code.py"))
+    return {"outs": outs, "decisions": ext_choices.decisions[first:], "code": code}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cpp_wrapper_tuned")
+    return {"dir": tmp, **_compile(tmp, {"autotune_cache": str(tmp / "tuned.db")})}
+
+
+@pytest.fixture(scope="module")
+def aten_from_cache(tuned, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cpp_wrapper_aten")
+    with AutotuneCache(tmp / "aten.db") as cache:
+        for entry in AutotuneCache(tuned["dir"] / "tuned.db").entries():
+            cache.put(dataclasses.replace(entry, winner="aten", config={"name": "decode_attention_aten"}))
+    return _compile(tmp, {"autotune": "cache-only", "autotune_cache": str(tmp / "aten.db")})
+
+
+@pytest.mark.parametrize("compiled", ["tuned", "aten_from_cache"])
+def test_the_cpp_wrapper_graph_matches_the_reference_at_every_length(compiled, request):
+    result = request.getfixturevalue(compiled)
+    assert "inductor_entry_impl" in result["code"]  # Inductor's C++ wrapper, not its Python one
+    for n, (got, eager) in result["outs"].items():
+        want = attention_reference(Q, *_kv(n)) * 2
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_the_template_was_timed_against_aten_in_the_dynamic_graph(tuned):
+    decision = next(d for d in tuned["decisions"] if d.op == "decode_attention")
+    assert decision.key.dynamic == ((), (2,), (2,)), decision.key  # the length is symbolic: keyed as such
+    assert {c["kind"] for c in decision.candidates if c["time_us"] is not None} == {"aten", "template"}, \
+        decision.candidates
+    assert not [c["error"] for c in decision.candidates if c.get("error")]
+
+
+def test_atens_op_is_called_through_the_dispatcher(aten_from_cache):
+    decision = next(d for d in aten_from_cache["decisions"] if d.op == "decode_attention")
+    assert (decision.winner, decision.reason) == ("decode_attention_aten", "cache")
+    assert 'aoti_torch_call_dispatcher("inductor_ext::decode_attention"' in aten_from_cache["code"]
