@@ -511,6 +511,24 @@ def test_a_graph_compiled_before_the_build_is_not_reused_after_it(built, tmp_pat
     assert reasons == [["fallback: cache-only and no cache entry"] * 3, ["cache"] * 3]
 
 
+def _compile_unpicklable(m, args, cache, dump, caplog):
+    """A cache-only compile of a graph that holds a weight packed as an opaque tensor, with
+    Inductor's FX graph cache on as a user has it (empty: the graph is compiled, then saved).
+    Inductor could not pickle it (the graph is not cached) and said nothing of it; ext's log says
+    why instead. The output, the decisions and the benchmarks run."""
+    torch._dynamo.reset()
+    counters.clear()
+    first = len(ext_choices.decisions)
+    with records_of(caplog, opaque_constants.INDUCTOR_CACHE_LOGGER, logging.WARNING), ext_log_lines() as ext_lines, \
+            fresh_cache(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
+        got = torch.compile(copy.deepcopy(m), backend="ext", options={
+            "autotune": "cache-only", "autotune_cache": str(cache), "dump_dir": str(dump)})(*args)
+    assert counters["inductor"]["fxgraph_cache_pickle_error"] == 1
+    assert opaque_constants.UNSERIALIZABLE not in [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("graph not saved in Inductor's FX graph cache") for line in ext_lines), ext_lines
+    return got, ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+
+
 def test_a_linear_with_its_bias_served_by_mkls_packed_gemm_adds_the_bias(built, tmp_path, caplog):
     """The addmm's winner set to MKL's packed GEMM: the graph calls ``mkl::_mkl_linear`` with the
     weight packed at compile time and the bias as a constant row, and adds it. MKL's packed weight
@@ -522,18 +540,7 @@ def test_a_linear_with_its_bias_served_by_mkls_packed_gemm_adds_the_bias(built, 
                 entry = dataclasses.replace(entry, winner="aten", config={"name": "ext_mkl_packed_addmm"})
             packed.put(entry)
     m, args = model(), inputs()
-    torch._dynamo.reset()
-    counters.clear()
-    first = len(ext_choices.decisions)
-    with records_of(caplog, opaque_constants.INDUCTOR_CACHE_LOGGER, logging.WARNING), ext_log_lines() as ext_lines, \
-            fresh_cache(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
-        got = torch.compile(copy.deepcopy(m), backend="ext", options={
-            "autotune": "cache-only", "autotune_cache": str(tmp_path / "packed.db"),
-            "dump_dir": str(tmp_path / "dump")})(*args)
-    decisions, benchmarks = ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
-    assert counters["inductor"]["fxgraph_cache_pickle_error"] == 1
-    assert opaque_constants.UNSERIALIZABLE not in [r.getMessage() for r in caplog.records]
-    assert any(line.startswith("graph not saved in Inductor's FX graph cache") for line in ext_lines), ext_lines
+    got, decisions, benchmarks = _compile_unpicklable(m, args, tmp_path / "packed.db", tmp_path / "dump", caplog)
     with torch.no_grad():
         torch.testing.assert_close(got, m(*args), rtol=1e-5, atol=1e-5)
     addmm = next(d for d in decisions if d.op == "addmm")
@@ -658,21 +665,7 @@ def test_cache_only_compile_serves_onednns_packed_linear(forced_bf16, tmp_path, 
     torch.manual_seed(0)
     m = DecodeNet().eval().to(torch.bfloat16)
     args = (torch.randn(1, 64).bfloat16(), torch.randn(4, 3, 32).bfloat16(), torch.randn(4, 32, 5).bfloat16())
-    torch._dynamo.reset()
-    counters.clear()
-    first = len(ext_choices.decisions)
-    # Inductor's FX graph cache on, as a user has it (empty: the graph is compiled, then saved)
-    with records_of(caplog, opaque_constants.INDUCTOR_CACHE_LOGGER, logging.WARNING), ext_log_lines() as ext_lines, \
-            fresh_cache(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
-        got = torch.compile(copy.deepcopy(m), backend="ext", options={
-            "autotune": "cache-only", "autotune_cache": str(tmp_path / "onednn.db"),
-            "dump_dir": str(tmp_path / "dump")})(*args)
-    decisions, benchmarks = ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
-    # Inductor could not pickle the opaque constant (the graph is not cached), and said nothing of it;
-    # ext's log says why instead
-    assert counters["inductor"]["fxgraph_cache_pickle_error"] == 1
-    assert opaque_constants.UNSERIALIZABLE not in [r.getMessage() for r in caplog.records]
-    assert any(line.startswith("graph not saved in Inductor's FX graph cache") for line in ext_lines), ext_lines
+    got, decisions, benchmarks = _compile_unpicklable(m, args, tmp_path / "onednn.db", tmp_path / "dump", caplog)
     assert [(d.winner, d.reason) for d in decisions if d.op == "mm"] == [("ext_mkldnn_packed_mm", "cache")]
     assert benchmarks == 0
     code = _output_code(tmp_path / "dump")  # reordered at compile time, as Inductor's own pass does
