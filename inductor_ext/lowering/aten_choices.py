@@ -73,10 +73,7 @@ def mkl_linear_on_packed_constant(x: Any, w_t: Any, bias: Any = None) -> ir.Exte
     static: ``packed_inputs`` offers the choice only then), the packed copy a constant of the graph."""
     weight = constant_value(w_t).t()  # (N, K), as MKL's packing and its fallback linear read it
     batch = int(x.get_size()[0])
-    reordered = torch.ops.mkl._mkl_reorder_linear_weight(weight.contiguous(), batch)
-    if reordered.is_mkldnn:  # an opaque tensor too on MKL builds of torch (2.15's), as oneDNN's is
-        opaque_constants.added()
-    packed = V.graph.add_tensor_constant(reordered)
+    packed = opaque_constants.add_constant(torch.ops.mkl._mkl_reorder_linear_weight(weight.contiguous(), batch))
     b = None if bias is None else _bias_constant(bias)
     return mkldnn_ir.MKLPackedLinear.create(x, packed, V.graph.add_tensor_constant(weight), b, batch)
 
@@ -86,10 +83,11 @@ def onednn_linear_on_packed_constant(x: Any, w_t: Any, bias: Any = None) -> ir.E
     oneDNN's blocked layout for x's rows, the reordered copy a constant of the graph (as Inductor's
     pass makes it)."""
     weight = constant_value(w_t).t()  # (N, K)
-    packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), int(x.get_size()[0]))
-    opaque_constants.added()  # Inductor's FX graph cache cannot pickle it: one log line, not a traceback
+    # opaque: Inductor's FX graph cache cannot pickle it (one log line, not a traceback)
+    packed = opaque_constants.add_constant(torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(),
+                                                                                   int(x.get_size()[0])))
     b = None if bias is None else _bias_constant(bias)
-    return mkldnn_ir.LinearUnary.create(x, V.graph.add_tensor_constant(packed), b, "none", [], "")
+    return mkldnn_ir.LinearUnary.create(x, packed, b, "none", [], "")
 
 
 def _with_bias(creator: Callable[..., ir.ExternKernel]) -> Callable[..., ir.ExternKernel]:

@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
+
+import torch
+from torch._inductor.virtualized import V
 
 from inductor_ext.logs import autotune_log
 
@@ -48,3 +52,11 @@ def added() -> None:
     logger = logging.getLogger(INDUCTOR_CACHE_LOGGER)
     if _FILTER not in logger.filters:
         logger.addFilter(_FILTER)
+
+
+def add_constant(tensor: torch.Tensor) -> Any:
+    """``tensor`` as a constant of the graph being lowered; an opaque one (MKLDNN layout: oneDNN's
+    reordered weight, and MKL's packed one on torch 2.15) marks the graph (``added``)."""
+    if tensor.is_mkldnn:
+        added()
+    return V.graph.add_tensor_constant(tensor)

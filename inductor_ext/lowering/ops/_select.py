@@ -51,11 +51,6 @@ class OpChoice(ExternKernelChoice):
         pass
 
 
-def op_choice(op: torch._ops.OpOverload, name: str) -> ExternKernelChoice:
-    """ATen's choice for ``op`` (see OpChoice)."""
-    return OpChoice(op, name)
-
-
 def serves(op: str) -> bool:
     """Whether this compile's choices handler is ext's and offers a template family for ``op``."""
     asks = getattr(V.choices, "serves", None)

@@ -15,10 +15,10 @@ from torch._inductor.lowering import register_lowering
 
 from inductor_ext.kernels.decode_attention_ops import OP
 from inductor_ext.lowering import subgraph
-from inductor_ext.lowering.ops._select import op_choice, select
+from inductor_ext.lowering.ops._select import OpChoice, select
 from inductor_ext.lowering.ops._spec import OpInputs, whole
 
-ATEN_CHOICE = op_choice(OP, "decode_attention_aten")
+ATEN_CHOICE = OpChoice(OP, "decode_attention_aten")
 
 
 def decode_attention(kernel_inputs: Any) -> OpInputs | str:

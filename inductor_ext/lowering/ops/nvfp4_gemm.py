@@ -18,12 +18,12 @@ from torch._inductor import ir
 from torch._inductor.lowering import fallback_handler, lowerings, register_lowering
 
 from inductor_ext.kernels import nvfp4_ops  # noqa: F401  (defines the op lowered here)
-from inductor_ext.lowering.ops._select import op_choice, select
+from inductor_ext.lowering.ops._select import OpChoice, select
 from inductor_ext.lowering.ops._spec import OpInputs, dtype_name, whole
 
 prims = torch.ops.prims
 OP = torch.ops.inductor_ext.nvfp4_gemm.default
-ATEN_CHOICE = op_choice(OP, "nvfp4_gemm_aten")
+ATEN_CHOICE = OpChoice(OP, "nvfp4_gemm_aten")
 _ROUND = fallback_handler(torch.ops.aten._to_copy.default, add_to_fallback_set=False)
 
 

@@ -15,11 +15,11 @@ from torch._inductor import ir
 from torch._inductor.lowering import register_lowering
 
 from inductor_ext.kernels import softmax_ops  # noqa: F401  (defines the op lowered here)
-from inductor_ext.lowering.ops._select import op_choice, select
+from inductor_ext.lowering.ops._select import OpChoice, select
 from inductor_ext.lowering.ops._spec import OpInputs, dtype_name, whole
 
 OP = torch.ops.inductor_ext.softmax.default
-ATEN_CHOICE = op_choice(OP, "softmax_aten")
+ATEN_CHOICE = OpChoice(OP, "softmax_aten")
 
 
 def softmax(kernel_inputs: Any) -> OpInputs | str:

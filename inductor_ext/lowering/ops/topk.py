@@ -15,10 +15,10 @@ from torch._inductor import ir
 from torch._inductor.lowering import register_lowering
 
 from inductor_ext.kernels.topk_ops import OP
-from inductor_ext.lowering.ops._select import op_choice, select
+from inductor_ext.lowering.ops._select import OpChoice, select
 from inductor_ext.lowering.ops._spec import OpInputs, whole
 
-ATEN_CHOICE = op_choice(OP, "topk_indices_aten")
+ATEN_CHOICE = OpChoice(OP, "topk_indices_aten")
 
 
 def topk(kernel_inputs: Any) -> OpInputs | str:
