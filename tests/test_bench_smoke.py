@@ -79,6 +79,10 @@ def test_hf_generate_json_has_rows_with_spread_and_targets(hf_generate):
     decode = rows["llama_static_float32"]
     assert all(decode["same_tokens_as_eager"].values()), decode["same_tokens_as_eager"]
     assert all(0 < t["roofline"] and t["tokens_per_s"] > 0 for t in decode["arms"].values()), decode["arms"]
+    for arm, t in decode["arms"].items():  # each call split: graphs within forward, generate()'s loop outside
+        assert 0 < t["forward_ms"] < t["p75_ms"] and 0 < t["outside_ms"] < t["p75_ms"], (arm, t)
+        if arm != "eager":
+            assert 0 < t["graphs_ms"] <= t["forward_ms"], (arm, t)
     assert max(rows["gpt2_prefill_float32"]["max_rel_err_vs_eager"].values()) < 1e-3
     assert hf_generate["read_bandwidth_gb_s"] > 0
     _check_targets(hf_generate["targets"], ("ext_vs_best_inductor", "ext_first_compile"), "per_row")

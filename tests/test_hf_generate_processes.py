@@ -12,10 +12,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import hf_generate  # noqa: E402
 
 
-def _run(ms: dict[str, float], compile_s: float) -> dict:
+def _run(ms: dict[str, float], compile_s: float, outside_ms: float = 30.0, guards_ms: float = 10.0,
+         bound_ms: float = 60.0) -> dict:
+    """One process's figures: every arm spends ``outside_ms`` in generate()'s loop and ``guards_ms``
+    in Dynamo; the rest of its call is inside its compiled graphs."""
     arms = {arm: {"ms": t, "p25_ms": t * 0.9, "p75_ms": t * 1.1, "n": 5, "tokens_per_s": 16 / t * 1e3,
-                  "roofline": 0.5} for arm, t in ms.items()}
+                  "roofline": 0.5, "forward_ms": t - outside_ms, "outside_ms": outside_ms,
+                  "graphs_ms": t - outside_ms - guards_ms, "graphs_roofline": bound_ms / (t - outside_ms - guards_ms)}
+            for arm, t in ms.items()}
     rows = {"llama_static_float32": {"row": {}, "compile_s": {arm: compile_s for arm in ms}, "arms": arms,
+                                     "bound_ms": bound_ms,
                                      "ext_decisions": {"total": 2, "templates_won": 2, "from_cache": 0}}}
     return {"wall_s": 10.0, "load_average_after": ["1.0"], "rows": rows, "targets": hf_generate.targets(rows)}
 
@@ -32,3 +38,25 @@ def test_processes_combine_into_the_median_of_their_medians():
     speed = combined["targets"]["ext_vs_best_inductor"]["per_row"]["llama_static_float32"]
     assert speed["ratio"] == round(150 / 140, 3) and speed["rel_iqr"] == round(20 / 140, 3)
     assert combined["processes"] == 3 and combined["wall_s"] == 30.0
+    assert ext["forward_ms"] == 110.0 and ext["graphs_ms"] == 100.0  # split per arm, by median too
+
+
+def _speed(ext_ms: float, best_ms: float, outside_ms: float, guards_ms: float, bound_ms: float) -> dict:
+    run = _run({"eager": 300.0, "inductor": 2 * best_ms, "inductor_max_autotune": best_ms, "ext": ext_ms}, 40.0,
+               outside_ms, guards_ms, bound_ms)
+    return run["targets"]["ext_vs_best_inductor"]["per_row"]["llama_static_float32"]
+
+
+def test_a_decode_row_that_misses_says_how_far_the_memory_bound_would_take_ext():
+    # 150 ms against the best arm's 150: 90 ms in ext's graphs, the read bound 60 ms
+    row = _speed(150.0, 150.0, outside_ms=50.0, guards_ms=10.0, bound_ms=60.0)
+    assert not row["met"] and row["ceiling"] == 1.25
+    assert "take 90.0 ms of its 150.0 ms call (0.67 of the read bound's 60.0 ms)" in row["why"], row["why"]
+    assert "loop 50.0 ms, Dynamo's guards and wrappers 10.0 ms" in row["why"], row["why"]
+    assert "out of reach" not in row["why"], row["why"]
+    # graphs near the bound: even at the bound ext cannot reach 1.1x
+    row = _speed(150.0, 150.0, outside_ms=50.0, guards_ms=10.0, bound_ms=84.0)
+    assert row["ceiling"] == 1.042 and "out of reach here" in row["why"] and "at most 1.04x" in row["why"], row
+    # graphs faster than the `sum` reads: the ceiling is where ext already is
+    row = _speed(150.0, 140.0, outside_ms=50.0, guards_ms=10.0, bound_ms=95.0)
+    assert row["ceiling"] == row["ratio"] == round(140 / 150, 3), row
