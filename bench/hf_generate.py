@@ -19,6 +19,11 @@ torch.compile: ``model.forward = torch.compile(model.forward)``; the static cach
   ext                    torch.compile(forward, backend="ext"): the cpu preset, autotuning from an
                          empty cache (a new user's first run)
 
+Decode rows compare each arm's tokens with eager's (``same_tokens_as_eager``); where they differ,
+``token_differences`` gives the first step that differs and eager's logit margin there between its
+token and the arm's, against one unit of the logits' dtype (``near_tie``: a bf16 tie that another
+summation order breaks the other way).
+
 Per row: each arm's median and IQR (``ms`` per call: one generate() or one prefill forward;
 ``tokens_per_s`` = new tokens / generate seconds, which includes the short prompt's prefill),
 its first call's seconds (``compile_s``: every compile that call triggers, recompiles of the dynamic
@@ -169,13 +174,17 @@ def arm_context(arm: str) -> Any:
     return torch._inductor.config.patch(freezing=arm == "inductor_max_autotune")
 
 
-def call_for(row: Row, model: torch.nn.Module, args: argparse.Namespace, w: Widths) -> Callable[[], torch.Tensor]:
+def call_for(row: Row, model: torch.nn.Module, args: argparse.Namespace, w: Widths,
+             logits: bool = False) -> Callable[[], Any]:
+    """The row's call; ``logits``: generate() also returns each step's logits (a ModelOutput)."""
     g = torch.Generator().manual_seed(1)
     if row.decode:
         ids = torch.randint(0, w.llama_vocab, (1, args.prompt), generator=g)
         kwargs = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
                       pad_token_id=0, cache_implementation=row.cache,
                       disable_compile=True)  # the arm compiled forward itself; HF's auto-compile stays out
+        if logits:
+            kwargs.update(output_logits=True, return_dict_in_generate=True)
         return lambda: model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
     ids = torch.randint(0, w.gpt2_vocab, (1, args.prefill), generator=g)
     return lambda: model(ids, use_cache=False).logits
@@ -249,12 +258,12 @@ def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float)
 
     torch._dynamo.reset()
     base = build(row, w)
-    outs, compile_s, fns = {}, {}, {}
+    outs, compile_s, fns, models = {}, {}, {}, {}
     splits: dict[str, list[tuple[float, float, float]]] = {}  # per arm and call: seconds in all, forward, graphs
     first = len(ext_choices.decisions)
     time_compiled_graphs()
     for arm in args.arms:
-        model = compile_arm(arm, copy.deepcopy(base))
+        model = models[arm] = compile_arm(arm, copy.deepcopy(base))
         timed_forward(model)
         call = call_for(row, model, args, w)
         splits[arm] = []
@@ -280,6 +289,12 @@ def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float)
     if row.decode:
         ref = outs["eager"]
         result["same_tokens_as_eager"] = {arm: bool(torch.equal(o, ref)) for arm, o in outs.items()}
+        if not all(result["same_tokens_as_eager"].values()):
+            with torch.no_grad():
+                steps = call_for(row, models["eager"], args, w, logits=True)().logits
+            dtype = getattr(torch, row.dtype)
+            result["token_differences"] = {arm: token_difference(ref, o, steps, args.prompt, dtype)
+                                           for arm, o in outs.items() if not torch.equal(o, ref)}
         per_token_bytes = weight_bytes_per_token(base)
         bound_s = per_token_bytes / bandwidth
         result["weight_bytes_per_token"] = per_token_bytes
@@ -290,9 +305,10 @@ def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float)
             calls = splits[arm][1:]  # the first call compiled
             figures["forward_ms"] = round(statistics.median(f for _, f, _ in calls) * 1e3, 3)
             figures["outside_ms"] = round(statistics.median(c - f for c, f, _ in calls) * 1e3, 3)
-            if arm != "eager":
-                figures["graphs_ms"] = round(statistics.median(g for _, _, g in calls) * 1e3, 3)
-                figures["graphs_roofline"] = float(f"{result['bound_ms'] / figures['graphs_ms']:.3g}")
+            graphs_ms = round(statistics.median(g for _, _, g in calls) * 1e3, 3)
+            if graphs_ms > 0:  # a compiled arm
+                figures["graphs_ms"] = graphs_ms
+                figures["graphs_roofline"] = float(f"{result['bound_ms'] / graphs_ms:.3g}")
     else:
         ref = outs["eager"].float()
         scale = ref.abs().max().item()
@@ -301,6 +317,22 @@ def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float)
                                "from_cache": sum(d.reason.startswith("cache") for d in made),
                                "reasons": dict(collections.Counter(re.split(r"[:;(]", d.reason)[0].strip() for d in made))}
     return result
+
+
+def token_difference(ref: torch.Tensor, tokens: torch.Tensor, ref_logits: tuple[torch.Tensor, ...],
+                     prompt: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Where an arm's greedy tokens first leave eager's, and eager's own logits there: a margin
+    between the two tokens within one unit of the logits' dtype is a near-tie that any other
+    summation order may flip, not a wrong answer."""
+    new_ref, new = ref[0, prompt:], tokens[0, prompt:]
+    step = int((new_ref != new).nonzero()[0])
+    logits = ref_logits[step][0].float()  # Hugging Face hands them over in fp32
+    mine, theirs = logits[new_ref[step]], logits[new[step]]
+    at = mine.to(dtype)  # the unit of the model's dtype at this logit
+    unit = float(torch.nextafter(at, at.new_tensor(float("inf"))) - at)
+    margin = float(mine - theirs)
+    return {"first_step": step, "eager_token": int(new_ref[step]), "arm_token": int(new[step]),
+            "eager_logit_margin": margin, "logit_unit": unit, "near_tie": margin <= unit}
 
 
 def _template_won(decision: Any) -> bool:
