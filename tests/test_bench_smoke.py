@@ -1,4 +1,4 @@
-"""bench/compile_time.py and bench/hf_generate.py (issue 29) cannot rot: each runs ``--quick
+"""bench/compile_time.py, bench/hf_generate.py (issue 29) and bench/cpp_cache_blocking.py cannot rot: each runs ``--quick
 --json`` on tiny models and its JSON has what the issue asks for (rows with spread, compile
 seconds, the compile-time breakdown, ``targets`` with ratios, ``met`` and a ``why`` on a miss).
 The figures themselves mean nothing at these sizes.
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from inductor_ext.templates.cpp import gemm
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.bench
@@ -86,3 +88,16 @@ def test_hf_generate_json_has_rows_with_spread_and_targets(hf_generate):
     assert max(rows["gpt2_prefill_float32"]["max_rel_err_vs_eager"].values()) < 1e-3
     assert hf_generate["read_bandwidth_gb_s"] > 0
     _check_targets(hf_generate["targets"], ("ext_vs_best_inductor", "ext_first_compile"), "per_row")
+
+
+@pytest.mark.skipif("avx512" not in gemm.host_isas(),
+                    reason="bench/cpp_cache_blocking.py times AVX-512 micro-kernels; this CPU has no AVX-512")
+def test_cpp_cache_blocking_json_has_each_blocking_against_inductors():
+    (shape,) = _run("cpp_cache_blocking.py")["shapes"]
+    arms = shape["arms"]
+    assert set(arms) == {"inductor", "cache512x16x128", "cache512x32x128"}
+    for name, arm in arms.items():
+        assert arm["p10_ms"] <= arm["median_ms"] <= arm["p90_ms"] and arm["max_abs_error"] < 1e-4, (name, arm)
+        if name != "inductor":
+            low, high = arm["speedup_p10_p90"]
+            assert low <= high and arm["speedup"] > 0, (name, arm)

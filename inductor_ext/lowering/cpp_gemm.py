@@ -5,8 +5,9 @@ fixed ranking (``cpp_micro_gemm.create_micro_gemm``). Each ``cpp.gemm`` config n
 micro-kernel (ISA and register block); the template subclass made for it here narrows
 Inductor's micro-kernel table to that one entry whenever Inductor picks, both when the choice is
 made and when the winner is rendered again at final codegen, so the kernel benchmarked is the
-kernel compiled. Weight packing (blocking, VNNI) is Inductor's: at compile time for a constant
-(frozen) weight. The rendered C++ starts with ext's marker lines, which dumps read.
+kernel compiled. A config's cache blocking, when it fixes one, replaces Inductor's heuristic
+the same way, in the template's own blocking method. Weight packing (blocking, VNNI) is
+Inductor's: at compile time for a constant (frozen) weight. The rendered C++ starts with ext's marker lines, which dumps read.
 
 Inductor picks micro-kernels in the compiling thread; the narrowing lasts one call.
 """
@@ -21,6 +22,7 @@ from typing import Any, Iterator
 
 import torch
 import torch._inductor.lowering  # noqa: F401  (first: cpp_micro_gemm imported alone is a circular import in 2.15)
+from torch._inductor import config as inductor_config
 from torch._inductor import ir
 from torch._inductor.codegen import cpp_micro_gemm
 from torch._inductor.codegen.cpp_bmm_template import CppBmmTemplate
@@ -56,8 +58,17 @@ def pinned(config: Any) -> Iterator[None]:
         table.update(saved)
 
 
+def cache_blocking_setting(config: Any) -> str | None:
+    """``config``'s cache blocking as Inductor's ``cpp.gemm_cache_blocking`` setting takes it
+    (``"Mc,Nc,Kc"`` in register blocks), or None where it leaves the blocking to Inductor."""
+    if not config.cache_blocked():
+        return None
+    return f"{config.cache_m // config.block_m},{config.cache_n // config.block_n},{config.cache_k // config.block_k}"
+
+
 class _Pinned:
-    """Mixed into Inductor's template: its micro-kernel is ``ext_config``'s whenever it picks."""
+    """Mixed into Inductor's template: its micro-kernel is ``ext_config``'s whenever it picks, and
+    so is its cache blocking where the config fixes one."""
 
     ext_family: str
     ext_config: Any
@@ -65,6 +76,15 @@ class _Pinned:
     def get_options(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         with pinned(self.ext_config):
             return super().get_options(*args, **kwargs)  # type: ignore[misc]
+
+    def _cache_blocking(self, num_threads: int) -> Any:
+        """Inductor's cache blocking, or the config's (in register blocks, as Inductor's setting
+        takes it; Inductor still caps each at the thread's share)."""
+        blocks = cache_blocking_setting(self.ext_config)
+        if blocks is None:
+            return super()._cache_blocking(num_threads)  # type: ignore[misc]
+        with inductor_config.patch({"cpp.gemm_cache_blocking": blocks}):
+            return super()._cache_blocking(num_threads)  # type: ignore[misc]
 
     def render(self, *args: Any, **kwargs: Any) -> str:
         source = super().render(*args, **kwargs)  # type: ignore[misc]

@@ -5,9 +5,11 @@ Inductor 2.15 renders this template (``cpp_gemm_template.py``: thread and cache 
 a register-blocked micro-GEMM on AMX, AVX-512 or AVX2) only under max-autotune, with one
 micro-kernel picked by a fixed ranking. Here each micro-kernel (ISA and register block
 ``block_m x block_n x block_k``) is one config, and ext's autotuning picks among them and ATen
-with its margin, cache and dumps. The C++ source is Inductor's: this module describes the
-problems and configs as plain data, and ``lowering/cpp_gemm.py`` hands them to Inductor
-(``CHOICE_KIND = "inductor_template"``).
+with its margin, cache and dumps. Where a GEMM is large, a config may also fix the template's
+cache blocking, which Inductor otherwise derives from the cache sizes with fixed factors (its
+"TODO: tune"): the block of A rows, B columns and depth each thread's loops keep in cache. The
+C++ source is Inductor's: this module describes the problems and configs as plain data, and
+``lowering/cpp_gemm.py`` hands them to Inductor (``CHOICE_KIND = "inductor_template"``).
 
 The weight is packed once at compile time (blocked, VNNI for AMX) when it is a compile-time
 constant: under Inductor's freezing (inference under ``torch.no_grad()``), which the ``cpu``
@@ -60,19 +62,29 @@ class CppGemmProblem:
     alpha: float = number(1.0)  # addmm only
     beta: float = number(1.0)  # addmm only
     constant_weight: bool = flag(False)  # B is a compile-time constant (frozen): packed once
+    dynamic_m: bool = flag(False)  # M is symbolic: Inductor blocks for the actual M at run time
 
 
 @dataclass(frozen=True)
 class CppGemmConfig:
-    """The micro-kernel: its ISA and register block."""
+    """The micro-kernel (its ISA and register block) and, optionally, the cache blocking: rows,
+    columns and depth of a cache block, multiples of the register block; 0 leaves all three to
+    Inductor's heuristic."""
 
     isa: str = one_of(ISAS)
     block_m: int = integer(low=1, high=64)
     block_n: int = integer(low=1, high=64)
     block_k: int = integer(low=1, high=64)
+    cache_m: int = integer(0, low=0, high=1 << 20)
+    cache_n: int = integer(0, low=0, high=1 << 20)
+    cache_k: int = integer(0, low=0, high=1 << 20)
 
     def name(self) -> str:
-        return f"{self.isa}_{self.block_m}x{self.block_n}x{self.block_k}"
+        micro = f"{self.isa}_{self.block_m}x{self.block_n}x{self.block_k}"
+        return f"{micro}_cache{self.cache_m}x{self.cache_n}x{self.cache_k}" if self.cache_blocked() else micro
+
+    def cache_blocked(self) -> bool:
+        return bool(self.cache_m or self.cache_n or self.cache_k)
 
 
 Problem, Config = CppGemmProblem, CppGemmConfig
@@ -96,11 +108,12 @@ def problem_for(spec: OpSpec) -> CppGemmProblem | str:
         return (f"{' and '.join(symbolic)} symbolic (dynamic shapes): Inductor's C++ GEMM template takes only M "
                 "(and bmm's batch) at run time")
     if spec.op == "bmm":
-        problem = CppGemmProblem("bmm", a.shape[1], b.shape[2], a.shape[2], a.dtype, batch=a.shape[0])
+        problem = CppGemmProblem("bmm", a.shape[1], b.shape[2], a.shape[2], a.dtype, batch=a.shape[0],
+                                 dynamic_m=bool(a.dynamic and a.dynamic[1]))
     else:
         alpha, beta = float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0))
         problem = CppGemmProblem(spec.op, a.shape[0], b.shape[1], a.shape[1], a.dtype, alpha=alpha, beta=beta,
-                                 constant_weight=True)
+                                 constant_weight=True, dynamic_m=bool(a.dynamic and a.dynamic[0]))
     return supports(problem) or problem
 
 
@@ -123,9 +136,17 @@ def host_isas() -> tuple[str, ...]:
 
 
 def config_supports(problem: CppGemmProblem, config: CppGemmConfig, target: str) -> str | None:
-    """AMX multiplies pairs of K elements (VNNI2), and only plain products (alpha == 1)."""
+    """AMX multiplies pairs of K elements (VNNI2), and only plain products (alpha == 1). A fixed
+    cache blocking is whole register blocks, and needs the sizes it blocks known when compiling."""
     if config.isa == "amx" and (problem.k % 2 or problem.alpha != 1.0):
         return f"AMX needs an even K and alpha == 1 (K={problem.k}, alpha={problem.alpha})"
+    if config.cache_blocked():
+        blocks = ((config.cache_m, config.block_m), (config.cache_n, config.block_n), (config.cache_k, config.block_k))
+        if any(size <= 0 or size % block for size, block in blocks):
+            return (f"cache blocking {config.cache_m}x{config.cache_n}x{config.cache_k} is not whole register "
+                    f"blocks of {config.block_m}x{config.block_n}x{config.block_k}")
+        if problem.dynamic_m:
+            return "M is symbolic (dynamic shapes): Inductor picks the cache blocking at run time"
     return None
 
 
@@ -141,6 +162,17 @@ def config_supports(problem: CppGemmProblem, config: CppGemmConfig, target: str)
 #   27.7), so none is timed there.
 # AVX2 and AMX were not measured: every micro-kernel is timed there. ATen is always timed.
 RULED_OUT_M = 16  # the rows from which the prefill rules hold (the measured M: 16, 256, 512)
+
+# Cache blockings tried beside Inductor's on large fp32 AVX-512 GEMMs, for the 16x16 micro-kernel
+# (the one kept there, above). Inductor's heuristic keeps a B panel of up to 80% of L1 (depth 409
+# of K=768 on a 32 KiB L1) with A blocks of 10 register rows; a depth of 128 with all of a thread's
+# rows ran 1.07-1.10x faster on every K=768 GEMM measured at M = 256 and 512 (N = 2304, 32000,
+# 50257; 512x768x50257: 245 against 265 ms) and 0.93-0.95x at K=3072 (`bench/cpp_cache_blocking.py`,
+# 2-core AVX-512 host) — so they are candidates, timed, never assumed; only on GEMMs large enough (a
+# vocabulary's projection) that a few percent repays two more C++ builds and timings in a compile.
+CACHE_BLOCKINGS = ((512, 16, 128), (512, 32, 128))  # (rows, columns, depth) of a cache block
+CACHE_BLOCKED_MIN_M = 256
+CACHE_BLOCKED_MIN_MACS = 1 << 32  # M * N * K: 4.3e9 multiply-adds, ~25 ms on a 2-core AVX-512 host
 
 
 def _native_bf16_dot() -> bool:
@@ -176,7 +208,17 @@ def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
     if problem.m < 16:
         isas.sort(key=lambda isa: isa == "amx")
     found = [CppGemmConfig(isa, *blocking) for isa in isas for blocking in _BLOCKINGS[(isa, problem.dtype)]]
+    found += _cache_blocked(problem)
     return [c for c in found if config_supports(problem, c, target) is None]
+
+
+def _cache_blocked(problem: CppGemmProblem) -> list[CppGemmConfig]:
+    """The cache-blocking candidates (``CACHE_BLOCKINGS``) for a large fp32 GEMM on AVX-512."""
+    large = problem.batch * problem.m * problem.n * problem.k >= CACHE_BLOCKED_MIN_MACS
+    if problem.dtype != "float32" or problem.op == "bmm" or problem.m < CACHE_BLOCKED_MIN_M or not large \
+            or "avx512" not in host_isas():
+        return []
+    return [CppGemmConfig("avx512", 16, 16, 1, *blocking) for blocking in CACHE_BLOCKINGS]
 
 
 FAMILY = Family(
