@@ -7,7 +7,8 @@ Inductor's micro-kernel table to that one entry whenever Inductor picks, both wh
 made and when the winner is rendered again at final codegen, so the kernel benchmarked is the
 kernel compiled. A config's cache blocking, when it fixes one, replaces Inductor's heuristic
 the same way, in the template's own blocking method. Weight packing (blocking, VNNI) is
-Inductor's: at compile time for a constant (frozen) weight. The rendered C++ starts with ext's marker lines, which dumps read.
+Inductor's: at compile time for a constant (frozen) weight. The rendered C++ starts with ext's
+marker lines, which dumps read.
 
 Inductor picks micro-kernels in the compiling thread; the narrowing lasts one call.
 """
