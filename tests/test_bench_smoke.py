@@ -1,7 +1,8 @@
-"""bench/compile_time.py, bench/hf_generate.py (issue 29) and bench/cpp_cache_blocking.py cannot rot: each runs ``--quick
---json`` on tiny models and its JSON has what the issue asks for (rows with spread, compile
-seconds, the compile-time breakdown, ``targets`` with ratios, ``met`` and a ``why`` on a miss).
-The figures themselves mean nothing at these sizes.
+"""bench/compile_time.py, bench/hf_generate.py (issue 29) and bench/cpp_cache_blocking.py cannot
+rot: each runs ``--quick --json`` on tiny models and its JSON has what the issue asks for (rows
+with spread, compile seconds, the compile-time breakdown, ``targets`` with ratios, ``met`` and a
+``why`` on a miss; each blocking against Inductor's). The figures themselves mean nothing at these
+sizes.
 
 Each run compiles every arm cold (minutes on 2 cores), so these run on request: ``pytest -m bench``."""
 

@@ -208,15 +208,15 @@ def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
     if problem.m < 16:
         isas.sort(key=lambda isa: isa == "amx")
     found = [CppGemmConfig(isa, *blocking) for isa in isas for blocking in _BLOCKINGS[(isa, problem.dtype)]]
-    found += _cache_blocked(problem)
+    found += _cache_blocked(problem, isas)
     return [c for c in found if config_supports(problem, c, target) is None]
 
 
-def _cache_blocked(problem: CppGemmProblem) -> list[CppGemmConfig]:
-    """The cache-blocking candidates (``CACHE_BLOCKINGS``) for a large fp32 GEMM on AVX-512."""
-    large = problem.batch * problem.m * problem.n * problem.k >= CACHE_BLOCKED_MIN_MACS
-    if problem.dtype != "float32" or problem.op == "bmm" or problem.m < CACHE_BLOCKED_MIN_M or not large \
-            or "avx512" not in host_isas():
+def _cache_blocked(problem: CppGemmProblem, isas: list[str]) -> list[CppGemmConfig]:
+    """The cache-blocking candidates (``CACHE_BLOCKINGS``) for a large fp32 mm/addmm, where
+    ``isas`` (this host's, for the problem's dtype) include AVX-512."""
+    if "avx512" not in isas or problem.dtype != "float32" or problem.op == "bmm" \
+            or problem.m < CACHE_BLOCKED_MIN_M or problem.m * problem.n * problem.k < CACHE_BLOCKED_MIN_MACS:
         return []
     return [CppGemmConfig("avx512", 16, 16, 1, *blocking) for blocking in CACHE_BLOCKINGS]
 
