@@ -253,13 +253,18 @@ def _topk(case: Case, freezing: bool) -> Built:
 
 def _decode_attention(case: Case, freezing: bool) -> Built:
     """inductor_ext::decode_attention: batch M, 4 query heads over 2 key/value heads, one query
-    token (two in variant 2: not decode), K cached tokens, head dim 16."""
+    token (two in variant 2: not decode), K cached tokens, head dim 16; in variant 1 a static
+    cache's boolean mask (each sequence sees its first few keys)."""
     tokens = 2 if case.variant % 3 == 2 else 1
     q = torch.randn(case.m, 4, tokens, 16).to(case.dtype)
     k, v = (torch.randn(case.m, 2, case.k, 16).to(case.dtype) for _ in range(2))
-    want = decode_attention_ops.decode_attention(q, k, v, 0.25)
-    return Built(torch.ops.inductor_ext.decode_attention, (q, k, v, 0.25), want, _spec(
-        "decode_attention", (q, k, v), want, {"scale": 0.25}))
+    mask = None
+    if case.variant % 3 == 1:
+        written = torch.arange(case.m).view(case.m, 1, 1, 1) % case.k + 1
+        mask = torch.arange(case.k).view(1, 1, 1, case.k) < written
+    want = decode_attention_ops.decode_attention(q, k, v, mask, 0.25)
+    return Built(torch.ops.inductor_ext.decode_attention, (q, k, v, mask, 0.25), want, _spec(
+        "decode_attention", (q, k, v, mask), want, {"scale": 0.25}))
 
 
 # Op name (templates' OPS, lowering/ops/) -> how to build one case of it.

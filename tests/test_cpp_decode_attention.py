@@ -41,10 +41,10 @@ def _tensor(shape, dtype="float32", stride=None):
     return TensorSpec(shape, stride or tuple(torch.empty(shape).stride()), dtype)
 
 
-def _spec(q, k, v, dtype="float32", scale=0.125, device="cpu"):
+def _spec(q, k, v, dtype="float32", scale=0.125, device="cpu", mask=None, mask_dtype="bool"):
     out = (q[0], q[1], q[2], v[3])
-    return OpSpec("decode_attention", (_tensor(q, dtype), _tensor(k, dtype), _tensor(v, dtype)), _tensor(out, dtype),
-                  {"scale": scale}, device)
+    inputs = (_tensor(q, dtype), _tensor(k, dtype), _tensor(v, dtype), mask and _tensor(mask, mask_dtype))
+    return OpSpec("decode_attention", inputs, _tensor(out, dtype), {"scale": scale}, device)
 
 
 # ------------------------------------------------------------------------- the family as data
@@ -67,7 +67,19 @@ def test_problem_for_a_grouped_query_decode_step():
     assert family.configs(problem, "cpu") == [family.DecodeAttentionConfig("fp32_reductions")]
 
 
+def test_problem_for_names_the_kind_of_mask():
+    q, k, v = (3, 4, 1, 48), (3, 2, 37, 48), (3, 2, 37, 32)
+    assert family.problem_for(_spec(q, k, v, mask=(3, 1, 1, 37))).mask == "bool"  # a static cache's
+    assert family.problem_for(_spec(q, k, v, "bfloat16", mask=(4, 1, 37), mask_dtype="bfloat16")).mask == "additive"
+    assert family.problem_for(_spec(q, k, v, "bfloat16", mask=(37,), mask_dtype="float32")).mask == "additive"
+    assert family.problem_for(_spec(q, k, v)).mask == "none"
+
+
 @pytest.mark.parametrize("spec, why", [
+    (_spec((3, 4, 1, 16), (3, 2, 9, 16), (3, 2, 9, 16), mask=(3, 1, 2, 9)), "does not broadcast to (3, 4, 1, 9)"),
+    (_spec((3, 4, 1, 16), (3, 2, 9, 16), (3, 2, 9, 16), mask=(2, 1, 1, 9)), "does not broadcast"),
+    (_spec((3, 4, 1, 16), (3, 2, 9, 16), (3, 2, 9, 16), mask=(1, 3, 4, 1, 9)), "does not broadcast"),
+    (_spec((3, 4, 1, 16), (3, 2, 9, 16), (3, 2, 9, 16), mask=(3, 1, 1, 9), mask_dtype="int64"), "dtype int64"),
     (_spec((1, 2, 5, 16), (1, 2, 9, 16), (1, 2, 9, 16)), "5 query tokens"),
     (_spec((1, 3, 1, 16), (1, 2, 9, 16), (1, 2, 9, 16)), "not a multiple of key/value heads"),
     (_spec((1, 2, 1, 16), (1, 2, 9, 16), (1, 2, 9, 16), "float64"), "dtype float64 not in"),
@@ -119,9 +131,59 @@ def test_kernel_matches_an_fp32_reference_in_bf16(shape):
     torch.testing.assert_close(got.float(), want, **BF16_TOL)
 
 
+def _static_cache_mask(b, length, written):
+    """(B, 1, 1, L) boolean: sequence i sees the first ``written[i]`` slots of its cache."""
+    return torch.arange(length).view(1, 1, 1, length) < torch.tensor(written).view(b, 1, 1, 1)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, FP32_TOL), (torch.bfloat16, BF16_TOL)], ids=["fp32", "bf16"])
+def test_kernel_applies_a_static_caches_boolean_mask(dtype, tol):
+    q, k, v = _qkv(3, 4, 2, 130, 64, 32, dtype)
+    mask = _static_cache_mask(3, 130, [1, 77, 130])
+    got = kernel.decode_attention(q, k, v, 0.125, mask=mask)
+    want = attention_reference(q.float(), k.float(), v.float(), scale=0.125, mask_mod=lambda b, h, i, j: mask[b, 0, i, j])
+    torch.testing.assert_close(got.float(), want, **tol)
+    # the masked slots count for nothing: the same as attending to the written ones alone
+    alone = kernel.decode_attention(q[1:2], k[1:2, :, :77], v[1:2, :, :77], 0.125)
+    torch.testing.assert_close(got[1:2].float(), alone.float(), **tol)
+
+
+def test_kernel_adds_a_per_head_float_mask():
+    q, k, v = _qkv(2, 6, 3, 37, 48, 48)
+    bias = torch.randn(2, 6, 1, 37)
+    bias[0, 1, 0, 5:] = float("-inf")
+    got = kernel.decode_attention(q, k, v, 0.2, mask=bias)
+    want = attention_reference(q, k, v, scale=0.2, score_mod=lambda s, b, h, i, j: s + bias[b, h, i, j])
+    torch.testing.assert_close(got, want, **FP32_TOL)
+
+
+def test_a_query_that_sees_no_key_gives_zeros_as_atens_sdpa():
+    q, k, v = _qkv(3, 4, 2, 17, 16, 16)
+    mask = _static_cache_mask(3, 17, [5, 0, 17])
+    additive = torch.zeros(3, 1, 1, 17).masked_fill(~mask, float("-inf"))
+    for m in (mask, additive):
+        got = kernel.decode_attention(q, k, v, 0.25, mask=m)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.25, enable_gqa=True)
+        assert torch.equal(got[1], torch.zeros_like(got[1])) and torch.equal(want[1], torch.zeros_like(want[1]))
+        torch.testing.assert_close(got, want, **FP32_TOL)
+    nan_q = q.clone()
+    nan_q[2, 0, 0, 0] = float("nan")  # a NaN still propagates: only a query with no key is zeroed
+    got = kernel.decode_attention(nan_q, k, v, 0.25, mask=mask)
+    assert got[2, 0].isnan().all() and got[2, 1:].isfinite().all()
+
+
+def test_op_takes_the_mask_as_atens_sdpa():
+    q, k, v = _qkv(3, 4, 2, 130, 64, 32)
+    mask = _static_cache_mask(3, 130, [1, 77, 130])
+    got = OP(q, k, v, mask, 0.3)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3, enable_gqa=True)
+    assert got.stride() == torch.empty(got.shape).stride()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_op_is_atens_sdpa_with_contiguous_output():
     q, k, v = _qkv(3, 4, 2, 130, 64, 32)
-    got = OP(q, k, v, 0.3)
+    got = OP(q, k, v, None, 0.3)
     want = F.scaled_dot_product_attention(q, k, v, scale=0.3, enable_gqa=True)
     assert got.stride() == torch.empty(got.shape).stride()
     torch.testing.assert_close(got, want, rtol=0, atol=0)
@@ -177,14 +239,22 @@ def test_pass_rewrites_grouped_query_attention_with_enable_gqa():
         assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), q, k, v) == 1
 
 
-@pytest.mark.parametrize("case", ["causal", "mask", "dropout", "prefill", "grad", "autotune off", "float64"])
+def test_pass_rewrites_a_static_cache_step_with_its_mask():
+    q, k, v = _qkv(2, 4, 2, 13, 64, 32)
+    mask = _static_cache_mask(2, 13, [3, 13])
+    with torch.no_grad():
+        assert _rewrites(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True),
+                         q, k, v, mask) == 1
+        assert _rewrites(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m.float(), enable_gqa=True),
+                         q, k, v, mask) == 1  # positional, additive
+
+
+@pytest.mark.parametrize("case", ["causal", "dropout", "prefill", "grad", "autotune off", "float64"])
 def test_pass_keeps_atens_sdpa_where_the_op_would_differ_or_cannot_pay_off(case):
     q, k, v = _qkv(1, 2, 2, 9, 16, 16)
     kwargs, options, grad = {}, None, False
     if case == "causal":
         kwargs = {"is_causal": True}  # aligned top-left: one causal query sees only the first key
-    elif case == "mask":
-        kwargs = {"attn_mask": torch.zeros(1, 1, 1, 9)}
     elif case == "dropout":
         kwargs = {"dropout_p": 0.1}
     elif case == "prefill":
@@ -300,6 +370,80 @@ def test_dump_names_the_family_and_config_of_the_fused_kernels(forced):
                                  or loc.endswith(f"test_cpp_decode_attention.py:{_line('b = F.scaled')}")
                                  or loc.endswith(f"test_cpp_decode_attention.py:{_line('c = F.scaled')}")
                                  for loc in k["user_source"]), k["user_source"]
+
+
+class StaticCacheDecode(torch.nn.Module):
+    """Decode steps over a static KV cache, the mask made in the graph from each sequence's
+    position as Hugging Face's static cache makes it: grouped-query attention with a boolean
+    mask, and multi-head attention with a per-head float bias added (ALiBi-like)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.register_buffer("k", torch.randn(3, 2, 48, 64, generator=g))
+        self.register_buffer("v", torch.randn(3, 2, 48, 32, generator=g))
+        self.register_buffer("bias", torch.randn(1, 4, 1, 48, generator=g))
+
+    def masks(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seen = torch.arange(48, device=pos.device).view(1, 1, 1, 48) <= pos.view(-1, 1, 1, 1)
+        return seen, self.bias.to(self.k.dtype).masked_fill(~seen, float("-inf"))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q = x.view(3, 1, 4, 64).transpose(1, 2)
+        seen, bias = self.masks(pos)
+        a = F.scaled_dot_product_attention(q, self.k, self.v, attn_mask=seen, enable_gqa=True)
+        b = F.scaled_dot_product_attention(q, self.k.repeat_interleave(2, 1), self.v.repeat_interleave(2, 1),
+                                           attn_mask=bias)
+        return a * 2, b
+
+
+def _static_reference(m, x, pos):
+    m = copy.deepcopy(m).float()
+    seen, bias = m.masks(pos)
+    q = x.float().view(3, 1, 4, 64).transpose(1, 2)
+    a = attention_reference(q, m.k, m.v, mask_mod=lambda b, h, i, j: seen[b, 0, i, j])
+    b = attention_reference(q, m.k, m.v, score_mod=lambda s, b, h, i, j: s + bias[b, h, i, j])
+    return a * 2, b
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def static_cache(request, tmp_path_factory):
+    """The family forced on both masked attentions, called at two sets of positions."""
+    dtype = getattr(torch, request.param)
+    out = tmp_path_factory.mktemp(f"static_cache_{request.param}")
+    m = StaticCacheDecode().to(dtype)
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(6)).to(dtype)
+    first, second = torch.tensor([0, 20, 47]), torch.tensor([5, 46, 1])
+    torch._dynamo.reset()
+    counters.clear()
+    start = len(ext_choices.decisions)
+    with tune.fresh_inductor_caches(), torch.no_grad():
+        compiled = torch.compile(m, backend="ext", options={"force_template": "cpp.decode_attention",
+                                                            "dump_dir": str(out)})
+        got = [compiled(x, first), compiled(x, second)]
+    return {"dtype": dtype, "got": got, "want": [_static_reference(m, x, p) for p in (first, second)],
+            "decisions": ext_choices.decisions[start:], "code": _code(out),
+            "frames": counters["stats"]["unique_graphs"]}
+
+
+def test_static_cache_masks_match_the_reference_at_every_position(static_cache):
+    tol = FP32_TOL if static_cache["dtype"] == torch.float32 else BF16_TOL
+    for got, want in zip(static_cache["got"], static_cache["want"]):
+        for g, w in zip(got, want):
+            assert g.dtype == static_cache["dtype"]
+            torch.testing.assert_close(g.float(), w, **tol)
+    assert static_cache["frames"] == 1  # new positions are new data, not a recompile
+
+
+def test_static_cache_attentions_are_timed_against_aten_and_inlined(static_cache):
+    decisions = [d for d in static_cache["decisions"] if d.op == "decode_attention"]
+    assert len(decisions) == 2
+    for d in decisions:
+        timed = {c["kind"] for c in d.candidates if c["time_us"] is not None}
+        assert timed == {"aten", "template"} and d.reason == "force_template=cpp.decode_attention", d
+    assert sorted(len(d.problem["shapes"]) for d in decisions) == [4, 4]  # the mask is an input of each
+    assert "extern_kernels.decode_attention_aten(" not in static_cache["code"]
+    assert "scaled_dot_product" not in static_cache["code"] and "cpp_fused" in static_cache["code"]
 
 
 def _line(text):

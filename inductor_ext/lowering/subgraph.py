@@ -15,6 +15,7 @@ import functools
 from typing import Any
 
 from torch._inductor import config as inductor_config
+from torch._inductor import ir
 from torch._inductor.codegen.subgraph import SubgraphTemplate, inline_subgraph_to_ir_nodes
 from torch._inductor.decomposition import select_decomp_table
 from torch._inductor.virtualized import V
@@ -83,4 +84,7 @@ def winner_node(node: Any, choice: Any, inputs: list[Any], name: str) -> Any:
     gm = getattr(choice, "gm", None)
     if gm is None:
         return node
-    return inline_subgraph_to_ir_nodes(gm, inputs, name)
+    # the inlined operations are lowered as any graph's are, on TensorBoxes (a realized input is a
+    # StorageBox or a view: expand's lowering, for one, takes only a TensorBox)
+    boxed = [x if isinstance(x, ir.TensorBox) else ir.TensorBox(x) for x in inputs]
+    return inline_subgraph_to_ir_nodes(gm, boxed, name)

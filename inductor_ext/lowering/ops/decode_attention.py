@@ -3,7 +3,7 @@
 or the families serving ``decode_attention`` (``cpp.decode_attention``: Inductor-compiled
 reductions, inlined when they win). The output is contiguous (B, Hq, 1, Dv) in q's dtype.
 
-OpSpec.inputs: (q, k, v); scalar ``scale``.
+OpSpec.inputs: (q, k, v, mask|None); scalar ``scale``.
 """
 
 from __future__ import annotations
@@ -22,18 +22,21 @@ ATEN_CHOICE = OpChoice(OP, "decode_attention_aten")
 
 
 def decode_attention(kernel_inputs: Any) -> OpInputs | str:
+    optional = (None,) if len(kernel_inputs.nodes()) == 3 else ()  # mask
     return whole("decode_attention", kernel_inputs, kernel_inputs.output_layout(),
-                 {"scale": kernel_inputs.get_scalar("scale")})
+                 {"scale": kernel_inputs.get_scalar("scale")}, optional)
 
 
 SPECS = {"decode_attention": decode_attention}
 
 
 @register_lowering(OP, type_promotion_kind=None)
-def lower_decode_attention(q: Any, k: Any, v: Any, scale: float) -> Any:
-    nodes = [ir.ExternKernel.realize_input(x) for x in (q, k, v)]
+def lower_decode_attention(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+    nodes = [ir.ExternKernel.realize_input(x) for x in (q, k, v, mask) if x is not None]
     size = [*nodes[0].get_size()[:3], nodes[2].get_size()[3]]
     layout = ir.FixedLayout(nodes[0].get_device(), nodes[0].get_dtype(), size)  # contiguous, like the op
     scalars = {"scale": float(scale)}
-    node, choice = select("decode_attention", ATEN_CHOICE.bind(tuple(nodes), layout, **scalars), nodes, layout, scalars)
+    aten_kwargs = ({"mask": None} if mask is None else {}) | scalars  # the tensors go positionally
+    node, choice = select("decode_attention", ATEN_CHOICE.bind(tuple(nodes), layout, **aten_kwargs), nodes, layout,
+                          scalars)
     return subgraph.winner_node(node, choice, nodes, "decode_attention")

@@ -2,15 +2,17 @@
 
 Inductor lowers SDPA on the CPU to ATen's flash kernel and offers nothing else. Before that, in
 the graph Dynamo captured (pre-grad), this pass replaces each ``F.scaled_dot_product_attention``
-call with one query token per sequence by ``inductor_ext::decode_attention(q, k, v, scale)``
+call with one query token per sequence by ``inductor_ext::decode_attention(q, k, v, mask, scale)``
 (``kernels/decode_attention_ops.py``), whose lowering (``lowering/ops/decode_attention.py``)
 autotunes ATen's SDPA against the families serving ``decode_attention``
 (``cpp.decode_attention`` on the cpu preset).
 
 It rewrites a call only when the op means the same and can pay off:
-- one query token, no attention mask, no dropout, not causal (PyTorch's causal mask is aligned
-  top-left: one causal query sees only the first key, which is not a decode step), and for
-  grouped-query attention (fewer key/value heads) ``enable_gqa=True``, as SDPA requires;
+- one query token, no dropout, not causal (PyTorch's causal mask is aligned top-left: one causal
+  query sees only the first key, which is not a decode step), and for grouped-query attention
+  (fewer key/value heads) ``enable_gqa=True``, as SDPA requires; an attention mask is kept (a
+  static KV cache masks its unwritten slots: Hugging Face's ``cache_implementation="static"``),
+  and the family says which masks its kernel applies;
 - no gradient flows through it (the op has no backward);
 - autotuning is on and an enabled family claims this target and accepts the instance (static
   shapes, supported dtypes); otherwise the call stays ATen's SDPA, as without ext.
@@ -58,16 +60,18 @@ class DecodeAttentionOp(OneOpPass):
         return _arguments(node)
 
     def op_args(self, args: dict[str, Any]) -> tuple[Any, ...]:
-        return args["query"], args["key"], args["value"], _scale(args, _example(args["query"]))
+        return args["query"], args["key"], args["value"], args["attn_mask"], _scale(args, _example(args["query"]))
 
     def reason(self, node: Node, args: dict[str, Any]) -> str | None:
         """Why ``node`` stays ATen's SDPA, or None when a family may serve it."""
         out = node.meta.get("example_value")
-        q, k, v = (_example(args[a]) for a in ("query", "key", "value"))
+        q, k, v, mask = (_example(args[a]) for a in ("query", "key", "value", "attn_mask"))
         if not all(isinstance(t, torch.Tensor) for t in (out, q, k, v)):
             return "no example values"
-        if args["attn_mask"] is not None or args["dropout_p"] != 0.0 or args["is_causal"] is not False:
-            return "a mask, dropout or a causal mask"
+        if args["attn_mask"] is not None and not isinstance(mask, torch.Tensor):
+            return "a mask with no example value"
+        if args["dropout_p"] != 0.0 or args["is_causal"] is not False:
+            return "dropout or a causal mask"
         scale = args["scale"]
         if not isinstance(args["enable_gqa"], bool) or isinstance(scale, bool) or \
                 not (scale is None or isinstance(scale, (int, float))):
@@ -79,8 +83,9 @@ class DecodeAttentionOp(OneOpPass):
         if out.requires_grad:
             return "a gradient flows through it (the op has no backward)"
         specs = [tensor_spec(t) for t in (q, k, v)]
-        if None in specs:
+        mask_spec = None if mask is None else tensor_spec(mask)
+        if None in specs or (mask is not None and mask_spec is None):
             return "a data-dependent size with no hint"
-        spec = OpSpec("decode_attention", tuple(specs), tensor_spec(out, contiguous=True), {"scale": _scale(args, q)},
+        spec = OpSpec("decode_attention", (*specs, mask_spec), tensor_spec(out, contiguous=True), {"scale": _scale(args, q)},
                       q.device.type)
         return refusal(self.config, spec)

@@ -1,7 +1,8 @@
 """Decode attention for the CPU as Inductor-compiled reductions, offered beside ATen's SDPA kernel.
 
 Serves ``decode_attention`` (``kernels/decode_attention_ops.py``, made by the ``decode_attention_op``
-pass): one query token per sequence, no mask, no dropout. The kernel is
+pass): one query token per sequence, no dropout, with or without a mask (a static KV cache's:
+the slots not yet written are masked). The kernel is
 ``kernels/decode_attention.py`` (plain torch: two fp32 reductions over the cached keys and
 values) traced and handed to Inductor as one of its subgraph choices (``SubgraphTemplate``):
 Inductor compiles it to C++ for the benchmark and, if it wins, inlines it into the graph, where
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inductor_ext.templates.allowed import number, one_of, size
-from inductor_ext.templates.family import Family, OpSpec
+from inductor_ext.templates.family import Family, OpSpec, TensorSpec
 
 NAME = "cpp.decode_attention"
 TARGETS = ("cpu",)
@@ -31,6 +32,8 @@ RUNS_ON_CPU = True  # Inductor's C++ codegen: no interpreter involved
 DYNAMIC_SHAPES = True
 
 DTYPES = ("float32", "bfloat16", "float16")
+# "bool": True where a query attends; "additive": added to the scores (SDPA's two kinds of mask)
+MASKS = ("none", "bool", "additive")
 FORMS = ("fp32_reductions",)  # kernels/decode_attention.FORMS (torch is imported lazily here)
 
 
@@ -44,6 +47,7 @@ class DecodeAttentionProblem:
     value_dim: int = size()
     dtype: str = one_of(DTYPES)
     scale: float = number()
+    mask: str = one_of(MASKS, "none")
 
 
 @dataclass(frozen=True)
@@ -71,11 +75,30 @@ def problem_for(spec: OpSpec) -> DecodeAttentionProblem | str:
         return f"mixed dtypes q {q.dtype}, k {k.dtype}, v {v.dtype}"
     if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         return f"shapes q {q.shape}, k {k.shape}, v {v.shape} do not fit together"
+    mask = spec.inputs[3] if len(spec.inputs) > 3 else None
+    kind = _mask_kind(mask, q, k)
+    if kind not in MASKS:
+        return kind
     problem = DecodeAttentionProblem(q.shape[0], q.shape[1], k.shape[1], k.shape[2], q.shape[3], v.shape[3],
-                                     q.dtype, float(spec.scalars["scale"]))
+                                     q.dtype, float(spec.scalars["scale"]), kind)
     if q.shape[2] != 1:
         return f"{q.shape[2]} query tokens: decode attention takes one per sequence"
     return supports(problem) or problem
+
+
+def _mask_kind(mask: TensorSpec | None, q: TensorSpec, k: TensorSpec) -> str:
+    """One of ``MASKS`` for ``mask``, or why the kernel cannot apply it."""
+    if mask is None:
+        return "none"
+    attended = (q.shape[0], q.shape[1], 1, k.shape[2])  # (batch, query heads, one query, keys)
+    shape = tuple(mask.shape)
+    if len(shape) > 4 or any(m not in (1, a) for m, a in zip(reversed(shape), reversed(attended))):
+        return f"a mask of shape {shape} does not broadcast to {attended}"
+    if mask.dtype == "bool":
+        return "bool"
+    if mask.dtype in DTYPES:
+        return "additive"
+    return f"a mask of dtype {mask.dtype}: the kernel applies bool masks or adds one of {DTYPES}"
 
 
 def supports(problem: DecodeAttentionProblem) -> str | None:
@@ -96,10 +119,11 @@ def configs(problem: DecodeAttentionProblem, target: str) -> list[DecodeAttentio
 
 def decomposition(problem: DecodeAttentionProblem, config: DecodeAttentionConfig) -> tuple[object, dict[str, object]]:
     """The plain torch function Inductor compiles for ``config``, and its non-tensor arguments
-    (it takes q, k, v first)."""
+    (it takes q, k, v and the mask, if any, first)."""
     from inductor_ext.kernels import decode_attention
 
-    return decode_attention.decode_attention, {"scale": problem.scale, "form": config.form}
+    function = decode_attention.decode_attention if problem.mask == "none" else decode_attention.masked_decode_attention
+    return function, {"scale": problem.scale, "form": config.form}
 
 
 FAMILY = Family(
