@@ -1,7 +1,8 @@
-"""bench/compile_time.py, bench/hf_generate.py (issue 29) and bench/cpp_cache_blocking.py cannot
-rot: each runs ``--quick --json`` on tiny models and its JSON has what the issue asks for (rows
-with spread, compile seconds, the compile-time breakdown, ``targets`` with ratios, ``met`` and a
-``why`` on a miss; each blocking against Inductor's). The figures themselves mean nothing at these
+"""bench/compile_time.py, bench/hf_generate.py (issue 29), bench/cpp_cache_blocking.py and
+bench/cpu_decode_attention.py cannot rot: each runs ``--quick --json`` on tiny models and its JSON
+has what the issue asks for (rows with spread, compile seconds, the compile-time breakdown,
+``targets`` with ratios, ``met`` and a ``why`` on a miss; each blocking against Inductor's; each
+attention case against ATen's). The figures themselves mean nothing at these
 sizes.
 
 Each run compiles every arm cold (minutes on 2 cores), so these run on request: ``pytest -m bench``."""
@@ -102,3 +103,13 @@ def test_cpp_cache_blocking_json_has_each_blocking_against_inductors():
         if name != "inductor":
             low, high = arm["speedup_p10_p90"]
             assert low <= high and arm["speedup"] > 0, (name, arm)
+
+
+def test_cpu_decode_attention_json_has_each_case_against_atens():
+    cases = _run("cpu_decode_attention.py")["cases"]
+    assert {(c["dtype"], c["mask"]) for c in cases} == {(d, m) for d in ("float32", "bfloat16") for m in (False, True)}
+    for case in cases:
+        for arm in case["arms"].values():
+            assert arm["p10_us"] <= arm["median_us"] <= arm["p90_us"], case
+        low, high = case["speedup_p10_p90"]
+        assert low <= high and case["speedup"] > 0 and case["max_abs_difference"] < 1e-2, case

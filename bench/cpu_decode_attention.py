@@ -1,0 +1,109 @@
+"""CPU: one decode step's attention as ATen's SDPA runs it against the ``cpp.decode_attention``
+family's kernel (``kernels/decode_attention.py``) compiled by Inductor, timed side by side in one run.
+
+Cases: a Llama-style step (12 query heads over 4 key/value heads, head dim 64, batch 1) over a KV
+cache of each length, with no mask (a cache that holds just the tokens so far) and with a static
+cache's boolean mask (the slots past the current position masked, as Hugging Face's
+``cache_implementation="static"`` makes it: position at a third of the cache). fp32 and bf16.
+Each arm is compiled with ``torch.compile`` (Inductor's default) around the one call, so both
+pay the same wrapper. Timed calls alternate between the arms round by round. Per case: each arm's
+median and p10/p90 in us, the ratio of ATen's median to the kernel's, and the 10th-90th percentile
+of that ratio round by round (a spread that holds 1.0 is within noise); the largest difference
+between the arms' outputs is printed too.
+
+    python bench/cpu_decode_attention.py [--json] [--lengths 32,1024,4096] [--rounds 200] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from inductor_ext.kernels.decode_attention import decode_attention  # noqa: E402
+
+LENGTHS = "32,1024,4096"
+HEADS, KV_HEADS, HEAD_DIM = 12, 4, 64
+SCALE = HEAD_DIM ** -0.5
+
+
+def aten(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=SCALE, enable_gqa=True)
+
+
+def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    return decode_attention(q, k, v, SCALE, mask=mask)
+
+
+def percentile(samples: list[float], q: int) -> float:
+    return statistics.quantiles(samples, n=10, method="inclusive")[q // 10 - 1]
+
+
+def measure(length: int, masked: bool, dtype: torch.dtype, rounds: int) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(length)
+    q = torch.randn(1, HEADS, 1, HEAD_DIM, generator=g).to(dtype)
+    k, v = (torch.randn(1, KV_HEADS, length, HEAD_DIM, generator=g).to(dtype) for _ in range(2))
+    mask = (torch.arange(length) <= length // 3).view(1, 1, 1, length) if masked else None
+    torch._dynamo.reset()
+    arms: dict[str, Callable[[], torch.Tensor]] = {}
+    for name, fn in (("aten", aten), ("kernel", kernel)):
+        compiled = torch.compile(fn, fullgraph=True)
+        arms[name] = lambda compiled=compiled: compiled(q, k, v, mask)
+    with torch.no_grad():
+        outputs = {name: call() for name, call in arms.items()}  # compiles and warms each
+        for call in arms.values():
+            call()
+        seconds: dict[str, list[float]] = {name: [] for name in arms}
+        names = list(arms)
+        for r in range(rounds):
+            for name in names[r % 2:] + names[:r % 2]:
+                start = time.perf_counter()
+                arms[name]()
+                seconds[name].append(time.perf_counter() - start)
+    per_round = [a / b for a, b in zip(seconds["aten"], seconds["kernel"])]
+    return {"length": length, "mask": masked, "dtype": str(dtype).removeprefix("torch."),
+            "arms": {name: {"median_us": statistics.median(s) * 1e6, "p10_us": percentile(s, 10) * 1e6,
+                            "p90_us": percentile(s, 90) * 1e6} for name, s in seconds.items()},
+            "speedup": statistics.median(seconds["aten"]) / statistics.median(seconds["kernel"]),
+            "speedup_p10_p90": [percentile(per_round, 10), percentile(per_round, 90)],
+            "max_abs_difference": (outputs["aten"].float() - outputs["kernel"].float()).abs().max().item()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--lengths", default=LENGTHS, help=f"KV cache lengths (default {LENGTHS})")
+    parser.add_argument("--rounds", type=int, default=200, help="timed calls per arm (default 200)")
+    parser.add_argument("--quick", action="store_true", help="one short cache, 5 rounds: checks the script runs")
+    args = parser.parse_args()
+    if args.quick:
+        args.lengths, args.rounds = "32", 5
+    if args.rounds < 2:
+        parser.error(f"--rounds {args.rounds}: at least 2 rounds are needed for a spread")
+    results = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for length in (int(s) for s in args.lengths.split(",")):
+            for masked in (False, True):
+                results.append(r := measure(length, masked, dtype, args.rounds))
+                if not args.json:
+                    a, kern = r["arms"]["aten"], r["arms"]["kernel"]
+                    print(f"L={length:<5d} {'static mask' if masked else 'no mask':11s} {r['dtype']:9s} "
+                          f"aten {a['median_us']:8.1f} us ({a['p10_us']:.1f}-{a['p90_us']:.1f})  "
+                          f"kernel {kern['median_us']:8.1f} us ({kern['p10_us']:.1f}-{kern['p90_us']:.1f})  "
+                          f"x{r['speedup']:.2f} (p10-p90 {r['speedup_p10_p90'][0]:.2f}-{r['speedup_p10_p90'][1]:.2f})  "
+                          f"diff {r['max_abs_difference']:.1e}", flush=True)
+    if args.json:
+        print(json.dumps({"threads": torch.get_num_threads(), "cases": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
