@@ -18,18 +18,18 @@ Needs an AVX-512 CPU (the micro-kernel's ISA); on another it says so and exits.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import functools
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from side_by_side import check_rounds, parser, speedup, spread, time_rounds  # noqa: E402
 from torch._inductor.utils import fresh_cache  # noqa: E402
 
 from inductor_ext.lowering import cpp_gemm  # noqa: E402
@@ -64,10 +64,6 @@ def _own_code(linear: torch.nn.Linear) -> torch.nn.Module:
     return namespace["Arm"](linear)
 
 
-def percentile(samples: list[float], q: int) -> float:
-    return statistics.quantiles(samples, n=10, method="inclusive")[q // 10 - 1]
-
-
 def measure(m: int, k: int, n: int, rounds: int) -> dict[str, Any]:
     torch.manual_seed(0)
     linear = torch.nn.Linear(k, n, bias=False).eval()
@@ -84,40 +80,26 @@ def measure(m: int, k: int, n: int, rounds: int) -> dict[str, Any]:
         with fresh_cache():  # the FX graph cache does not key the pinned micro-kernel
             errors[name] = (arms[name](x) - want).abs().max().item()
         arms[name](x)  # warm
-    seconds: dict[str, list[float]] = {name: [] for name in arms}
-    names = list(arms)
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
-            arms[name](x)
-            seconds[name].append(time.perf_counter() - start)
+    seconds = time_rounds({name: functools.partial(arm, x) for name, arm in arms.items()}, rounds)
     flop = 2 * m * n * k
     result: dict[str, Any] = {"shape": {"m": m, "k": k, "n": n}, "arms": {}}
     for name, s in seconds.items():
-        med = statistics.median(s)
-        result["arms"][name] = {"median_ms": med * 1e3, "p10_ms": percentile(s, 10) * 1e3,
-                                "p90_ms": percentile(s, 90) * 1e3, "gflops": flop / med / 1e9,
+        result["arms"][name] = {**spread(s, 1e3, "ms"), "gflops": flop / statistics.median(s) / 1e9,
                                 "max_abs_error": errors[name]}
         if name != "inductor":
-            per_round = [a / b for a, b in zip(seconds["inductor"], s)]
-            result["arms"][name]["speedup"] = statistics.median(seconds["inductor"]) / med
-            result["arms"][name]["speedup_p10_p90"] = [percentile(per_round, 10), percentile(per_round, 90)]
+            result["arms"][name].update(speedup(seconds["inductor"], s))
     return result
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.add_argument("--shapes", default=SHAPES, help=f"MxKxN,... (default {SHAPES})")
-    parser.add_argument("--rounds", type=int, default=7, help="timed calls per arm (default 7)")
-    parser.add_argument("--quick", action="store_true", help="one small shape, 3 rounds: checks the script runs")
-    args = parser.parse_args()
+    options = parser(__doc__, 7, "one small shape, 3 rounds: checks the script runs")
+    options.add_argument("--shapes", default=SHAPES, help=f"MxKxN,... (default {SHAPES})")
+    args = options.parse_args()
     if args.quick:
         args.shapes, args.rounds = "200x320x72", 3
     if "avx512" not in gemm.host_isas():
         sys.exit("this CPU has no AVX-512: the cache-blocked candidates are AVX-512 micro-kernels, not offered here")
-    if args.rounds < 2:
-        parser.error(f"--rounds {args.rounds}: at least 2 rounds are needed for a spread")
+    check_rounds(options, args.rounds)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     results = []
     for m, k, n in shapes:

@@ -16,11 +16,8 @@ between the arms' outputs is printed too.
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from side_by_side import check_rounds, parser, speedup, spread, time_rounds  # noqa: E402
 
 from inductor_ext.kernels.decode_attention import decode_attention  # noqa: E402
 
@@ -44,10 +42,6 @@ def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     return decode_attention(q, k, v, SCALE, mask=mask)
 
 
-def percentile(samples: list[float], q: int) -> float:
-    return statistics.quantiles(samples, n=10, method="inclusive")[q // 10 - 1]
-
-
 def measure(length: int, masked: bool, dtype: torch.dtype, rounds: int) -> dict[str, Any]:
     g = torch.Generator().manual_seed(length)
     q = torch.randn(1, HEADS, 1, HEAD_DIM, generator=g).to(dtype)
@@ -62,33 +56,20 @@ def measure(length: int, masked: bool, dtype: torch.dtype, rounds: int) -> dict[
         outputs = {name: call() for name, call in arms.items()}  # compiles and warms each
         for call in arms.values():
             call()
-        seconds: dict[str, list[float]] = {name: [] for name in arms}
-        names = list(arms)
-        for r in range(rounds):
-            for name in names[r % 2:] + names[:r % 2]:
-                start = time.perf_counter()
-                arms[name]()
-                seconds[name].append(time.perf_counter() - start)
-    per_round = [a / b for a, b in zip(seconds["aten"], seconds["kernel"])]
+        seconds = time_rounds(arms, rounds)
     return {"length": length, "mask": masked, "dtype": str(dtype).removeprefix("torch."),
-            "arms": {name: {"median_us": statistics.median(s) * 1e6, "p10_us": percentile(s, 10) * 1e6,
-                            "p90_us": percentile(s, 90) * 1e6} for name, s in seconds.items()},
-            "speedup": statistics.median(seconds["aten"]) / statistics.median(seconds["kernel"]),
-            "speedup_p10_p90": [percentile(per_round, 10), percentile(per_round, 90)],
+            "arms": {name: spread(s, 1e6, "us") for name, s in seconds.items()},
+            **speedup(seconds["aten"], seconds["kernel"]),
             "max_abs_difference": (outputs["aten"].float() - outputs["kernel"].float()).abs().max().item()}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.add_argument("--lengths", default=LENGTHS, help=f"KV cache lengths (default {LENGTHS})")
-    parser.add_argument("--rounds", type=int, default=200, help="timed calls per arm (default 200)")
-    parser.add_argument("--quick", action="store_true", help="one short cache, 5 rounds: checks the script runs")
-    args = parser.parse_args()
+    options = parser(__doc__, 200, "one short cache, 5 rounds: checks the script runs")
+    options.add_argument("--lengths", default=LENGTHS, help=f"KV cache lengths (default {LENGTHS})")
+    args = options.parse_args()
     if args.quick:
         args.lengths, args.rounds = "32", 5
-    if args.rounds < 2:
-        parser.error(f"--rounds {args.rounds}: at least 2 rounds are needed for a spread")
+    check_rounds(options, args.rounds)
     results = []
     for dtype in (torch.float32, torch.bfloat16):
         for length in (int(s) for s in args.lengths.split(",")):
