@@ -29,7 +29,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from side_by_side import check_rounds, parser, speedup, spread, time_rounds  # noqa: E402
+from side_by_side import parse, parser, speedup, spread, time_rounds  # noqa: E402
 from torch._inductor.utils import fresh_cache  # noqa: E402
 
 from inductor_ext.lowering import cpp_gemm  # noqa: E402
@@ -94,12 +94,9 @@ def measure(m: int, k: int, n: int, rounds: int) -> dict[str, Any]:
 def main() -> None:
     options = parser(__doc__, 7, "one small shape, 3 rounds: checks the script runs")
     options.add_argument("--shapes", default=SHAPES, help=f"MxKxN,... (default {SHAPES})")
-    args = options.parse_args()
-    if args.quick:
-        args.shapes, args.rounds = "200x320x72", 3
+    args = parse(options, quick={"shapes": "200x320x72", "rounds": 3})
     if "avx512" not in gemm.host_isas():
         sys.exit("this CPU has no AVX-512: the cache-blocked candidates are AVX-512 micro-kernels, not offered here")
-    check_rounds(options, args.rounds)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     results = []
     for m, k, n in shapes:

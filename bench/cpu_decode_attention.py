@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from side_by_side import check_rounds, parser, speedup, spread, time_rounds  # noqa: E402
+from side_by_side import parse, parser, speedup, spread, time_rounds  # noqa: E402
 
 from inductor_ext.kernels.decode_attention import decode_attention  # noqa: E402
 
@@ -66,10 +66,7 @@ def measure(length: int, masked: bool, dtype: torch.dtype, rounds: int) -> dict[
 def main() -> None:
     options = parser(__doc__, 200, "one short cache, 5 rounds: checks the script runs")
     options.add_argument("--lengths", default=LENGTHS, help=f"KV cache lengths (default {LENGTHS})")
-    args = options.parse_args()
-    if args.quick:
-        args.lengths, args.rounds = "32", 5
-    check_rounds(options, args.rounds)
+    args = parse(options, quick={"lengths": "32", "rounds": 5})
     results = []
     for dtype in (torch.float32, torch.bfloat16):
         for length in (int(s) for s in args.lengths.split(",")):

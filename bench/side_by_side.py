@@ -51,6 +51,12 @@ def parser(doc: str, rounds: int, quick: str) -> argparse.ArgumentParser:
     return p
 
 
-def check_rounds(p: argparse.ArgumentParser, rounds: int) -> None:
-    if rounds < 2:
-        p.error(f"--rounds {rounds}: at least 2 rounds are needed for a spread")
+def parse(p: argparse.ArgumentParser, quick: dict[str, object]) -> argparse.Namespace:
+    """The command line, with ``quick``'s values under ``--quick``; at least two rounds."""
+    args = p.parse_args()
+    if args.quick:
+        for name, value in quick.items():
+            setattr(args, name, value)
+    if args.rounds < 2:
+        p.error(f"--rounds {args.rounds}: at least 2 rounds are needed for a spread")
+    return args
