@@ -489,3 +489,37 @@ def test_cache_only_compile_benchmarks_nothing_and_serves_each_cached_winner(bui
     assert built["code"].count("extern_kernels.decode_attention_aten(") == 1  # ATen's, for the grouped-query one
     for got, want in zip(built["got"], built["want"]):
         torch.testing.assert_close(got, want, **FP32_TOL)
+
+
+class MaskedStep(torch.nn.Module):
+    """A decode step whose cache length and padding mask come in as inputs (a dynamic cache
+    with left padding): the length becomes symbolic the second time it changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = torch.nn.Linear(64, 4 * 16)
+
+    def forward(self, x, k, v, mask):
+        q = self.q(x).view(x.shape[0], 1, 4, 16).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
+def test_a_masked_step_of_symbolic_length_is_served_and_right_at_every_length():
+    m = MaskedStep().eval()
+    torch._dynamo.reset()
+    start = len(ext_choices.decisions)
+    g = torch.Generator().manual_seed(7)
+    with tune.fresh_inductor_caches(), torch.no_grad():
+        compiled = torch.compile(m, backend="ext", options={"force_template": "cpp.decode_attention"})
+        for length in (9, 17, 40, 5):
+            x, k, v = torch.randn(2, 64, generator=g), torch.randn(2, 2, length, 16, generator=g), \
+                torch.randn(2, 2, length, 16, generator=g)
+            mask = torch.rand(2, 1, 1, length, generator=g) > 0.3
+            mask[1] = False  # the second sequence sees no key: zeros, as ATen's SDPA
+            got, want = compiled(x, k, v, mask), m(x, k, v, mask)
+            torch.testing.assert_close(got, want, **FP32_TOL)
+            assert torch.equal(got[1], torch.zeros_like(got[1]))
+    decisions = [d for d in ext_choices.decisions[start:] if d.op == "decode_attention"]
+    assert len(decisions) == 2 and all(d.winner.startswith("cpp_decode_attention") for d in decisions)
+    assert any(d.problem.get("dynamic") for d in decisions), [d.problem for d in decisions]
+    assert {d.problem["dtype"] for d in decisions} == {"float32"}  # the attention's, not its mask's

@@ -403,7 +403,9 @@ def _device_name(device: torch.device) -> str:
 
 def _problem_text(op_name: str, kernel_inputs: Any) -> dict[str, Any]:
     shapes = kernel_inputs.shapes_hinted()
-    dtype = str(kernel_inputs.nodes()[-1].get_dtype()).removeprefix("torch.")
+    # the last input's dtype (a GEMM's B), passing over a boolean mask (decode attention's)
+    dtypes = [node.get_dtype() for node in kernel_inputs.nodes()]
+    dtype = str(next((d for d in reversed(dtypes) if d != torch.bool), dtypes[-1])).removeprefix("torch.")
     text = {"op": op_name, "shapes": [list(s) for s in shapes], "dtype": dtype}
     if precision := ops.problem_fp32_precision(op_name, (dtype,)):
         text["fp32_precision"] = precision  # which precision ATen and the fp32 templates ran
