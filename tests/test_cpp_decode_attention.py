@@ -312,13 +312,16 @@ def _reference(m, args):
     return a.transpose(1, 2).reshape(1, -1) + 1, b * 2, c
 
 
-def _compile(m, args, options):
+def _compile(m, options, *calls):
+    """``m`` compiled through ext with Inductor's caches fresh and called with each argument tuple
+    of ``calls`` in turn: the outputs, the decisions made and the benchmarks run."""
     torch._dynamo.reset()
     counters.clear()
     first = len(ext_choices.decisions)
     with tune.fresh_inductor_caches(), torch.no_grad():
-        out = torch.compile(m, backend="ext", options=options)(*args)
-    return out, ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+        compiled = torch.compile(m, backend="ext", options=options)
+        outs = [compiled(*args) for args in calls]
+    return outs, ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
 
 
 def _code(dump_dir):
@@ -330,7 +333,7 @@ def forced(request, tmp_path_factory):
     dtype = getattr(torch, request.param)
     out = tmp_path_factory.mktemp(f"decode_attention_{request.param}")
     m, args = Decode().to(dtype), _inputs(dtype)
-    got, decisions, _ = _compile(m, args, {"force_template": "cpp.decode_attention", "dump_dir": str(out)})
+    (got,), decisions, _ = _compile(m, {"force_template": "cpp.decode_attention", "dump_dir": str(out)}, args)
     return {"dtype": dtype, "got": got, "want": _reference(m, args), "decisions": decisions,
             "index": dumps.read_index(out), "code": _code(out)}
 
@@ -413,17 +416,11 @@ def static_cache(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"static_cache_{request.param}")
     m = StaticCacheDecode().to(dtype)
     x = torch.randn(3, 256, generator=torch.Generator().manual_seed(6)).to(dtype)
-    first, second = torch.tensor([0, 20, 47]), torch.tensor([5, 46, 1])
-    torch._dynamo.reset()
-    counters.clear()
-    start = len(ext_choices.decisions)
-    with tune.fresh_inductor_caches(), torch.no_grad():
-        compiled = torch.compile(m, backend="ext", options={"force_template": "cpp.decode_attention",
-                                                            "dump_dir": str(out)})
-        got = [compiled(x, first), compiled(x, second)]
-    return {"dtype": dtype, "got": got, "want": [_static_reference(m, x, p) for p in (first, second)],
-            "decisions": ext_choices.decisions[start:], "code": _code(out),
-            "frames": counters["stats"]["unique_graphs"]}
+    positions = torch.tensor([0, 20, 47]), torch.tensor([5, 46, 1])
+    got, decisions, _ = _compile(m, {"force_template": "cpp.decode_attention", "dump_dir": str(out)},
+                                 *((x, p) for p in positions))
+    return {"dtype": dtype, "got": got, "want": [_static_reference(m, x, p) for p in positions],
+            "decisions": decisions, "code": _code(out), "frames": counters["stats"]["unique_graphs"]}
 
 
 def test_static_cache_masks_match_the_reference_at_every_position(static_cache):
@@ -456,7 +453,7 @@ def built(tmp_path_factory):
     the grouped-query attention's winner is ATen and the others' the template."""
     out = tmp_path_factory.mktemp("decode_attention_cache")
     m, args = Decode(), _inputs()
-    _, tuned, benchmarks = _compile(m, args, {"autotune_cache": str(out / "tuned.db")})
+    _, tuned, benchmarks = _compile(m, {"autotune_cache": str(out / "tuned.db")}, args)
     mixed = AutotuneCache(out / "mixed.db")
     for entry in AutotuneCache(out / "tuned.db").entries():
         if entry.key.op != "decode_attention":
@@ -464,8 +461,8 @@ def built(tmp_path_factory):
         grouped = entry.key.shapes[0][0] == 3
         mixed.put(dataclasses.replace(entry, winner="aten" if grouped else "cpp.decode_attention",
                                       config={"name": "decode_attention_aten"} if grouped else {"form": "fp32_reductions"}))
-    got, cached, cached_benchmarks = _compile(copy.deepcopy(m), args, {
-        "autotune": "cache-only", "autotune_cache": str(out / "mixed.db"), "dump_dir": str(out / "dump")})
+    (got,), cached, cached_benchmarks = _compile(copy.deepcopy(m), {
+        "autotune": "cache-only", "autotune_cache": str(out / "mixed.db"), "dump_dir": str(out / "dump")}, args)
     return {"tuned": tuned, "benchmarks": benchmarks, "cache": AutotuneCache(out / "tuned.db"), "got": got,
             "want": _reference(m, args), "cached": cached, "cached_benchmarks": cached_benchmarks,
             "code": _code(out / "dump")}
@@ -504,22 +501,24 @@ class MaskedStep(torch.nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
+def _masked_step_inputs(length, g):
+    x, k, v = torch.randn(2, 64, generator=g), torch.randn(2, 2, length, 16, generator=g), \
+        torch.randn(2, 2, length, 16, generator=g)
+    mask = torch.rand(2, 1, 1, length, generator=g) > 0.3
+    mask[1] = False  # the second sequence sees no key: zeros, as ATen's SDPA
+    return x, k, v, mask
+
+
 def test_a_masked_step_of_symbolic_length_is_served_and_right_at_every_length():
     m = MaskedStep().eval()
-    torch._dynamo.reset()
-    start = len(ext_choices.decisions)
     g = torch.Generator().manual_seed(7)
-    with tune.fresh_inductor_caches(), torch.no_grad():
-        compiled = torch.compile(m, backend="ext", options={"force_template": "cpp.decode_attention"})
-        for length in (9, 17, 40, 5):
-            x, k, v = torch.randn(2, 64, generator=g), torch.randn(2, 2, length, 16, generator=g), \
-                torch.randn(2, 2, length, 16, generator=g)
-            mask = torch.rand(2, 1, 1, length, generator=g) > 0.3
-            mask[1] = False  # the second sequence sees no key: zeros, as ATen's SDPA
-            got, want = compiled(x, k, v, mask), m(x, k, v, mask)
-            torch.testing.assert_close(got, want, **FP32_TOL)
-            assert torch.equal(got[1], torch.zeros_like(got[1]))
-    decisions = [d for d in ext_choices.decisions[start:] if d.op == "decode_attention"]
+    calls = [_masked_step_inputs(length, g) for length in (9, 17, 40, 5)]
+    outs, made, _ = _compile(m, {"force_template": "cpp.decode_attention"}, *calls)
+    for got, args in zip(outs, calls):
+        with torch.no_grad():
+            torch.testing.assert_close(got, m(*args), **FP32_TOL)
+        assert torch.equal(got[1], torch.zeros_like(got[1]))
+    decisions = [d for d in made if d.op == "decode_attention"]
     assert len(decisions) == 2 and all(d.winner.startswith("cpp_decode_attention") for d in decisions)
     assert any(d.problem.get("dynamic") for d in decisions), [d.problem for d in decisions]
     assert {d.problem["dtype"] for d in decisions} == {"float32"}  # the attention's, not its mask's
