@@ -474,7 +474,10 @@ def test_build_stores_a_timed_decision_per_attention(built):
     for e in entries:
         timed = {c["name"] for c in e.candidates if c["time_us"] is not None}
         assert "decode_attention_aten" in timed and any(n.startswith("cpp_decode_attention") for n in timed), e
-        assert e.winner in ("aten", "cpp.decode_attention") and e.aten_time_us is not None
+        assert e.winner in ("aten", "cpp.decode_attention")
+        # or, on a machine busy enough that the OS set ATen's time, flagged and not compared (issue 29)
+        disturbed = e.reason.startswith("fallback: every timed")
+        assert (e.aten_time_us is None) is disturbed and (e.winner == "aten" or not disturbed), e
         assert e.key.arch == "cpu" and e.key.preset == "cpu"
 
 
