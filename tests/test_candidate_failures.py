@@ -12,6 +12,7 @@ import torch
 
 import _broken_family
 from _logs import ext_log_lines
+from inductor_ext.autotune import decide
 from inductor_ext.lowering import candidate_guard, ext_choices
 from inductor_ext.templates import registry
 
@@ -126,11 +127,12 @@ def test_force_template_is_not_overridden_by_a_cached_winner(monkeypatch, tmp_pa
         (decision,) = ext_choices.decisions[first:]
         winners.append((decision.winner, decision.reason))
     # ATen won the first compile (its addmm, or MKL's packed GEMM on the frozen weight), by its timing
-    # or (the template faster) by the margin, or (a machine busy enough that the OS preempted every
-    # timed call: lowering/cold_timing.py) as the fallback
+    # or (the template faster) by the margin, or on a machine busy enough that the OS preempted every
+    # timed call of some choice (lowering/cold_timing.py: CI's two pytest workers share two cores)
+    # with that choice left out or as the fallback
     assert winners[0][0] in ("addmm", "ext_mkl_packed_addmm"), winners
     assert (winners[0][1] in ("benchmark", "template within margin 100000000% of ATen")
-            or winners[0][1].startswith(("addmm within margin", "fallback: every timed call of "))), winners
+            or winners[0][1].startswith("addmm within margin") or decide.os_disturbed(winners[0][1])), winners
     assert winners[1][0].startswith("ext_fake_mm_") and winners[1][1] == f"force_template={fake.NAME}"
 
 

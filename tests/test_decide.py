@@ -218,6 +218,14 @@ def test_a_disturbed_aten_choice_is_left_out_when_another_was_timed_clean():
     assert pick(*slow)[0] == "packed"  # the rest decide by the usual rules: ATen within the margin serves
 
 
+def test_a_reason_says_whether_the_os_disturbed_the_decision():
+    """Tests that read a real timing's outcome accept a busy machine's through ``os_disturbed``."""
+    fallback = (Candidate("aten", 16.0, 16.0, "aten", "aten", disturbed=True), template("t0", 0.006, 0.004))
+    left_out = (Candidate("mm", 7.8, 7.7, "aten", "aten", disturbed=True), aten(4.3, 4.2, name="packed", packed=True))
+    assert decide.os_disturbed(pick(*fallback)[1]) and decide.os_disturbed(pick(*left_out)[1])
+    assert not decide.os_disturbed(pick(aten(1.0, 1.0), template("t0", 0.5, 0.5))[1])
+
+
 def test_the_decision_line_flags_a_time_its_warm_timing_contradicts():
     """What the autotune log, the demo and ``dumps show`` print: the time, never a ratio from it."""
     from inductor_ext.autotune import decision_text

@@ -101,6 +101,12 @@ def left_out_text(candidates: Sequence[Candidate]) -> str | None:
     return f"{names} left out: every timed call switched out by the OS" if names and _clean_aten(candidates) else None
 
 
+def os_disturbed(reason: str) -> bool:
+    """Whether a decision's reason says the OS switched out every timed call of some candidate
+    (``disturbed_text``, ``left_out_text``): a loaded machine, not the kernels, set that outcome."""
+    return "switched out by the OS" in reason
+
+
 def _disturbed_names(candidates: Sequence[Candidate]) -> str:
     return ", ".join(c.name for c in candidates if c.disturbed)
 

@@ -48,7 +48,7 @@ def speedup_vs_aten(winner: str, reason: str, candidates: Sequence[Mapping[str, 
     """The fastest ATen candidate's time over the winner's, in the regime the decision was made in
     (warm where a candidate's regimes disagree, ``autotune/decide.py``); None where either was not
     timed, or where every call of one was switched out by the OS (no time was compared)."""
-    if "switched out by the OS" in reason:
+    if decide.os_disturbed(reason):
         return None
     warm = any(c.get("warm_time_us") is not None and c.get("time_us") is not None
                and decide.regimes_disagree(c["time_us"], c["warm_time_us"]) for c in candidates)
