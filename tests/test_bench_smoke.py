@@ -1,9 +1,9 @@
-"""bench/compile_time.py, bench/hf_generate.py (issue 29), bench/cpp_cache_blocking.py and
-bench/cpu_decode_attention.py cannot rot: each runs ``--quick --json`` on tiny models and its JSON
-has what the issue asks for (rows with spread, compile seconds, the compile-time breakdown,
-``targets`` with ratios, ``met`` and a ``why`` on a miss; each blocking against Inductor's; each
-attention case against ATen's). The figures themselves mean nothing at these
-sizes.
+"""bench/compile_time.py, bench/hf_generate.py (issue 29), bench/cpp_cache_blocking.py,
+bench/cpu_decode_attention.py and bench/cpu_decode_linears.py cannot rot: each runs ``--quick --json``
+on tiny models and its JSON has what the issue asks for (rows with spread, compile seconds, the
+compile-time breakdown, ``targets`` with ratios, ``met`` and a ``why`` on a miss; each blocking
+against Inductor's; each attention case against ATen's; each linear's fraction of the read bound).
+The figures themselves mean nothing at these sizes.
 
 Each run compiles every arm cold (minutes on 2 cores), so these run on request: ``pytest -m bench``."""
 
@@ -113,3 +113,18 @@ def test_cpu_decode_attention_json_has_each_case_against_atens():
             assert arm["p10_us"] <= arm["median_us"] <= arm["p90_us"], case
         low, high = case["speedup_p10_p90"]
         assert low <= high and case["speedup"] > 0 and case["max_abs_difference"] < 1e-2, case
+
+
+def test_cpu_decode_linears_json_has_each_arms_fraction_of_the_read_bound():
+    found = _run("cpu_decode_linears.py")
+    bandwidth = found["read_bandwidth_gb_s"]
+    assert bandwidth > 0 and found["quick"]
+    assert {c["dtype"] for c in found["cases"]} == {"float32", "bfloat16"}
+    for case in found["cases"]:
+        assert case["layers"] >= 2 and set(case["arms"]) == {"eager", "inductor_max_autotune", "ext"}, case
+        tolerance = 1e-4 if case["dtype"] == "float32" else 0.05  # bf16 outputs: summation order, one rounding
+        for arm in case["arms"].values():
+            assert arm["p10_us"] <= arm["median_us"] <= arm["p90_us"] and arm["max_abs_difference"] < tolerance, case
+            assert arm["of_read_bound"] == pytest.approx(arm["gb_s"] / bandwidth, rel=0.02), case
+        low, high = case["ext_vs_max_autotune"]["speedup_p10_p90"]
+        assert low <= high and case["ext_vs_max_autotune"]["speedup"] > 0, case
