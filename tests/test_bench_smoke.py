@@ -117,14 +117,13 @@ def test_cpu_decode_attention_json_has_each_case_against_atens():
 
 def test_cpu_decode_linears_json_has_each_arms_fraction_of_the_read_bound():
     found = _run("cpu_decode_linears.py")
-    bandwidth = found["read_bandwidth_gb_s"]
-    assert bandwidth > 0 and found["quick"]
+    assert found["quick"]
     assert {c["dtype"] for c in found["cases"]} == {"float32", "bfloat16"}
     for case in found["cases"]:
         assert case["layers"] >= 2 and set(case["arms"]) == {"eager", "inductor_max_autotune", "ext"}, case
         tolerance = 1e-4 if case["dtype"] == "float32" else 0.05  # bf16 outputs: summation order, one rounding
         for arm in case["arms"].values():
             assert arm["p10_us"] <= arm["median_us"] <= arm["p90_us"] and arm["max_abs_difference"] < tolerance, case
-            assert arm["of_read_bound"] == pytest.approx(arm["gb_s"] / bandwidth, rel=0.02), case
+            assert arm["of_read_bound"] == pytest.approx(arm["gb_s"] / case["read_bound_gb_s"], rel=0.02), case
         low, high = case["ext_vs_max_autotune"]["speedup_p10_p90"]
         assert low <= high and case["ext_vs_max_autotune"]["speedup"] > 0, case
