@@ -318,7 +318,18 @@ def test_alpha_check_catches_an_unscaled_convert(compiled):
 def test_cache_returns_the_same_texts(compiled, isa_cache):
     nv._memo.clear()  # force the on-disk cache
     again = nv.compile_for_sm100(*KERNELS["decode_m8"], cache=isa_cache)
-    assert again == compiled["decode_m8"]
+    # The entry may be another compile's of the same kernel (another pytest worker's, or one for
+    # another M or K: the key holds only what shapes the code): the same texts, its own record
+    # of how it was compiled.
+    assert _kernel_texts(again) == _kernel_texts(compiled["decode_m8"])
+
+
+_COMPILE_RECORD = ("compile_s", "worker_import_s", "sass_tool", "problem")
+
+
+def _kernel_texts(asm):
+    meta = {k: v for k, v in json.loads(asm["metadata"]).items() if k not in _COMPILE_RECORD}
+    return {**asm, "metadata": meta}
 
 
 @pytest.mark.isa
