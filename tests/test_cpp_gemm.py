@@ -33,6 +33,7 @@ from inductor_ext.autotune.cache import AutotuneCache, Entry
 from inductor_ext.kernels import mkldnn_packed_ops
 from inductor_ext.lowering import cold_timing, cpp_gemm, ext_choices, frozen_params, jinja_templates, opaque_constants
 from inductor_ext.lowering.prepared import Prepared
+from inductor_ext.runtime import fresh_pages
 from inductor_ext.templates import registry
 from inductor_ext.templates.cpp import gemm
 from inductor_ext.templates.family import OpSpec, TensorSpec
@@ -418,6 +419,8 @@ def test_build_stores_a_timed_decision_per_gemm(built):
         assert e.reason.startswith("benchmark") or disturbed or e.reason.startswith("fallback: flushed and warm")
         assert (e.aten_time_us is None) is disturbed
         assert e.key.arch == "cpu" and e.key.preset == "cpu"
+        # the bmm's output is Net's: fresh memory in every call, and timed so (lowering/returned_outputs.py)
+        assert e.key.returned is (e.key.op == "bmm" and fresh_pages.supported()), e.key
 
 
 def test_build_leaves_a_file_that_is_the_whole_cache(built, tmp_path):

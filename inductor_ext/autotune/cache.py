@@ -205,6 +205,10 @@ class ProblemKey:
     # and serves every size the graph admits, so it never answers for the static problem of the
     # same sizes, nor that one for it. () for a static problem, left out of to_dict as above.
     dynamic: tuple[tuple[int, ...], ...] = ()
+    # Whether the graph returns the op's output: then it is fresh memory in every call, and the
+    # choices were timed writing fresh pages (lowering/cold_timing.py), which can rank them
+    # otherwise than into a reused buffer. False is left out of to_dict, as above.
+    returned: bool = False
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__  # frozen: normalise in place once
@@ -223,6 +227,8 @@ class ProblemKey:
                                                         for d in row):
                 raise ValueError(f"ProblemKey.dynamic {dynamic!r} names dims the shapes {self.shapes!r} lack")
         setattr_(self, "dynamic", dynamic if any(dynamic) else ())
+        if not isinstance(self.returned, bool):
+            raise TypeError(f"ProblemKey.returned must be a bool, got {self.returned!r}")
         if self.fp32_precision not in _FP32_PRECISIONS:
             raise ValueError(f"ProblemKey.fp32_precision must be one of {_FP32_PRECISIONS}, "
                              f"got {self.fp32_precision!r}")
@@ -240,6 +246,7 @@ class ProblemKey:
             "preset": self.preset,
             **({"fp32_precision": self.fp32_precision} if self.fp32_precision else {}),
             **({"dynamic": [list(r) for r in self.dynamic]} if self.dynamic else {}),
+            **({"returned": True} if self.returned else {}),
         }
 
     @classmethod
@@ -249,6 +256,8 @@ class ProblemKey:
             d = {**d, "fp32_precision": ""}
         if isinstance(d, dict) and "dynamic" not in d:  # likewise ()
             d = {**d, "dynamic": []}
+        if isinstance(d, dict) and "returned" not in d:  # likewise False
+            d = {**d, "returned": False}
         _require_fields(cls, d, "key")
         try:
             # JSON gives str already; refuse anything the constructor would silently str().
@@ -271,7 +280,8 @@ class ProblemKey:
         """Short human text, e.g. ``"mm 128x64x256 bf16"`` (matmuls print M x N x K)."""
         dtypes = ",".join(dict.fromkeys(_SHORT_DTYPES.get(d, d) for d in self.dtypes))
         tf32 = "tf32" if self.fp32_precision == "tf32" else ""
-        return " ".join(p for p in (self.op, self._shape_text(), dtypes, tf32) if p)
+        returned = "returned" if self.returned else ""
+        return " ".join(p for p in (self.op, self._shape_text(), dtypes, tf32, returned) if p)
 
     def _shape_text(self) -> str:
         """Sizes as text, a symbolic one as ``~hint`` (dynamic shapes: tuned at the hint)."""

@@ -33,6 +33,14 @@ and the dispatcher, as the op before it in a running graph would; the operands s
 flushed time its warm one contradicts (``decide.regimes_disagree``) is timed again (``RETIMES``);
 a choice with no clean call in a regime is ``disturbed``, and ``autotune/decide.py`` then serves
 ATen and compares no time.
+
+Inductor times a choice that writes into an output (ATen's out variants, the templates) into one
+buffer reused from call to call, and one that allocates its own (the packed library GEMMs) into
+fresh memory each call. Inside the graph an output it returns is fresh memory every call
+(``lowering/returned_outputs.py``): for such a problem (``time_as_returned``) the output's pages
+are dropped before every timed call (``runtime/fresh_pages.py``), so every choice writes fresh
+pages as it will there, and an output a choice allocated itself is freed after the clock stops,
+as the caller frees it.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from torch._inductor.select_algorithm import AlgorithmSelectorCache
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from inductor_ext.autotune import decide
+from inductor_ext.runtime import fresh_pages
 
 try:
     import resource
@@ -89,6 +98,40 @@ FLUSH_MAX_BYTES = 1 << 30
 _timing: list[Any] = [None]
 _warm: dict[int, float] = {}
 _disturbed: set[int] = set()  # ids of choices with a regime in which every timed call was switched out
+# While timing a choice of a problem whose output the graph returns: its output tensors to
+# drop (None for any other problem)
+_returned_outputs: list[tuple[torch.Tensor, ...] | None] = [None]
+_RETURNED = "_inductor_ext_output_returned"  # set on each choice of such a problem
+
+
+def time_as_returned(choices: list[Any]) -> None:
+    """Time ``choices`` as serving an output the graph returns: into fresh pages every call."""
+    for choice in choices:
+        setattr(choice, _RETURNED, True)
+
+
+def _outputs_to_drop(autotune_args: Any) -> tuple[torch.Tensor, ...]:
+    """The output tensors Inductor times choices into (one per kind of choice), each only if
+    its bytes overlap none of the inputs' (dropping pages zeroes them)."""
+    found: list[torch.Tensor] = []
+    inputs: list[torch.Tensor] = []
+    for extern in (False, True):
+        ins, out = autotune_args.get_benchmark_tensors(extern).unpack()
+        inputs += [t for t in ins if isinstance(t, torch.Tensor)]
+        if isinstance(out, torch.Tensor) and all(out is not t for t in found):
+            found.append(out)
+    spans = [fresh_pages.span(t) for t in inputs]
+
+    def apart(out: torch.Tensor) -> bool:
+        first, end = fresh_pages.span(out)
+        return all(their_end <= first or end <= their_first for their_first, their_end in spans)
+
+    return tuple(t for t in found if apart(t))
+
+
+def _drop_outputs() -> None:
+    for t in _returned_outputs[0] or ():
+        fresh_pages.drop(t)
 
 
 def warm_ms(choice: Any) -> float | None:
@@ -139,12 +182,19 @@ def wake_threads() -> None:
 
 def timed_call(fn: Callable[[], Any]) -> tuple[float, bool]:
     """Seconds one call of ``fn`` took, and whether no thread of this process was switched out
-    meanwhile (a switched call timed the scheduler too)."""
+    meanwhile (a switched call timed the scheduler too). What ``fn`` returns is freed inside the
+    timed call, as the graph frees an intermediate, or after it where the graph returns it."""
     switches = context_switches()
     start = time.perf_counter()
-    fn()
+    if _returned_outputs[0] is None:
+        fn()
+        elapsed = time.perf_counter() - start
+        return elapsed, context_switches() == switches
+    result = fn()  # noqa: F841  (its caller frees it later)
     elapsed = time.perf_counter() - start
-    return elapsed, context_switches() == switches
+    clean = context_switches() == switches
+    del result
+    return elapsed, clean
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +225,7 @@ def timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS)
     start = time.perf_counter()
     for i in range(calls * ATTEMPTS):
         flush.fill_(i & 0xFF)
+        _drop_outputs()
         wake_threads()
         elapsed, ok = timed_call(fn)
         fastest = min(fastest, elapsed)
@@ -186,6 +237,7 @@ def timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS)
             continue
         flushed[not ok].append(elapsed)
         fn()
+        _drop_outputs()
         wake_threads()
         warm_elapsed, ok = timed_call(fn)
         warm[not ok].append(warm_elapsed)
@@ -236,10 +288,12 @@ def cold_cpu_benchmarks() -> Iterator[None]:
 
     def noting_choice(cls: type, choice: Any, autotune_args: Any) -> float:
         _timing[0] = choice
+        _returned_outputs[0] = _outputs_to_drop(autotune_args) if getattr(choice, _RETURNED, False) else None
         try:
             return choice_timer(cls, choice, autotune_args)
         finally:
             _timing[0] = None
+            _returned_outputs[0] = None
 
     Benchmarker.benchmark_cpu = cold  # type: ignore[method-assign]
     AlgorithmSelectorCache.benchmark_choice = classmethod(noting_choice)  # type: ignore[method-assign, assignment]
@@ -249,5 +303,6 @@ def cold_cpu_benchmarks() -> Iterator[None]:
         Benchmarker.benchmark_cpu = inductors  # type: ignore[method-assign]
         AlgorithmSelectorCache.benchmark_choice = classmethod(choice_timer)  # type: ignore[method-assign, assignment]
         _timing[0] = None
+        _returned_outputs[0] = None
         _warm.clear()
         _disturbed.clear()

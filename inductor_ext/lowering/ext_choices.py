@@ -30,11 +30,11 @@ from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import decode_attention as decode_attention_kernel
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, packed_weights
 from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, cpp_gemm, cutedsl_nvfp4, ops,
-                                   parallel_builds, pdl_consumers, subgraph)
+                                   parallel_builds, pdl_consumers, returned_outputs, subgraph)
 from inductor_ext import tracing
 from inductor_ext.logs import autotune_log
 from inductor_ext.lowering.ops._spec import symbolic_indices
-from inductor_ext.runtime import extras
+from inductor_ext.runtime import extras, fresh_pages
 from inductor_ext.targets import apple as apple_target
 from inductor_ext.targets import cpu as cpu_target
 from inductor_ext.targets import intel as intel_target
@@ -48,7 +48,7 @@ log = logging.getLogger("inductor_ext.autotune")
 # timed (part of the cache key), with the kernels Inductor compiles from plain torch (subgraph)
 # and the packed GEMMs ATen's side times; the op modules (lowering/ops/) enter as their folder.
 _SEAM_MODULES = (adapters, aten_choices, mkl_packed_ops, mkldnn_packed_ops, packed_weights, pdl_consumers,
-                 cutedsl_nvfp4, cpp_gemm, cold_timing, subgraph, decode_attention_kernel)
+                 cutedsl_nvfp4, cpp_gemm, cold_timing, fresh_pages, returned_outputs, subgraph, decode_attention_kernel)
 
 
 def available_templates() -> dict[str, Family]:
@@ -129,7 +129,8 @@ class ExtChoices(InductorChoices):
         if not families or self.config.autotune == "off":
             return choices
         node = V.graph.current_node.name if V.graph.current_node is not None else "?"
-        decision = Decision(node=node, op=op_name, problem=_problem_text(op_name, kernel_inputs))
+        returned = self._times_returned_output(kernel_inputs)
+        decision = Decision(node=node, op=op_name, problem=_problem_text(op_name, kernel_inputs, returned))
         decisions.append(decision)
         aten_choices.extend(self.config, op_name, kernel_inputs, choices)
         decision.candidates = [_candidate(c, "aten", "aten", None, None) for c in choices]
@@ -146,7 +147,7 @@ class ExtChoices(InductorChoices):
                 prepared[family] = self._with_pdl(ready)
         if not prepared:
             return self._only(choices, decision, choices[0], decision.reason)
-        decision.key = self._key(op_name, kernel_inputs)
+        decision.key = self._key(op_name, kernel_inputs, returned)
         use_cache = decide.uses_cache(bool(forced_templates(self.config)))
         cached = cache_for(self.config).get(decision.key) if use_cache else None
         untimed = decide.untimed(self.config.autotune, cached is not None)
@@ -189,6 +190,8 @@ class ExtChoices(InductorChoices):
                 adapters.prebuild_extern(module, ready.problem, offered, self.config.target, kernel_inputs.device_type)
         for i, choice in enumerate(choices):  # one candidate per choice, in order
             decision.track(choice, i)
+        if returned:
+            cold_timing.time_as_returned(choices)
         parallel_builds.build_all(choices)  # side by side, and over before Inductor times the first
         decision.reason = "benchmark"
         return choices
@@ -235,7 +238,15 @@ class ExtChoices(InductorChoices):
         decision.candidates.append(_candidate(chosen, "template", entry.winner, "cache", entry.config))
         return self._only(choices, decision, chosen, "cache")
 
-    def _key(self, op_name: str, kernel_inputs: Any) -> ProblemKey:
+    def _times_returned_output(self, kernel_inputs: Any) -> bool:
+        """Whether this problem's choices are timed writing fresh pages: its output is returned by
+        the graph (``lowering/returned_outputs.py``) and timed by ``cold_timing`` on an OS that
+        lets it drop pages. Elsewhere timing does not depend on it, and neither does the key."""
+        if self.config.device_type != "cpu" or kernel_inputs.device_type != "cpu" or not fresh_pages.supported():
+            return False
+        return returned_outputs.returned(V.graph.current_node)
+
+    def _key(self, op_name: str, kernel_inputs: Any, returned: bool = False) -> ProblemKey:
         dtypes = tuple(str(n.get_dtype()).removeprefix("torch.") for n in kernel_inputs.nodes())
         return ProblemKey(
             op=op_name, shapes=kernel_inputs.shapes_hinted(), strides=kernel_inputs.strides_hinted(),
@@ -243,7 +254,8 @@ class ExtChoices(InductorChoices):
             versions={"torch": torch.__version__, "triton": extras.installed_version("triton")},
             template_hash=templates_hash(self.config), preset=self.config.preset,
             fp32_precision=ops.problem_fp32_precision(op_name, dtypes),
-            dynamic=symbolic_indices(kernel_inputs.nodes()))  # shapes hold the hints it is tuned at
+            dynamic=symbolic_indices(kernel_inputs.nodes()),  # shapes hold the hints it is tuned at
+            returned=returned)
 
     def override_best_choice(self, best_choice: Any, timings: dict[Any, float]) -> Any:
         """Inductor's fastest ``best_choice`` through ext's rules (``autotune/decide.py``); the
@@ -401,7 +413,7 @@ def _device_name(device: torch.device) -> str:
     return device.type
 
 
-def _problem_text(op_name: str, kernel_inputs: Any) -> dict[str, Any]:
+def _problem_text(op_name: str, kernel_inputs: Any, returned: bool = False) -> dict[str, Any]:
     shapes = kernel_inputs.shapes_hinted()
     # the last input's dtype (a GEMM's B), passing over a boolean mask (decode attention's)
     dtypes = [node.get_dtype() for node in kernel_inputs.nodes()]
@@ -411,6 +423,8 @@ def _problem_text(op_name: str, kernel_inputs: Any) -> dict[str, Any]:
         text["fp32_precision"] = precision  # which precision ATen and the fp32 templates ran
     if dynamic := symbolic_indices(kernel_inputs.nodes()):
         text["dynamic"] = [list(d) for d in dynamic]  # symbolic dims per input: "shapes" are their hints
+    if returned:
+        text["returned"] = True  # the graph returns the output: timed writing fresh pages
     return text
 
 
