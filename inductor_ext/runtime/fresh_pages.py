@@ -5,6 +5,10 @@ that first writes it takes a page fault per 4 KiB page (about 15 ms for 51 MB on
 VMs). ``madvise(MADV_DONTNEED)`` on a private anonymous mapping drops its pages the same way, so a
 kernel timed into an output buffer dropped before each call pays what it pays writing a fresh
 one, without the buffer being reallocated. Linux only; elsewhere nothing is dropped.
+
+Smaller allocations are often fresh too: allocated, written and freed six times in a row here
+(torch 2.15, glibc), 128 KiB-8 MiB tensors faulted every page in 5-6 of the 6, 24-31 MiB ones in
+1-3 of them, 33 MiB and larger in all of them.
 """
 
 from __future__ import annotations
