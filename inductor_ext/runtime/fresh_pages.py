@@ -21,8 +21,6 @@ import sys
 
 import torch
 
-_MADV_DONTNEED = 4  # Linux's value (asm-generic/mman-common.h)
-
 
 @functools.cache
 def _madvise() -> object | None:
@@ -65,6 +63,6 @@ def drop(t: torch.Tensor) -> int:
     start, stop = -(-first // page) * page, end // page * page
     if stop <= start:
         return 0
-    if madvise(start, stop - start, _MADV_DONTNEED) != 0:
+    if madvise(start, stop - start, mmap.MADV_DONTNEED) != 0:  # the mmap module has it wherever madvise is
         return 0  # e.g. memory not mapped privately: left as it is, the timing as before
     return stop - start
