@@ -47,6 +47,13 @@ processes; each arm's ``ms`` is then the median of the processes' medians, ``p25
 their quartiles, ``per_process_ms`` each one, and ``ext_ratio_per_process`` ext against the best
 Inductor arm in each process.
 
+Prefill rows split one more call of each compiled arm, profiled (``torch.profiler``, CPU), into
+``split_ms``: ``attention`` (ATen's SDPA kernel, or ext's op serving it), ``library_gemm``
+(ATen's mm/addmm/bmm and the oneDNN/MKL packed linears: library calls) and ``rest`` (Inductor's
+generated C++ kernels, ext's C++ GEMM templates among them, and the wrapper): each op's self time,
+so nothing is counted twice; one call, with the profiler's overhead, so the parts say where the
+time goes, not what the timed calls took.
+
 ``targets`` (each row's ratio, ``met`` and, when missed, ``why``):
   ext_vs_best_inductor   ext >= 1.1x the faster of inductor and inductor_max_autotune, every row;
                          on a decode row that misses, ``ceiling``: the most ext could reach there with
@@ -249,6 +256,28 @@ def weight_bytes_per_token(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p is not embed)
 
 
+# a profiled op's name -> the part of a prefill call it belongs to (the first pattern that matches)
+SPLIT_PARTS = (("attention", re.compile(r"^(aten::_?scaled_dot_product\w*|inductor_ext::\w*attention)$")),
+               ("library_gemm", re.compile(r"^(aten::(mm|addmm|bmm|baddbmm)|mkldnn::_linear_pointwise.*|"
+                                           r"mkl::_mkl_linear|aten::_mkl_linear|inductor_ext::mk(l|ldnn)_packed_\w+)$")))
+
+
+def split_call(run: Callable[[], Any]) -> dict[str, float]:
+    """Milliseconds of one profiled ``run()`` by part (``SPLIT_PARTS``, ``rest`` for the others):
+    the self time of every op, so an op that calls another is not counted twice."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        run()
+        total_us = (time.perf_counter() - t0) * 1e6
+    parts = dict.fromkeys((*(name for name, _ in SPLIT_PARTS), "rest"), 0.0)
+    for event in prof.key_averages():
+        part = next((name for name, pattern in SPLIT_PARTS if pattern.search(event.key)), None)
+        if part is not None:
+            parts[part] += event.self_cpu_time_total
+    parts["rest"] = max(total_us - sum(parts.values()), 0.0)
+    return {part: round(us / 1e3, 3) for part, us in parts.items()}
+
+
 def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float) -> dict[str, Any]:
     from inductor_ext.lowering import ext_choices
 
@@ -309,6 +338,9 @@ def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float)
         ref = outs["eager"].float()
         scale = ref.abs().max().item()
         result["max_rel_err_vs_eager"] = {arm: (o.float() - ref).abs().max().item() / scale for arm, o in outs.items()}
+        for arm in timings:
+            if arm != "eager":
+                result["arms"][arm]["split_ms"] = split_call(fns[arm])
     result["ext_decisions"] = {"total": len(made), "templates_won": sum(_template_won(d) for d in made),
                                "from_cache": sum(d.reason.startswith("cache") for d in made),
                                "reasons": dict(collections.Counter(re.split(r"[:;(]", d.reason)[0].strip() for d in made))}
@@ -376,6 +408,10 @@ def targets(rows: dict[str, Any]) -> dict[str, Any]:
                 if row["ceiling"] < SPEED_TARGET:
                     why.append(f"out of reach here: with its graphs at the read bound ext would be at most "
                                f"{row['ceiling']:.2f}x {best}")
+            elif "split_ms" in arms["ext"] and "split_ms" in arms[best]:
+                why.append("one profiled call each, ms of attention / library GEMMs / the rest: "
+                           + "; ".join(f"{arm} " + " / ".join(f"{v:.1f}" for v in arms[arm]["split_ms"].values())
+                                       for arm in ("ext", best)))
             row["why"] = "; ".join(why)
         speed[name] = row
         if "inductor_max_autotune" in r["compile_s"]:
@@ -437,6 +473,9 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
             for key in ("tokens_per_s", "roofline", "forward_ms", "outside_ms", "graphs_ms", "graphs_roofline"):
                 if key in combined:
                     combined[key] = statistics.median(r["rows"][name]["arms"][arm][key] for r in runs)
+            if "split_ms" in combined:
+                combined["split_ms"] = {part: statistics.median(r["rows"][name]["arms"][arm]["split_ms"][part]
+                                                                for r in runs) for part in combined["split_ms"]}
             row["arms"][arm] = combined
             row["compile_s"][arm] = statistics.median(r["rows"][name]["compile_s"][arm] for r in runs)
         row["ext_ratio_per_process"] = [r["targets"]["ext_vs_best_inductor"]["per_row"][name]["ratio"]

@@ -88,6 +88,9 @@ def test_hf_generate_json_has_rows_with_spread_and_targets(hf_generate):
         if arm != "eager":
             assert 0 < t["graphs_ms"] <= t["forward_ms"], (arm, t)
     assert max(rows["gpt2_prefill_float32"]["max_rel_err_vs_eager"].values()) < 1e-3
+    for arm, t in rows["gpt2_prefill_float32"]["arms"].items():  # one profiled call split into its parts
+        if arm != "eager":
+            assert t["split_ms"]["attention"] > 0 and min(t["split_ms"].values()) >= 0, (arm, t)
     assert hf_generate["read_bandwidth_gb_s"] > 0
     _check_targets(hf_generate["targets"], ("ext_vs_best_inductor", "ext_first_compile"), "per_row")
 

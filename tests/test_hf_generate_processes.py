@@ -60,3 +60,45 @@ def test_a_decode_row_that_misses_says_how_far_the_memory_bound_would_take_ext()
     # graphs faster than the `sum` reads: the ceiling is where ext already is
     row = _speed(150.0, 140.0, outside_ms=50.0, guards_ms=10.0, bound_ms=95.0)
     assert row["ceiling"] == row["ratio"] == round(140 / 150, 3), row
+
+
+def _prefill_run(ms: dict[str, float], splits: dict[str, dict[str, float]]) -> dict:
+    arms = {arm: {"ms": t, "p25_ms": t * 0.99, "p75_ms": t * 1.01, "n": 5} for arm, t in ms.items()}
+    for arm, split in splits.items():
+        arms[arm]["split_ms"] = split
+    rows = {"gpt2_prefill_bfloat16": {"row": {}, "compile_s": {arm: 10.0 for arm in ms}, "arms": arms,
+                                      "ext_decisions": {"total": 3, "templates_won": 0, "from_cache": 0}}}
+    return {"wall_s": 10.0, "load_average_after": ["1.0"], "rows": rows, "targets": hf_generate.targets(rows)}
+
+
+def test_a_prefill_row_that_misses_says_where_each_calls_time_goes():
+    splits = {"inductor_max_autotune": {"attention": 76.0, "library_gemm": 300.0, "rest": 64.0},
+              "ext": {"attention": 75.0, "library_gemm": 301.0, "rest": 62.0}}
+    run = _prefill_run({"eager": 480.0, "inductor": 470.0, "inductor_max_autotune": 440.0, "ext": 438.0}, splits)
+    row = run["targets"]["ext_vs_best_inductor"]["per_row"]["gpt2_prefill_bfloat16"]
+    assert not row["met"] and "ceiling" not in row, row
+    assert ("ms of attention / library GEMMs / the rest: ext 75.0 / 301.0 / 62.0; "
+            "inductor_max_autotune 76.0 / 300.0 / 64.0") in row["why"], row["why"]
+    # combined across processes: each part by its median
+    runs = [_prefill_run({"eager": 480.0, "inductor": 470.0, "inductor_max_autotune": 440.0, "ext": 438.0 + i},
+                         {arm: {part: v + i for part, v in split.items()} for arm, split in splits.items()})
+            for i in (0.0, 4.0, 2.0)]
+    ext = hf_generate.combine(runs)["rows"]["gpt2_prefill_bfloat16"]["arms"]["ext"]
+    assert ext["split_ms"] == {"attention": 77.0, "library_gemm": 303.0, "rest": 64.0}, ext
+
+
+def test_split_call_puts_each_op_in_its_part_once():
+    import torch
+    import torch.nn.functional as F
+
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    q = torch.randn(1, 4, 128, 64)
+
+    def call():
+        attended = F.scaled_dot_product_attention(q, q, q)
+        return torch.mm(a, b).relu().sum() + torch.addmm(a, a, b).sum() + attended.exp().sum()
+
+    call()
+    split = hf_generate.split_call(call)
+    assert set(split) == {"attention", "library_gemm", "rest"}, split
+    assert split["attention"] > 0 and split["library_gemm"] > 0 and split["rest"] > 0, split
