@@ -257,7 +257,7 @@ def weight_bytes_per_token(model: torch.nn.Module) -> int:
 
 
 # a profiled op's name -> the part of a prefill call it belongs to (the first pattern that matches)
-SPLIT_PARTS = (("attention", re.compile(r"^(aten::_?scaled_dot_product\w*|inductor_ext::\w*attention)$")),
+SPLIT_PARTS = (("attention", re.compile(r"^(aten::_?scaled_dot_product\w*|inductor_ext::[\w.]*attention)$")),
                ("library_gemm", re.compile(r"^(aten::(mm|addmm|bmm|baddbmm)|mkldnn::_linear_pointwise.*|"
                                            r"mkl::_mkl_linear|aten::_mkl_linear|inductor_ext::mk(l|ldnn)_packed_\w+)$")))
 

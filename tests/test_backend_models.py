@@ -263,7 +263,7 @@ def test_autotune_quick_on_cpu_falls_back_to_aten():
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["configs"] == [["cpu", "quick", ["cpp.gemm", "cpp.decode_attention"]]]
+    assert result["configs"] == [["cpu", "quick", ["cpp.gemm", "cpp.decode_attention", "cpp.flash_attention"]]]
     assert result["forward_match"] and result["grads_match"]
     decisions = result["decisions"]
     # Forward: two addmm (fc1 and fc2; fc3 too); backward: mm for the weight/input gradients.

@@ -1,5 +1,5 @@
 """bench/compile_time.py, bench/hf_generate.py (issue 29), bench/cpp_cache_blocking.py,
-bench/cpu_decode_attention.py and bench/cpu_decode_linears.py cannot rot: each runs ``--quick --json``
+bench/cpu_decode_attention.py, bench/cpu_prefill_attention.py and bench/cpu_decode_linears.py cannot rot: each runs ``--quick --json``
 on tiny models and its JSON has what the issue asks for (rows with spread, compile seconds, the
 compile-time breakdown, ``targets`` with ratios, ``met`` and a ``why`` on a miss; each blocking
 against Inductor's; each attention case against ATen's; each linear's fraction of the read bound).
@@ -106,6 +106,17 @@ def test_cpp_cache_blocking_json_has_each_blocking_against_inductors():
         if name != "inductor":
             low, high = arm["speedup_p10_p90"]
             assert low <= high and arm["speedup"] > 0, (name, arm)
+
+
+def test_cpu_prefill_attention_json_has_each_case_against_atens():
+    cases = _run("cpu_prefill_attention.py")["cases"]
+    if not cases:
+        pytest.skip("this CPU cannot run cpp.flash_attention (no AVX-512): the bench has no case to time")
+    assert {(c["dtype"], c["mask"]) for c in cases} >= {("float32", True), ("float32", False)}
+    for case in cases:
+        assert case["speedup"] > 0 and case["arms"]["kernel"]["p10_ms"] <= case["arms"]["kernel"]["median_ms"], case
+        tol = 1e-5 if case["dtype"] == "float32" else 2e-2
+        assert max(case["max_abs_error_vs_float64"].values()) < tol, case
 
 
 def test_cpu_decode_attention_json_has_each_case_against_atens():

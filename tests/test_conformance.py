@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 
 from _logs import ext_log_lines
 from inductor_ext import targets
-from inductor_ext.kernels import decode_attention_ops, norm_ops, nvfp4, nvfp4_ops, softmax_ops, topk_ops  # noqa: F401
+from inductor_ext.kernels import (decode_attention_ops, norm_ops, nvfp4, nvfp4_ops, prefill_attention_ops,  # noqa: F401
+                                  softmax_ops, topk_ops)
 from inductor_ext.lowering import ext_choices
 from inductor_ext.templates import registry
 from inductor_ext.templates.family import OpSpec, TensorSpec
@@ -267,12 +268,31 @@ def _decode_attention(case: Case, freezing: bool) -> Built:
         "decode_attention", (q, k, v, mask), want, {"scale": 0.25}))
 
 
+def _prefill_attention(case: Case, freezing: bool) -> Built:
+    """inductor_ext::prefill_attention: batch 1 or 2, 4 query heads over 2 key/value heads, K query
+    tokens over K keys in Hugging Face's layout (transposed views); head dim 64, or 16 in variant 5
+    (refused); a causal boolean mask (variants 0-1), none (2), a per-sequence mask hiding the last
+    keys of the second sequence (3) or an additive one (4, refused)."""
+    batch, d, tokens = 1 + case.m % 2, 16 if case.variant == 5 else 64, case.k
+    q = torch.randn(batch, tokens, 4, d).to(case.dtype).transpose(1, 2)
+    k, v = (torch.randn(batch, tokens, 2, d).to(case.dtype).transpose(1, 2) for _ in range(2))
+    causal = torch.ones(tokens, tokens, dtype=torch.bool).tril()
+    mask = {0: causal, 1: causal[None, None], 2: None,
+            3: causal & (torch.arange(tokens) < tokens - torch.arange(batch).view(batch, 1, 1, 1)),
+            4: torch.zeros(tokens, tokens).masked_fill(~causal, float("-inf")).to(case.dtype)}.get(case.variant, causal)
+    scale = d ** -0.5
+    want = prefill_attention_ops.prefill_attention(q, k, v, mask, scale)
+    return Built(torch.ops.inductor_ext.prefill_attention, (q, k, v, mask, scale), want, _spec(
+        "prefill_attention", (q, k, v, mask), want, {"scale": scale}))
+
+
 # Op name (templates' OPS, lowering/ops/) -> how to build one case of it.
 BUILDERS: dict[str, Callable[[Case, bool], Built]] = {
     "mm": lambda case, freezing: _linear("mm", case, freezing),
     "addmm": lambda case, freezing: _linear("addmm", case, freezing),
     "bmm": _bmm, "scaled_mm": _scaled_mm, "nvfp4_gemm": _nvfp4_gemm, "grouped_mm": _grouped_mm,
     "softmax": _softmax, "rms_norm": _rms_norm, "topk": _topk, "decode_attention": _decode_attention,
+    "prefill_attention": _prefill_attention,
 }
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)

@@ -102,3 +102,11 @@ def test_split_call_puts_each_op_in_its_part_once():
     split = hf_generate.split_call(call)
     assert set(split) == {"attention", "library_gemm", "rest"}, split
     assert split["attention"] > 0 and split["library_gemm"] > 0 and split["rest"] > 0, split
+
+
+def test_split_parts_name_ext_s_attention_ops_and_kernels_as_attention():
+    attention = dict(hf_generate.SPLIT_PARTS)["attention"]
+    for name in ("aten::_scaled_dot_product_flash_attention_for_cpu", "inductor_ext::decode_attention",
+                 "inductor_ext::prefill_attention", "inductor_ext::cpp.flash_attention"):
+        assert attention.search(name), name
+    assert not attention.search("aten::mm")

@@ -34,7 +34,7 @@ from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold
 from inductor_ext import tracing
 from inductor_ext.logs import autotune_log
 from inductor_ext.lowering.ops._spec import symbolic_indices
-from inductor_ext.runtime import extras, fresh_pages
+from inductor_ext.runtime import cpu_library, extras, fresh_pages
 from inductor_ext.targets import apple as apple_target
 from inductor_ext.targets import cpu as cpu_target
 from inductor_ext.targets import intel as intel_target
@@ -48,7 +48,8 @@ log = logging.getLogger("inductor_ext.autotune")
 # timed (part of the cache key), with the kernels Inductor compiles from plain torch (subgraph)
 # and the packed GEMMs ATen's side times; the op modules (lowering/ops/) enter as their folder.
 _SEAM_MODULES = (adapters, aten_choices, mkl_packed_ops, mkldnn_packed_ops, packed_weights, pdl_consumers,
-                 cutedsl_nvfp4, cpp_gemm, cold_timing, fresh_pages, returned_outputs, subgraph, decode_attention_kernel)
+                 cutedsl_nvfp4, cpp_gemm, cold_timing, fresh_pages, returned_outputs, subgraph, decode_attention_kernel,
+                 cpu_library)
 
 
 def available_templates() -> dict[str, Family]:

@@ -19,12 +19,13 @@ NONE = Target("none", "any", "any", "any other device: plain Inductor with ATen 
 PRESETS = {
     "cpu": {
         "description": "CPU: Inductor's C++ GEMM templates (AMX / AVX-512 / AVX2 micro-kernels, weights "
-                       "packed once under freezing) autotuned against ATen (oneDNN / MKL), and decode "
-                       "attention as Inductor-compiled reductions against ATen's SDPA",
+                       "packed once under freezing) autotuned against ATen (oneDNN / MKL), decode "
+                       "attention as Inductor-compiled reductions and prefill attention as a C++ flash "
+                       "kernel of ext's (AVX-512), each against ATen's SDPA",
         "target": "cpu",
-        "passes": ["nvfp4_alpha_fold", "decode_attention_op"], "autotune": "quick", "pdl": "off",
+        "passes": ["nvfp4_alpha_fold", "decode_attention_op", "prefill_attention_op"], "autotune": "quick", "pdl": "off",
         # Only families whose kernels run on the CPU itself (RUNS_ON_CPU).
-        "templates": ["cpp.gemm", "cpp.decode_attention"],
+        "templates": ["cpp.gemm", "cpp.decode_attention", "cpp.flash_attention"],
         # CPU timings move with other processes: a template must win clearly to replace ATen.
         "template_margin": 0.05,
         # Inference graphs only (Inductor freezes under torch.no_grad()); guarded (lowering/frozen_params).

@@ -1,0 +1,366 @@
+"""The cpu preset's prefill attention (``templates/cpp/flash_attention.py`` and its ``.cpp``,
+``runtime/cpu_library.py``, ``kernels/prefill_attention_ops.py``, ``lowering/ops/prefill_attention.py``,
+``lowering/passes/prefill_attention_op.py``).
+
+- the family as data: problems, refusals, the rendered source;
+- the kernel against float64 SDPA on odd shapes, masks and layouts, fp32 and bf16;
+- the build: once per source, beside its source, a missing compiler named;
+- the pass: which SDPA calls become the op, on graphs Dynamo captured (no Inductor);
+- compiled through ext: numerics with the family forced and timed against ATen.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from inductor_ext import presets, tune
+from inductor_ext.kernels.prefill_attention_ops import OP
+from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering.passes.prefill_attention_op import PrefillAttentionOp
+from inductor_ext.runtime import cpu_library, toolchain
+from inductor_ext.templates import registry
+from inductor_ext.templates.cpp import flash_attention as family
+from inductor_ext.templates.family import OpSpec, TensorSpec
+
+TOL = {torch.float32: {"rtol": 1e-5, "atol": 1e-5}, torch.bfloat16: {"rtol": 1.6e-2, "atol": 1.6e-2}}
+needs = {dtype: pytest.mark.skipif(family.host_refusal(name) is not None,
+                                   reason=f"this CPU cannot run the {name} kernel "
+                                          f"({family.host_refusal(name)}); ATen's SDPA serves prefill here")
+         for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16"))}
+
+
+def _spec_of(t: torch.Tensor) -> TensorSpec:
+    return TensorSpec(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."))
+
+
+def _spec(q, k, v, mask=None, scale=0.125, device="cpu"):
+    out = torch.empty(*q.shape[:3], v.shape[3], dtype=q.dtype)
+    inputs = (_spec_of(q), _spec_of(k), _spec_of(v), None if mask is None else _spec_of(mask))
+    return OpSpec("prefill_attention", inputs, _spec_of(out), {"scale": scale}, device)
+
+
+def _hf(batch, tokens, heads, d, dtype=torch.float32):
+    """q, k or v as Hugging Face hands them to SDPA: (batch, heads, tokens, d) views of (batch, tokens, heads, d)."""
+    return torch.randn(batch, tokens, heads, d).to(dtype).transpose(1, 2)
+
+
+def _causal(lq, lk):
+    return torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq)
+
+
+# ------------------------------------------------------------------------- the family as data
+
+
+def test_cpu_preset_offers_it_with_its_pass():
+    config = presets.resolve({"preset": "cpu"})
+    assert "cpp.flash_attention" in config.templates and "prefill_attention_op" in config.passes
+    assert registry.get("cpp.flash_attention").module is family
+    assert family.CHOICE_KIND == "extern" and family.TARGETS == ("cpu",) and family.RUNS_ON_CPU
+
+
+@needs[torch.float32]
+def test_problem_for_a_hugging_face_prefill():
+    q, k = _hf(2, 100, 4, 64), _hf(2, 100, 2, 64)
+    problem = family.problem_for(_spec(q, k, k, _causal(100, 100)[None, None]))
+    assert problem == family.Problem(2, 4, 2, 100, 100, 64, 64, "float32", 0.125, "bool")
+    assert family.problem_for(_spec(q, k, k)).mask == "none"
+
+
+@pytest.mark.parametrize("case, why", [
+    ("additive mask", "an additive one stays ATen's"),
+    ("head dim 80", "head dims 80 (q, k) and 80 (v)"),
+    ("value dim 32", "head dims 64 (q, k) and 32 (v)"),
+    ("float16", "dtype float16 not in"),
+    ("strided last dim", "last stride of 1"),
+    ("mask shape", "does not broadcast"),
+    ("heads", "not a multiple of key/value heads"),
+    ("mps", "serves CPU tensors"),
+])
+def test_problem_for_refuses_with_a_reason(case, why):
+    d, dv, dtype, device = 64, 64, torch.float32, "cpu"
+    d = 80 if case == "head dim 80" else d
+    dv = 32 if case == "value dim 32" else d
+    dtype = torch.float16 if case == "float16" else dtype
+    q, k, v = _hf(1, 9, 6 if case == "heads" else 4, d, dtype), _hf(1, 9, 4, d, dtype), _hf(1, 9, 4, dv, dtype)
+    mask = _causal(9, 9)
+    if case == "additive mask":
+        mask = torch.zeros(9, 9).masked_fill(~mask, float("-inf"))
+    elif case == "mask shape":
+        mask = torch.ones(9, 5, dtype=torch.bool)
+    elif case == "strided last dim":
+        q = torch.randn(1, 4, 9, 2 * d)[..., ::2]
+    if case == "mps":
+        device = "mps"
+    problem = family.problem_for(_spec(q, k, v, mask, device=device))
+    assert isinstance(problem, str) and why in problem, problem
+
+
+def test_render_fills_in_the_head_dim_and_the_dtype():
+    problem = family.Problem(1, 4, 2, 100, 100, 128, 128, "bfloat16", 0.125, "bool")
+    kernel = family.render(problem, family.ALL_CONFIGS[0])
+    assert kernel.language == "cpp" and kernel.name == family.FUNCTION and kernel.template == "cpp.flash_attention"
+    assert "#define EXT_D 128" in kernel.source and "#define EXT_BF16 1" in kernel.source
+    assert f'extern "C" int {family.FUNCTION}(' in kernel.source and "{" + "D}" not in kernel.source
+    assert "-mavx512bf16" in kernel.launch["flags"]
+    fp32 = family.render(family.Problem(1, 4, 2, 100, 100, 64, 64, "float32", 0.125, "none"), family.ALL_CONFIGS[0])
+    assert "#define EXT_BF16 0" in fp32.source and "-mavx512bf16" not in fp32.launch["flags"]
+    with pytest.raises(ValueError, match="head dims 80"):
+        family.render(family.Problem(1, 4, 2, 100, 100, 80, 80, "float32", 0.125, "none"), family.ALL_CONFIGS[0])
+
+
+# ---------------------------------------------------------------------------------- the kernel
+
+# (batch, queries, keys, heads, kv heads, head dim, mask)
+CASES = [
+    (1, 100, 100, 4, 4, 64, "causal"),  # a partial last block of queries and of keys
+    (2, 513, 513, 2, 1, 64, "causal 4-D"),  # grouped-query, most key blocks skipped
+    (2, 64, 200, 3, 3, 128, "random"),  # head dim 128, more keys than queries, a query that sees none
+    (1, 70, 70, 2, 2, 128, None),
+    (2, 33, 33, 2, 2, 64, "per sequence"),  # (batch, 1, Lq, Lk): each sequence its own
+    (1, 5, 1, 2, 2, 64, None),  # a single key
+    (3, 2, 65, 4, 2, 64, "random"),  # two queries, one key past a block
+]
+
+
+def _mask(kind, batch, lq, lk):
+    g = torch.Generator().manual_seed(1)
+    if kind == "causal":
+        return _causal(lq, lk)
+    if kind == "causal 4-D":
+        return _causal(lq, lk)[None, None]
+    if kind == "random":
+        mask = torch.rand(lq, lk, generator=g) > 0.3
+        mask[0] = False  # sees no key
+        return mask
+    if kind == "per sequence":
+        return torch.rand(batch, 1, lq, lk, generator=g) > 0.5
+    return None
+
+
+def _reference(q, k, v, mask, scale):
+    """float64 SDPA; a query that sees no key gives zeros (ATen's convention)."""
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask, scale=scale,
+                                          enable_gqa=q.shape[1] != k.shape[1])
+    return torch.nan_to_num(want, nan=0.0)
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=needs[torch.float32]),
+                                   pytest.param(torch.bfloat16, marks=needs[torch.bfloat16])], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_kernel_matches_float64_sdpa(dtype, case):
+    batch, lq, lk, heads, kv_heads, d, kind = case
+    torch.manual_seed(0)
+    q, k, v = _hf(batch, lq, heads, d, dtype), _hf(batch, lk, kv_heads, d, dtype), _hf(batch, lk, kv_heads, d, dtype)
+    mask, scale = _mask(kind, batch, lq, lk), d ** -0.5
+    problem = family.problem_for(_spec(q, k, v, mask, scale))
+    assert not isinstance(problem, str), problem
+    got = family.call(problem, family.ALL_CONFIGS[0], "cpu", q, k, v, mask)
+    assert got.dtype == dtype and got.is_contiguous() and got.shape == (batch, heads, lq, d)
+    want = _reference(q, k, v, mask, scale)
+    torch.testing.assert_close(got.double(), want, **TOL[dtype])
+    if kind == "random":
+        assert got[:, :, 0].abs().max() == 0  # the query that sees no key
+
+
+@needs[torch.float32]
+def test_kernel_reads_contiguous_inputs_and_a_scale_of_its_own():
+    q, k, v = (torch.randn(1, 2, 40, 64) for _ in range(3))
+    problem = family.problem_for(_spec(q, k, v, scale=0.3))
+    got = family.call(problem, family.ALL_CONFIGS[0], "cpu", q, k, v)
+    torch.testing.assert_close(got.double(), _reference(q, k, v, None, 0.3), **TOL[torch.float32])
+
+
+def test_a_call_that_does_not_fit_its_problem_is_refused_not_computed():
+    problem = family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "bool")
+    q = torch.randn(1, 2, 8, 64)
+    with pytest.raises(ValueError, match="built for float32, head dim 64 and a bool mask"):
+        family.call(problem, family.ALL_CONFIGS[0], "cpu", q.bfloat16(), q.bfloat16(), q.bfloat16())
+    with pytest.raises(ValueError, match="mask torch.uint8"):
+        family.call(problem, family.ALL_CONFIGS[0], "cpu", q, q, q, torch.ones(8, 8, dtype=torch.uint8))
+
+
+# ----------------------------------------------------------------------------------- the build
+
+
+def test_a_kernel_is_built_once_beside_its_source(tmp_path, monkeypatch):
+    if toolchain.gxx() is None:
+        pytest.skip("no C++ compiler here (apt-get install g++): the kernel cannot be built")
+    monkeypatch.setenv("INDUCTOR_EXT_TOOL_DIR", str(tmp_path))
+    problem = family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "none")
+    kernel = family.render(problem, family.ALL_CONFIGS[0])
+    flags = tuple(kernel.launch["flags"])
+    path = cpu_library.build(kernel, flags)
+    assert path.is_relative_to(tmp_path) and path.with_suffix(".cpp").read_text() == kernel.source
+    built = path.stat().st_mtime_ns
+    assert cpu_library.build(kernel, flags) == path and path.stat().st_mtime_ns == built  # not rebuilt
+    other = family.render(problem.__class__(**{**problem.__dict__, "head_dim": 128, "value_dim": 128}),
+                          family.ALL_CONFIGS[0])
+    assert cpu_library.library_path(other, flags, toolchain.gxx()) != path
+
+
+def test_a_missing_compiler_says_what_to_install(monkeypatch):
+    monkeypatch.setattr(toolchain, "gxx", lambda: None)
+    assert "apt-get install g++" in family.missing()
+    kernel = family.render(family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "none"), family.ALL_CONFIGS[0])
+    with pytest.raises(toolchain.ToolchainMissing, match="apt-get install g"):
+        cpu_library.build(kernel, ())
+
+
+def test_a_kernel_that_does_not_compile_says_why(tmp_path, monkeypatch):
+    if toolchain.gxx() is None:
+        pytest.skip("no C++ compiler here (apt-get install g++): the kernel cannot be built")
+    monkeypatch.setenv("INDUCTOR_EXT_TOOL_DIR", str(tmp_path))
+    kernel = family.render(family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "none"), family.ALL_CONFIGS[0])
+    broken = kernel.__class__(**{**kernel.__dict__, "source": kernel.source + "\nthis is not C++;\n"})
+    with pytest.raises(cpu_library.CppBuildError, match="ext_flash_attention"):
+        cpu_library.build(broken, tuple(kernel.launch["flags"]))
+
+
+# ---------------------------------------------------------------------------------- the pass
+
+
+def _captured(fn, *args):
+    """The graph Dynamo captures for ``fn`` (pre-grad, with example values), not compiled."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=keep, fullgraph=True)(*args)
+    return graphs[0]
+
+
+def _rewrites(fn, *args, options=None):
+    gm = _captured(fn, *args)
+    count = PrefillAttentionOp(presets.resolve({"preset": "cpu", **(options or {})})).run(gm.graph)
+    ops = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert (OP in ops) == (count > 0)
+    return count
+
+
+@needs[torch.float32]
+def test_pass_rewrites_a_prefill_with_its_mask():
+    q, k = _hf(1, 40, 4, 64), _hf(1, 40, 2, 64)
+    mask = _causal(40, 40)[None, None]
+    with torch.no_grad():
+        assert _rewrites(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True),
+                         q, k, k, mask) == 1
+        assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.5) * 2, q, q, q) == 1
+
+
+@pytest.mark.parametrize("case", ["decode", "is_causal", "dropout", "grad", "additive", "autotune off", "float64",
+                                  "cpp_wrapper"])
+def test_pass_keeps_atens_sdpa_where_the_op_would_differ_or_cannot_pay_off(case):
+    q = _hf(1, 1 if case == "decode" else 9, 2, 64)
+    kwargs, options, grad = {}, None, False
+    if case == "is_causal":
+        kwargs = {"is_causal": True}
+    elif case == "dropout":
+        kwargs = {"dropout_p": 0.1}
+    elif case == "grad":
+        q.requires_grad_(True)
+        grad = True
+    elif case == "additive":
+        kwargs = {"attn_mask": torch.zeros(9, 9)}
+    elif case == "autotune off":
+        options = {"autotune": "off"}
+    elif case == "float64":
+        q = q.double()
+    with torch.set_grad_enabled(grad), torch._inductor.config.patch(cpp_wrapper=case == "cpp_wrapper"):
+        assert _rewrites(lambda q: F.scaled_dot_product_attention(q, q, q, **kwargs), q, options=options) == 0
+
+
+# ------------------------------------------------------------------------- compiled through ext
+
+
+class Prefill(torch.nn.Module):
+    """A GPT-2-style attention block: one projection to q, k, v, SDPA with the causal mask built in
+    the graph, as Hugging Face does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(128, 3 * 128)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, 2, 64).permute(2, 0, 3, 1, 4)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()[None, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, t, 128)
+
+
+def _compile(m, options, x):
+    torch._dynamo.reset()
+    first = len(ext_choices.decisions)
+    with tune.fresh_inductor_caches(), torch.no_grad():
+        got = torch.compile(m, backend="ext", options=options)(x)
+    return got, [d for d in ext_choices.decisions[first:] if d.op == "prefill_attention"]
+
+
+@pytest.fixture(scope="module", params=[pytest.param(torch.float32, marks=needs[torch.float32]),
+                                        pytest.param(torch.bfloat16, marks=needs[torch.bfloat16])], ids=str)
+def compiled(request):
+    dtype = request.param
+    torch.manual_seed(0)
+    m, x = Prefill().eval().to(dtype), torch.randn(2, 77, 128).to(dtype)
+    with torch.no_grad():
+        want = m.double()(x.double())
+        m = m.to(dtype)
+    forced = _compile(m, {"preset": "cpu", "force_template": "cpp.flash_attention"}, x)
+    timed = _compile(m, {"preset": "cpu"}, x)
+    return {"dtype": dtype, "want": want, "forced": forced, "timed": timed}
+
+
+def test_forced_kernel_matches_the_reference(compiled):
+    got, decisions = compiled["forced"]
+    assert [d.winner for d in decisions] == ["ext_cpp_flash_attention_formavx512"], decisions
+    assert got.dtype == compiled["dtype"]
+    torch.testing.assert_close(got.double(), compiled["want"], **TOL[compiled["dtype"]])
+
+
+def test_kernel_is_timed_against_aten_and_the_winner_computes_the_same(compiled):
+    got, (decision,) = compiled["timed"]
+    names = {c["name"] for c in decision.candidates}
+    assert {"prefill_attention_aten", "ext_cpp_flash_attention_formavx512"} <= names, decision.candidates
+    assert all(c.get("us", 1) > 0 for c in decision.candidates)
+    torch.testing.assert_close(got.double(), compiled["want"], **TOL[compiled["dtype"]])
+
+
+@needs[torch.float32]
+def test_a_call_is_named_in_profiles_as_attention():
+    q = torch.randn(1, 2, 40, 64)
+    problem = family.problem_for(_spec(q, q, q))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        family.call(problem, family.ALL_CONFIGS[0], "cpu", q, q, q)
+    assert "inductor_ext::cpp.flash_attention" in {e.key for e in prof.key_averages()}
+
+
+def test_under_inductors_cpp_wrapper_prefill_stays_atens_and_compiles():
+    torch.manual_seed(0)
+    m, x = Prefill().eval(), torch.randn(2, 77, 128)
+    with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=True):
+        want = m(x)
+        got, decisions = _compile(m, {"preset": "cpu", "force_template": "cpp.flash_attention"}, x)
+    assert decisions == []  # the pass kept ATen's SDPA: nothing to decide
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+
+
+@needs[torch.float32]
+def test_a_prompt_of_another_length_keeps_the_kernel():
+    """The second length makes the graph dynamic (torch.compile's rule): the kernel reads every size
+    from its tensors, so it is tuned at the hints and serves each length."""
+    torch.manual_seed(0)
+    m = Prefill().eval()
+    torch._dynamo.reset()
+    first = len(ext_choices.decisions)
+    compiled = torch.compile(m, backend="ext", options={"preset": "cpu", "force_template": "cpp.flash_attention"})
+    with tune.fresh_inductor_caches(), torch.no_grad():
+        for tokens in (40, 77, 100):
+            x = torch.randn(1, tokens, 128)
+            torch.testing.assert_close(compiled(x), m(x), **TOL[torch.float32])
+    decisions = [d for d in ext_choices.decisions[first:] if d.op == "prefill_attention"]
+    assert [bool(d.problem.get("dynamic")) for d in decisions] == [False, True], [d.problem for d in decisions]
+    assert all(d.winner == "ext_cpp_flash_attention_formavx512" for d in decisions), decisions
