@@ -60,7 +60,8 @@ def test_family_follows_the_protocol_and_claims_the_cpu_only():
 
 def test_cpu_preset_lists_only_families_that_run_on_the_cpu():
     config = presets.resolve({"preset": "cpu"})
-    assert config.templates == ("cpp.gemm", "cpp.decode_attention") and config.freezing and config.autotune != "off"
+    assert config.templates == ("cpp.gemm", "cpp.decode_attention", "cpp.flash_attention") and config.freezing \
+        and config.autotune != "off"
     assert all(registry.get(f).runs_on_cpu for f in config.templates)
 
 

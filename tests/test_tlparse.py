@@ -59,6 +59,7 @@ def test_decisions_are_in_the_trace(trace: dict[str, Any]) -> None:
 def test_passes_are_in_the_trace(trace: dict[str, Any]) -> None:
     runs = [json.loads(p) for p in trace["artifacts"]["inductor_ext_pass"]]
     assert {(r["pass"], r["stage"]) for r in runs} == {("decode_attention_op", "pre_grad"),
+                                                       ("prefill_attention_op", "pre_grad"),
                                                        ("nvfp4_alpha_fold", "post_grad_pre")}
     assert all(r["rewrites"] == 0 for r in runs)  # nothing of theirs in two linears
 
