@@ -364,3 +364,27 @@ def test_a_prompt_of_another_length_keeps_the_kernel():
     decisions = [d for d in ext_choices.decisions[first:] if d.op == "prefill_attention"]
     assert [bool(d.problem.get("dynamic")) for d in decisions] == [False, True], [d.problem for d in decisions]
     assert all(d.winner == "ext_cpp_flash_attention_formavx512" for d in decisions), decisions
+
+
+@needs[torch.float32]
+def test_nan_and_inf_reach_the_rows_that_see_them():
+    """A NaN in q, an infinity in k and a NaN in v are never lost: every output that sees one is NaN
+    (softmax(q k^T) v over the visible keys), and no NaN appears that softmax(q k^T + mask) @ v does
+    not make (there a masked key's NaN value still multiplies its zero weight, as in ATen's kernel)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 70, 64) for _ in range(3))
+    q[0, 0, 5, 3] = float("nan")
+    k[0, 1, 9, 0] = float("inf")  # +inf scores where q[..., 0] > 0: NaN rows; -inf: the key drops out
+    v[0, 0, 60, 2] = float("nan")
+    mask = _causal(70, 70)
+    problem = family.problem_for(_spec(q, k, v, mask))
+    got = family.call(problem, family.ALL_CONFIGS[0], "cpu", q, k, v, mask)
+    scores = (q.double() @ k.double().transpose(-1, -2) * 0.125).masked_fill(~mask, float("-inf"))
+    p = torch.softmax(scores, -1)
+    want = torch.where(mask[..., None], p[..., None] * v.double()[:, :, None], 0.0).sum(-2)
+    at_most = p @ v.double()
+    assert want.isnan().any() and (~at_most.isnan()).any()
+    assert not (want.isnan() & ~got.isnan()).any(), "a NaN was lost"
+    assert not (got.isnan() & ~at_most.isnan()).any(), "a NaN was made up"
+    finite = ~got.isnan()
+    torch.testing.assert_close(got.double()[finite], want[finite], **TOL[torch.float32])

@@ -21,7 +21,7 @@ import functools
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from inductor_ext.templates.allowed import number, one_of, size
+from inductor_ext.templates.allowed import integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates.family import Family, OpSpec, TensorSpec
 
@@ -54,8 +54,8 @@ class FlashAttentionProblem:
     kv_heads: int = size()
     queries: int = size()
     keys: int = size()
-    head_dim: int = size()
-    value_dim: int = size()
+    head_dim: int = integer(low=min(HEAD_DIMS), high=max(HEAD_DIMS), power_of_two=True)  # HEAD_DIMS
+    value_dim: int = integer(low=min(HEAD_DIMS), high=max(HEAD_DIMS), power_of_two=True)
     dtype: str = one_of(DTYPES)
     scale: float = number()
     mask: str = one_of(MASKS, "none")
@@ -209,8 +209,8 @@ KERNEL = r"""// Flash attention for the CPU, AVX-512 (bf16: AVX512_BF16's vdpbf1
 namespace {
 constexpr int D = EXT_D, QB = 32, KB = 64, NV = D / 16, PR = D == 64 ? 4 : 2;  // PR: query rows per PV tile
 
-inline __m512 exp_ps(__m512 x) {  // e^x, ~1 ulp; x <= 0 here; a masked lane is zeroed by the caller
-  x = _mm512_max_ps(x, _mm512_set1_ps(-88.f));
+inline __m512 exp_ps(__m512 x) {  // e^x, ~1 ulp; x <= 0 or NaN here; a masked lane is zeroed by the caller
+  x = _mm512_max_ps(_mm512_set1_ps(-88.f), x);  // this operand order keeps a NaN (maxps returns the second)
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -270,6 +270,7 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
     const int64_t i0 = qb * QB, nq = std::min<int64_t>(QB, L - i0);
     alignas(64) T qs[QB][D];  // q * scale, in T
     alignas(64) float sc[QB][KB], acc[QB][D], mx[QB], sum[QB];
+    bool nan[QB] = {};  // a NaN among the scores a query sees: its whole row is NaN, as softmax's
     alignas(64) T pr[QB][KB];  // probabilities, in T
     for (int64_t i = 0; i < QB; ++i) {
       for (int c = 0; c < NV; ++c) {
@@ -328,7 +329,9 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
           vis[c] = mq ? _mm_mask_cmpneq_epi8_mask(inside, _mm_maskz_loadu_epi8(inside, mq + i * sm[2] + j0 + c * 16),
                                                   _mm_setzero_si128())
                       : inside;
-          m16 = _mm512_mask_max_ps(m16, vis[c], m16, _mm512_load_ps(&sc[i][c * 16]));
+          const __m512 x = _mm512_load_ps(&sc[i][c * 16]);
+          m16 = _mm512_mask_max_ps(m16, vis[c], m16, x);
+          nan[i] |= _mm512_mask_cmp_ps_mask(vis[c], x, x, _CMP_UNORD_Q) != 0;
         }
         const float m = std::max(mx[i], _mm512_reduce_max_ps(m16));
         if (m == -INFINITY) {  // nothing seen yet
@@ -376,7 +379,7 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
       }
     }
     for (int64_t i = 0; i < nq; ++i) {
-      const float inv = sum[i] > 0.f ? 1.f / sum[i] : 0.f;
+      const float inv = nan[i] ? NAN : sum[i] > 0.f ? 1.f / sum[i] : sum[i] == 0.f ? 0.f : NAN;
       T* o = O + ((b * H + h) * L + i0 + i) * D;
       for (int c = 0; c < NV; ++c) store_ps(o + c * 16, _mm512_mul_ps(_mm512_load_ps(&acc[i][c * 16]), _mm512_set1_ps(inv)));
     }
