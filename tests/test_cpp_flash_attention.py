@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from _pre_grad import pre_grad_graph
 from inductor_ext import presets, tune
 from inductor_ext.kernels.prefill_attention_ops import OP
 from inductor_ext.lowering import ext_choices
@@ -221,21 +222,8 @@ def test_a_kernel_that_does_not_compile_says_why(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------- the pass
 
 
-def _captured(fn, *args):
-    """The graph Dynamo captures for ``fn`` (pre-grad, with example values), not compiled."""
-    graphs = []
-
-    def keep(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=keep, fullgraph=True)(*args)
-    return graphs[0]
-
-
-def _rewrites(fn, *args, options=None):
-    gm = _captured(fn, *args)
+def _rewrites(fn, *args, options=None, grad=False):
+    gm, _ = pre_grad_graph(fn, *args, grad=grad)
     count = PrefillAttentionOp(presets.resolve({"preset": "cpu", **(options or {})})).run(gm.graph)
     ops = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert (OP in ops) == (count > 0)
@@ -246,10 +234,9 @@ def _rewrites(fn, *args, options=None):
 def test_pass_rewrites_a_prefill_with_its_mask():
     q, k = _hf(1, 40, 4, 64), _hf(1, 40, 2, 64)
     mask = _causal(40, 40)[None, None]
-    with torch.no_grad():
-        assert _rewrites(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True),
-                         q, k, k, mask) == 1
-        assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.5) * 2, q, q, q) == 1
+    assert _rewrites(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True),
+                     q, k, k, mask) == 1
+    assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.5) * 2, q, q, q) == 1
 
 
 @pytest.mark.parametrize("case", ["decode", "is_causal", "dropout", "grad", "additive", "autotune off", "float64",
@@ -270,8 +257,8 @@ def test_pass_keeps_atens_sdpa_where_the_op_would_differ_or_cannot_pay_off(case)
         options = {"autotune": "off"}
     elif case == "float64":
         q = q.double()
-    with torch.set_grad_enabled(grad), torch._inductor.config.patch(cpp_wrapper=case == "cpp_wrapper"):
-        assert _rewrites(lambda q: F.scaled_dot_product_attention(q, q, q, **kwargs), q, options=options) == 0
+    with torch._inductor.config.patch(cpp_wrapper=case == "cpp_wrapper"):
+        assert _rewrites(lambda q: F.scaled_dot_product_attention(q, q, q, **kwargs), q, options=options, grad=grad) == 0
 
 
 # ------------------------------------------------------------------------- compiled through ext

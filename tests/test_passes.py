@@ -41,6 +41,17 @@ def test_uuid_depends_on_config_preset_and_source(monkeypatch):
     assert base != _Probe(_config()).uuid()  # rank
 
 
+def test_uuid_follows_the_modules_a_pass_inherits_from(monkeypatch):
+    import inspect
+
+    from inductor_ext.lowering.passes import decode_attention_op, prefill_attention_op
+
+    base = prefill_attention_op.PrefillAttentionOp(_config()).uuid()
+    real = inspect.getsource
+    monkeypatch.setattr(inspect, "getsource", lambda m: real(m) + ("# edited" if m is decode_attention_op else ""))
+    assert prefill_attention_op.PrefillAttentionOp(_config()).uuid() != base  # its checks live there
+
+
 def test_unknown_stage_is_rejected():
     class Bad(_Probe):
         stage = "post-grad"

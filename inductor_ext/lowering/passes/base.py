@@ -65,6 +65,9 @@ class ExtGraphPass(CustomGraphPass):
         tracing.graph_pass(self.name, self.stage, rewrites)  # TORCH_TRACE / tlparse
 
     def uuid(self) -> str:
-        source = inspect.getsource(sys.modules[type(self).__module__])
+        # the source of every module its class and the classes it inherits from live in: a pass
+        # that reuses another's checks (prefill_attention_op) changes when they do
+        modules = dict.fromkeys(sys.modules[c.__module__] for c in type(self).__mro__ if issubclass(c, ExtGraphPass))
+        source = "\0".join(inspect.getsource(m) for m in modules)
         parts = (self.name, source, self.config.to_json(), self.config.preset, str(current_rank()))
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()

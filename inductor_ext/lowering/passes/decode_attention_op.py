@@ -55,6 +55,11 @@ class DecodeAttentionOp(OneOpPass):
     name = "decode_attention_op"
     stage = "pre_grad"
     targets, op, kept = _TARGETS, OP, "ATen's SDPA"
+    op_name = "decode_attention"  # the op's name for the families (OpSpec.op)
+
+    def query_refusal(self, q: torch.Tensor) -> str | None:
+        """Why this pass leaves a call with query ``q`` (B, H, Lq, D) to another, or None."""
+        return None if q.shape[-2] == 1 else f"not one query token per sequence (query {tuple(q.shape)})"
 
     def arguments(self, node: Node) -> dict[str, Any]:
         return _arguments(node)
@@ -71,13 +76,15 @@ class DecodeAttentionOp(OneOpPass):
         if args["attn_mask"] is not None and not isinstance(mask, torch.Tensor):
             return "a mask with no example value"
         if args["dropout_p"] != 0.0 or args["is_causal"] is not False:
-            return "dropout or a causal mask"
+            return "dropout or the is_causal flag"
         scale = args["scale"]
         if not isinstance(args["enable_gqa"], bool) or isinstance(scale, bool) or \
                 not (scale is None or isinstance(scale, (int, float))):
             return "scale or enable_gqa is not a constant"
-        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.shape[-2] != 1:
-            return f"not one query token per sequence (query {tuple(q.shape)})"
+        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+            return f"not 4-D (query {tuple(q.shape)})"
+        if (why := self.query_refusal(q)) is not None:
+            return why
         if q.shape[1] != k.shape[1] and not args["enable_gqa"]:
             return "fewer key/value heads than query heads without enable_gqa"
         if out.requires_grad:
@@ -86,6 +93,6 @@ class DecodeAttentionOp(OneOpPass):
         mask_spec = None if mask is None else tensor_spec(mask)
         if None in specs or (mask is not None and mask_spec is None):
             return "a data-dependent size with no hint"
-        spec = OpSpec("decode_attention", (*specs, mask_spec), tensor_spec(out, contiguous=True), {"scale": _scale(args, q)},
+        spec = OpSpec(self.op_name, (*specs, mask_spec), tensor_spec(out, contiguous=True), {"scale": _scale(args, q)},
                       q.device.type)
         return refusal(self.config, spec)

@@ -19,57 +19,27 @@ It rewrites a call only when the op means the same and can pay off:
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch._inductor import config as inductor_config
 from torch.fx import Node
 
 from inductor_ext.kernels.prefill_attention_ops import OP
-from inductor_ext.lowering.passes.decode_attention_op import _TARGETS, _arguments, _example, _scale
-from inductor_ext.lowering.passes.op_offer import OneOpPass, refusal, tensor_spec
-from inductor_ext.templates.family import OpSpec
+from inductor_ext.lowering.passes.decode_attention_op import DecodeAttentionOp
 
 
-class PrefillAttentionOp(OneOpPass):
+class PrefillAttentionOp(DecodeAttentionOp):
+    """``decode_attention_op``'s checks, for calls with several query tokens (and its argument
+    reading and rewrite), making ``prefill_attention``."""
+
     name = "prefill_attention_op"
-    stage = "pre_grad"
-    targets, op, kept = _TARGETS, OP, "ATen's SDPA"
+    op, op_name = OP, "prefill_attention"
 
-    def arguments(self, node: Node) -> dict[str, Any]:
-        return _arguments(node)
-
-    def op_args(self, args: dict[str, Any]) -> tuple[Any, ...]:
-        return args["query"], args["key"], args["value"], args["attn_mask"], _scale(args, _example(args["query"]))
-
-    def reason(self, node: Node, args: dict[str, Any]) -> str | None:
-        """Why ``node`` stays ATen's SDPA, or None when a family may serve it."""
-        if inductor_config.cpp_wrapper:
-            return "Inductor's C++ wrapper is on: it cannot call the kernels serving prefill_attention (called from Python)"
-        out = node.meta.get("example_value")
-        q, k, v, mask = (_example(args[a]) for a in ("query", "key", "value", "attn_mask"))
-        if not all(isinstance(t, torch.Tensor) for t in (out, q, k, v)):
-            return "no example values"
-        if args["attn_mask"] is not None and not isinstance(mask, torch.Tensor):
-            return "a mask with no example value"
-        if args["dropout_p"] != 0.0 or args["is_causal"] is not False:
-            return "dropout or the is_causal flag"
-        scale = args["scale"]
-        if not isinstance(args["enable_gqa"], bool) or isinstance(scale, bool) or \
-                not (scale is None or isinstance(scale, (int, float))):
-            return "scale or enable_gqa is not a constant"
-        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-            return f"not 4-D (query {tuple(q.shape)})"
+    def query_refusal(self, q: torch.Tensor) -> str | None:
         if isinstance(q.shape[-2], int) and q.shape[-2] <= 1:  # a symbolic length: the families decide
             return f"not several query tokens per sequence (query {tuple(q.shape)})"
-        if q.shape[1] != k.shape[1] and not args["enable_gqa"]:
-            return "fewer key/value heads than query heads without enable_gqa"
-        if out.requires_grad:
-            return "a gradient flows through it (the op has no backward)"
-        specs = [tensor_spec(t) for t in (q, k, v)]
-        mask_spec = None if mask is None else tensor_spec(mask)
-        if None in specs or (mask is not None and mask_spec is None):
-            return "a data-dependent size with no hint"
-        spec = OpSpec("prefill_attention", (*specs, mask_spec), tensor_spec(out, contiguous=True),
-                      {"scale": _scale(args, q)}, q.device.type)
-        return refusal(self.config, spec)
+        return None
+
+    def reason(self, node: Node, args: dict) -> str | None:
+        if inductor_config.cpp_wrapper:
+            return "Inductor's C++ wrapper is on: it cannot call the kernels serving prefill_attention (called from Python)"
+        return super().reason(node, args)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inductor_ext.templates.allowed import number, one_of, size
+from inductor_ext.templates.cpp import attention_spec
 from inductor_ext.templates.family import Family, OpSpec, TensorSpec
 
 NAME = "cpp.decode_attention"
@@ -64,18 +65,11 @@ Problem, Config = DecodeAttentionProblem, DecodeAttentionConfig
 
 
 def problem_for(spec: OpSpec) -> DecodeAttentionProblem | str:
-    if spec.op not in OPS:
-        return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
-    if spec.device_type != "cpu":
-        return f"{NAME} serves CPU tensors, not {spec.device_type}"
+    reason = attention_spec.qkv_refusal(spec, NAME, OPS)
+    if reason:
+        return reason
     q, k, v = spec.inputs[:3]
-    if q is None or k is None or v is None or not len(q.shape) == len(k.shape) == len(v.shape) == 4:
-        return "q, k and v must be 4-D (batch, heads, tokens, head dim)"
-    if not q.dtype == k.dtype == v.dtype:
-        return f"mixed dtypes q {q.dtype}, k {k.dtype}, v {v.dtype}"
-    if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        return f"shapes q {q.shape}, k {k.shape}, v {v.shape} do not fit together"
-    mask = spec.inputs[3] if len(spec.inputs) > 3 else None
+    mask = attention_spec.mask_of(spec)
     kind = _mask_kind(mask, q, k)
     if kind not in MASKS:
         return kind
@@ -90,10 +84,9 @@ def _mask_kind(mask: TensorSpec | None, q: TensorSpec, k: TensorSpec) -> str:
     """One of ``MASKS`` for ``mask``, or why the kernel cannot apply it."""
     if mask is None:
         return "none"
-    attended = (q.shape[0], q.shape[1], 1, k.shape[2])  # (batch, query heads, one query, keys)
-    shape = tuple(mask.shape)
-    if len(shape) > 4 or any(m not in (1, a) for m, a in zip(reversed(shape), reversed(attended))):
-        return f"a mask of shape {shape} does not broadcast to {attended}"
+    broadcast = attention_spec.broadcast_refusal(mask, (q.shape[0], q.shape[1], 1, k.shape[2]))
+    if broadcast:
+        return broadcast
     if mask.dtype == "bool":
         return "bool"
     if mask.dtype in DTYPES:

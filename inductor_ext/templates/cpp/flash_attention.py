@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from inductor_ext.templates.allowed import integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.cpp import attention_spec
 from inductor_ext.templates.family import Family, OpSpec, TensorSpec
 
 if TYPE_CHECKING:
@@ -73,20 +74,13 @@ ALL_CONFIGS = tuple(FlashAttentionConfig(form) for form in FORMS)
 
 
 def problem_for(spec: OpSpec) -> FlashAttentionProblem | str:
-    if spec.op not in OPS:
-        return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
-    if spec.device_type != "cpu":
-        return f"{NAME} serves CPU tensors, not {spec.device_type}"
+    reason = attention_spec.qkv_refusal(spec, NAME, OPS)
+    if reason:
+        return reason
     q, k, v = spec.inputs[:3]
-    if q is None or k is None or v is None or not len(q.shape) == len(k.shape) == len(v.shape) == 4:
-        return "q, k and v must be 4-D (batch, heads, tokens, head dim)"
-    if not q.dtype == k.dtype == v.dtype:
-        return f"mixed dtypes q {q.dtype}, k {k.dtype}, v {v.dtype}"
-    if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        return f"shapes q {q.shape}, k {k.shape}, v {v.shape} do not fit together"
     if any(t.stride[-1] != 1 for t in (q, k, v)):
         return "q, k and v must each have a last stride of 1"
-    mask = spec.inputs[3] if len(spec.inputs) > 3 else None
+    mask = attention_spec.mask_of(spec)
     kind = _mask_kind(mask, q, k)
     if kind not in MASKS:
         return kind
@@ -99,10 +93,9 @@ def _mask_kind(mask: TensorSpec | None, q: TensorSpec, k: TensorSpec) -> str:
     """One of ``MASKS`` for ``mask``, or why the kernel cannot apply it."""
     if mask is None:
         return "none"
-    attended = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    shape = tuple(mask.shape)
-    if len(shape) > 4 or any(m not in (1, a) for m, a in zip(reversed(shape), reversed(attended))):
-        return f"a mask of shape {shape} does not broadcast to {attended}"
+    broadcast = attention_spec.broadcast_refusal(mask, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
+    if broadcast:
+        return broadcast
     if mask.dtype != "bool":
         return f"a mask of dtype {mask.dtype}: the kernel applies boolean masks (an additive one stays ATen's)"
     return "bool"
