@@ -35,11 +35,12 @@ def build(kernel: KernelSource, flags: tuple[str, ...]) -> Path:
     gxx = toolchain.require(toolchain.gxx(), "a C++ compiler (g++)", "install g++ (apt-get install g++)")
     path = library_path(kernel, flags, gxx)
     source = path.with_suffix(".cpp")  # kept beside the library: what was built, to read
-    path.parent.mkdir(parents=True, exist_ok=True)
-    source.write_text(kernel.source)
-    return toolchain.build_once(
-        path, lambda output: [gxx, "-std=c++17", "-O3", "-fPIC", "-shared", "-fopenmp", *flags, str(source), "-o", output],
-        f"the C++ kernel {kernel.name} ({kernel.template})", CppBuildError)
+
+    def command(output: str) -> list[str]:  # run only when the library is not built yet
+        source.write_text(kernel.source)
+        return [gxx, "-std=c++17", "-O3", "-fPIC", "-shared", "-fopenmp", *flags, str(source), "-o", output]
+
+    return toolchain.build_once(path, command, f"the C++ kernel {kernel.name} ({kernel.template})", CppBuildError)
 
 
 _functions: dict[tuple[str, str, tuple[str, ...]], Any] = {}
