@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from inductor_ext import tune
 from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext.kernels import prefill_attention_ops  # noqa: F401  (registers inductor_ext::prefill_attention)
 from inductor_ext.kernels.attention import attention_reference
 from inductor_ext.lowering import ext_choices
 
@@ -88,3 +89,41 @@ def test_atens_op_is_called_through_the_dispatcher(aten_from_cache):
     decision = next(d for d in aten_from_cache["decisions"] if d.op == "decode_attention")
     assert (decision.winner, decision.reason) == ("decode_attention_aten", "cache")
     assert 'aoti_torch_call_dispatcher("inductor_ext::decode_attention"' in aten_from_cache["code"]
+
+
+# ------------------------------------------------- a family whose kernels are called from Python
+
+
+def prefill(q: torch.Tensor) -> torch.Tensor:
+    """A graph that calls ext's prefill op itself (no pass in between): lowering alone must refuse."""
+    return torch.ops.inductor_ext.prefill_attention(q, q, q, None, 0.125) * 2
+
+
+def test_a_family_called_from_python_is_refused_and_aten_serves(tmp_path):
+    """``cpp.flash_attention`` is called from Python (ctypes): the C++ wrapper has no name for it.
+    Forced, it was still offered and Inductor's codegen failed ("Expected name is not None")."""
+    torch._dynamo.reset()
+    first = len(ext_choices.decisions)
+    q = torch.randn(1, 2, 40, 64, generator=torch.Generator().manual_seed(1))
+    options = {"preset": "cpu", "force_template": "cpp.flash_attention", "autotune_cache": str(tmp_path / "c.db")}
+    with tune.fresh_inductor_caches(), torch._inductor.config.patch(cpp_wrapper=True), torch.no_grad():
+        got = torch.compile(prefill, backend="ext", options=options)(q)
+    (decision,) = [d for d in ext_choices.decisions[first:] if d.op == "prefill_attention"]
+    assert decision.winner == "prefill_attention_aten", decision
+    assert "called from Python" in decision.reason and "C++ wrapper" in decision.reason, decision.reason
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, q, q, scale=0.125) * 2)
+
+
+def test_a_family_with_an_op_of_its_own_is_called_through_the_dispatcher():
+    """An extern family with a ``torch.library`` op (``cutedsl.nvfp4_gemm``) is an ``OpChoice``:
+    under the C++ wrapper Inductor's FallbackKernel calls the op, never a C shim it lacks."""
+    from inductor_ext.lowering import adapters
+    from inductor_ext.lowering.ops._select import OpChoice
+    from inductor_ext.templates import registry
+
+    family = registry.get("cutedsl.nvfp4_gemm")
+    assert adapters.wrapper_refusal(family, cpp_wrapper=True) is None
+    assert isinstance(adapters.extern_choice(family, family.all_configs[0]), OpChoice)
+    for name in ("cpp.flash_attention", "metal.linear_gemv", "sycl.gemm", "flydsl.gemm"):
+        assert "C++ wrapper" in adapters.wrapper_refusal(registry.get(name), cpp_wrapper=True)
+        assert adapters.wrapper_refusal(registry.get(name), cpp_wrapper=False) is None

@@ -37,6 +37,7 @@ from torch._inductor.virtualized import V
 
 from inductor_ext.lowering import cpp_gemm, pdl_consumers, subgraph
 from inductor_ext.lowering.ops import op_inputs
+from inductor_ext.lowering.ops._select import OpChoice
 from inductor_ext.lowering.ops._spec import symbolic_refusal
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates import allowed, registry
@@ -53,6 +54,9 @@ def prepare(family: Family, kernel_inputs: Any, op: str) -> Prepared | str:
     symbolic = symbolic_refusal(family, inputs.spec)  # a kernel built for the hints fits no other size
     if symbolic is not None:
         return symbolic
+    wrapper = wrapper_refusal(family, bool(getattr(V.graph, "cpp_wrapper", False)))
+    if wrapper is not None:
+        return wrapper
     problem = family.problem_for(inputs.spec)
     if isinstance(problem, str):
         return problem
@@ -156,8 +160,21 @@ def inductor_glue(family: Family) -> ModuleType:
 # ------------------------------------------------------------------------------------ extern
 
 
+def wrapper_refusal(family: Family, cpp_wrapper: bool) -> str | None:
+    """Why the graph's wrapper cannot call ``family``'s kernels, or None. Inductor's C++ wrapper
+    (``cpp_wrapper=True``) calls an extern kernel by a C name (a shim only ATen's ops have) or, for
+    a ``torch.library`` op, through the dispatcher; a family with no op of its own is called from
+    Python (``_call_family``), which the C++ wrapper cannot name (Inductor's codegen failed with
+    "Expected name is not None")."""
+    if cpp_wrapper and family.choice_kind == "extern" and family.extern_op is None:
+        return (f"{family.name}'s kernels are called from Python and Inductor's C++ wrapper is on "
+                "(cpp_wrapper=True)")
+    return None
+
+
 def extern_choice(family: Family, config: Any) -> ExternKernelChoice:
-    """The registered ExternKernelChoice of one (family, config), created on first use."""
+    """The registered ExternKernelChoice of one (family, config), created on first use. A family
+    with an op of its own gets an ``OpChoice``: the C++ wrapper calls it through the dispatcher."""
     name = registry.extern_name(family.name, config)
     existing = ExternKernelChoice.lookup(name)
     if existing is not None:
@@ -165,8 +182,7 @@ def extern_choice(family: Family, config: Any) -> ExternKernelChoice:
     op_name = family.extern_op
     if op_name is not None:
         namespace, _, op = op_name.partition("::")
-        overload = getattr(getattr(torch.ops, namespace), op).default
-        return ExternKernelChoice(overload, name=name, has_out_variant=False, op_overload=overload)
+        return OpChoice(getattr(getattr(torch.ops, namespace), op).default, name)
     kernel = functools.partial(_call_family, family.name, dataclasses.asdict(config))
     kernel.__name__ = name  # type: ignore[attr-defined]
     return ExternKernelChoice(kernel, name=name, has_out_variant=False)

@@ -11,10 +11,12 @@ import sys
 from typing import Any, ClassVar
 
 import torch
+from torch._inductor import config as inductor_config
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import has_guarding_hint, optimization_hint
 
 from inductor_ext.config import ExtConfig
+from inductor_ext.lowering.adapters import wrapper_refusal
 from inductor_ext.lowering.ext_choices import offered_families
 from inductor_ext.logs import passes_log as log
 from inductor_ext.lowering.ops import dtype_name
@@ -41,10 +43,12 @@ def tensor_spec(value: Any, contiguous: bool = False) -> TensorSpec | None:
 
 
 def refusal(config: ExtConfig, spec: OpSpec) -> str | None:
-    """None when an enabled family claiming this target accepts ``spec``; else every family's reason."""
+    """None when an enabled family claiming this target accepts ``spec`` and the graph's wrapper
+    can call its kernels (lowering asks the same: ``adapters.prepare``); else every family's reason."""
     why = []
     for family in offered_families(config, spec.op, spec.device_type):
-        problem = symbolic_refusal(family, spec) or family.problem_for(spec)
+        problem = (wrapper_refusal(family, bool(inductor_config.cpp_wrapper)) or symbolic_refusal(family, spec)
+                   or family.problem_for(spec))
         if not isinstance(problem, str):
             return None
         why.append(f"{family.name}: {problem}")

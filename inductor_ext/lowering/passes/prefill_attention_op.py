@@ -11,17 +11,15 @@ It rewrites a call only when the op means the same and can pay off:
 - more than one query token, no dropout, no ``is_causal`` flag (a causal mask passed as a tensor,
   as Hugging Face passes it, is a mask like any other), and for grouped-query attention (fewer
   key/value heads) ``enable_gqa=True``, as SDPA requires;
-- no gradient flows through it (the op has no backward), and Inductor's C++ wrapper is off (its
-  generated C++ cannot call a kernel that is called from Python);
-- autotuning is on and an enabled family claims this target and accepts the instance (static
-  shapes, supported dtypes and masks); otherwise the call stays ATen's SDPA, as without ext.
+- no gradient flows through it (the op has no backward);
+- autotuning is on and an enabled family claims this target and accepts the instance (supported
+  dtypes, head dims and masks; a family called from Python is refused under Inductor's C++
+  wrapper, ``adapters.wrapper_refusal``); otherwise the call stays ATen's SDPA, as without ext.
 """
 
 from __future__ import annotations
 
 import torch
-from torch._inductor import config as inductor_config
-from torch.fx import Node
 
 from inductor_ext.kernels.prefill_attention_ops import OP
 from inductor_ext.lowering.passes.decode_attention_op import DecodeAttentionOp
@@ -38,8 +36,3 @@ class PrefillAttentionOp(DecodeAttentionOp):
         if isinstance(q.shape[-2], int) and q.shape[-2] <= 1:  # a symbolic length: the families decide
             return f"not several query tokens per sequence (query {tuple(q.shape)})"
         return None
-
-    def reason(self, node: Node, args: dict) -> str | None:
-        if inductor_config.cpp_wrapper:
-            return "Inductor's C++ wrapper is on: it cannot call the kernels serving prefill_attention (called from Python)"
-        return super().reason(node, args)
