@@ -152,6 +152,26 @@ def test_dumps_show_sycl_sources_with_their_nd_range(ops_run: dict[str, Any]) ->
     assert all(k["kernel"] in table for k in sycl_kernels) and "sycl.gemm" in table
 
 
+@needs_sycl
+def test_under_inductors_cpp_wrapper_the_graph_keeps_the_python_wrapper(tmp_path: Path, caplog) -> None:
+    """The SYCL codegen has a Python wrapper only: with ``cpp_wrapper=True`` set by the user, Inductor
+    stopped at "Device cpu not supported" (xpu on a device); now the compile says so in one line and
+    generates the Python wrapper, SYCL kernels and the template included."""
+    torch.manual_seed(0)
+    lin, x = torch.nn.Linear(24, 40), torch.randn(3, 24)
+    first = len(decisions)
+    with torch._inductor.config.patch(cpp_wrapper=True), torch.no_grad(), \
+            caplog.at_level("INFO", logger="inductor_ext.codegen.sycl.install"):
+        got = compile_ext(lambda x: torch.relu(lin(x)), tmp_path, force_template="sycl.gemm")(x)
+        want = torch.relu(lin(x))
+        assert torch._inductor.config.cpp_wrapper  # the user's setting is back after the compile
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=1e-5)
+    assert [d.winner.startswith("ext_sycl_gemm_") for d in decisions[first:]] == [True]
+    assert "no C++ wrapper" in caplog.text
+    index = dumps.read_index(tmp_path / "dumps")
+    assert any(k["language"] == "sycl" and k["template"] is None for k in index["kernels"])
+
+
 # ------------------------------------------------------------------------------ training
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import logging
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -13,6 +14,8 @@ from inductor_ext.codegen.base import KernelInfo
 from inductor_ext.codegen.sycl.loader import PROGRAM_VARIABLE
 from inductor_ext.runtime import sycl as sycl_runtime
 from inductor_ext.runtime.toolchain import ToolchainMissing
+
+log = logging.getLogger(__name__)  # TORCH_LOGS=inductor_ext shows it
 
 # Inductor settings a SYCL compile needs, on xpu and in interpret mode alike (interpret mode
 # must generate the kernels the device would get):
@@ -78,8 +81,15 @@ def install(config: Any) -> Iterator[None]:
              common.custom_backend_codegen_configs.get(device))
     common.register_backend_for_device(device, SyclScheduling, SyclPythonWrapperCodegen,
                                        device_custom_pass=_cache_key_pass(device))
+    patches = dict(INDUCTOR_PATCHES)
+    if inductor_config.cpp_wrapper:
+        # the SYCL codegen generates a Python wrapper only (SyclPythonWrapperCodegen); with the C++
+        # wrapper asked for, Inductor stopped at "Device xpu not supported"
+        log.info("ext: the SYCL codegen has no C++ wrapper: this compile uses Inductor's Python wrapper "
+                 "although cpp_wrapper=True")
+        patches["cpp_wrapper"] = False
     try:
-        with inductor_config.patch(INDUCTOR_PATCHES):
+        with inductor_config.patch(patches):
             yield
     finally:
         codegen, custom_pass, custom_config = saved
