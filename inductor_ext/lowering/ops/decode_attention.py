@@ -1,7 +1,8 @@
 """``decode_attention``: lowers ``inductor_ext::decode_attention`` (made by the
 ``decode_attention_op`` pass) to an autotuned choice: ATen's SDPA (the op's own implementation)
 or the families serving ``decode_attention`` (``cpp.decode_attention``: Inductor-compiled
-reductions, inlined when they win). The output is contiguous (B, Hq, 1, Dv) in q's dtype.
+reductions, inlined when they win). The output is contiguous (B, Hq, 1, Dv) in q's dtype
+(``_attention.py``: what the two attention ops share).
 
 OpSpec.inputs: (q, k, v, mask|None); scalar ``scale``.
 """
@@ -10,21 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch._inductor import ir
 from torch._inductor.lowering import register_lowering
 
 from inductor_ext.kernels.decode_attention_ops import OP
-from inductor_ext.lowering import subgraph
-from inductor_ext.lowering.ops._select import OpChoice, select
-from inductor_ext.lowering.ops._spec import OpInputs, whole
+from inductor_ext.lowering.ops import _attention
+from inductor_ext.lowering.ops._select import OpChoice
+from inductor_ext.lowering.ops._spec import OpInputs
 
 ATEN_CHOICE = OpChoice(OP, "decode_attention_aten")
 
 
 def decode_attention(kernel_inputs: Any) -> OpInputs | str:
-    optional = (None,) if len(kernel_inputs.nodes()) == 3 else ()  # mask
-    return whole("decode_attention", kernel_inputs, kernel_inputs.output_layout(),
-                 {"scale": kernel_inputs.get_scalar("scale")}, optional)
+    return _attention.spec("decode_attention", kernel_inputs)
 
 
 SPECS = {"decode_attention": decode_attention}
@@ -32,11 +30,4 @@ SPECS = {"decode_attention": decode_attention}
 
 @register_lowering(OP, type_promotion_kind=None)
 def lower_decode_attention(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
-    nodes = [ir.ExternKernel.realize_input(x) for x in (q, k, v, mask) if x is not None]
-    size = [*nodes[0].get_size()[:3], nodes[2].get_size()[3]]
-    layout = ir.FixedLayout(nodes[0].get_device(), nodes[0].get_dtype(), size)  # contiguous, like the op
-    scalars = {"scale": float(scale)}
-    aten_kwargs = ({"mask": None} if mask is None else {}) | scalars  # the tensors go positionally
-    node, choice = select("decode_attention", ATEN_CHOICE.bind(tuple(nodes), layout, **aten_kwargs), nodes, layout,
-                          scalars)
-    return subgraph.winner_node(node, choice, nodes, "decode_attention")
+    return _attention.lower("decode_attention", ATEN_CHOICE, q, k, v, mask, scale)

@@ -1,0 +1,36 @@
+"""What the two attention ops' lowerings share (``decode_attention``, ``prefill_attention``): both
+take (q, k, v, mask|None, scale) as ATen's SDPA does, return a contiguous (B, Hq, Lq, Dv) output in
+q's dtype, and autotune ATen's SDPA (the op's own implementation) against the families serving
+the op; a winning subgraph choice is inlined (it fuses with its neighbours).
+
+OpSpec.inputs: (q, k, v, mask|None); scalar ``scale``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch._inductor import ir
+
+from inductor_ext.lowering import subgraph
+from inductor_ext.lowering.ops._select import OpChoice, select
+from inductor_ext.lowering.ops._spec import OpInputs, whole
+
+
+def spec(op: str, kernel_inputs: Any) -> OpInputs | str:
+    """The op instance as families read it: its inputs, output layout and ``scale``."""
+    optional = (None,) if len(kernel_inputs.nodes()) == 3 else ()  # no mask
+    return whole(op, kernel_inputs, kernel_inputs.output_layout(), {"scale": kernel_inputs.get_scalar("scale")},
+                 optional)
+
+
+def lower(op: str, aten: OpChoice, q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+    """The graph node for one call of ``op``: the autotuned winner among ATen's choice ``aten`` and
+    the families'."""
+    nodes = [ir.ExternKernel.realize_input(x) for x in (q, k, v, mask) if x is not None]
+    size = [*nodes[0].get_size()[:3], nodes[2].get_size()[3]]
+    layout = ir.FixedLayout(nodes[0].get_device(), nodes[0].get_dtype(), size)  # contiguous, like the op
+    scalars = {"scale": float(scale)}
+    aten_kwargs = ({"mask": None} if mask is None else {}) | scalars  # the tensors go positionally
+    node, choice = select(op, aten.bind(tuple(nodes), layout, **aten_kwargs), nodes, layout, scalars)
+    return subgraph.winner_node(node, choice, nodes, op)
