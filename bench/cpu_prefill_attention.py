@@ -3,8 +3,10 @@ C++ kernel, timed side by side in one run.
 
 Cases: a GPT-2-style prefill (12 heads, head dim 64, batch 1) of each length, q, k and v in Hugging
 Face's layout (transposed views), with the causal boolean mask Hugging Face builds and passes, and
-without a mask; fp32 and bf16 (bf16 where this CPU has AVX512_BF16). Both arms are called directly
-(no compile: each is one library call). Timed calls alternate between the arms round by round. Per
+without a mask; fp32 and bf16. The kernel's form is the one a compile on this CPU offers (AVX-512,
+else AVX2); ``ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`` times both
+arms as on an AVX2 CPU.
+Both arms are called directly (no compile: each is one library call). Timed calls alternate between the arms round by round. Per
 case: each arm's median and p10/p90 in ms, the ratio of ATen's median to the kernel's with the
 10th-90th percentile of that ratio round by round (a spread that holds 1.0 is within noise), and
 the largest difference from float64 SDPA of each arm's output.
@@ -47,7 +49,7 @@ def measure(length: int, masked: bool, dtype: torch.dtype, rounds: int) -> dict[
     if isinstance(problem, str):
         print(f"skipped {dtype} L={length}: {problem}", file=sys.stderr)
         return None
-    config = flash_attention.ALL_CONFIGS[0]
+    config = flash_attention.configs(problem, "cpu")[0]  # the form a compile on this CPU would offer
     arms: dict[str, Callable[[], torch.Tensor]] = {
         "aten": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=SCALE),
         "kernel": lambda: flash_attention.call(problem, config, "cpu", q, k, v, mask)}
@@ -55,7 +57,7 @@ def measure(length: int, masked: bool, dtype: torch.dtype, rounds: int) -> dict[
     with torch.no_grad():
         errors = {name: (call().double() - want).abs().max().item() for name, call in arms.items()}  # builds, warms
         seconds = time_rounds(arms, rounds)
-    return {"length": length, "mask": masked, "dtype": str(dtype).removeprefix("torch."),
+    return {"length": length, "mask": masked, "dtype": str(dtype).removeprefix("torch."), "form": config.form,
             "arms": {name: spread(s, 1e3, "ms") for name, s in seconds.items()},
             **speedup(seconds["aten"], seconds["kernel"]),
             "max_abs_error_vs_float64": errors}
@@ -75,7 +77,7 @@ def main() -> None:
                 results.append(r)
                 if not args.json:
                     a, kern = r["arms"]["aten"], r["arms"]["kernel"]
-                    print(f"L={length:<5d} {'causal mask' if masked else 'no mask':11s} {r['dtype']:9s} "
+                    print(f"L={length:<5d} {'causal mask' if masked else 'no mask':11s} {r['dtype']:9s} {r['form']:6s} "
                           f"aten {a['median_ms']:8.2f} ms ({a['p10_ms']:.2f}-{a['p90_ms']:.2f})  "
                           f"kernel {kern['median_ms']:8.2f} ms ({kern['p10_ms']:.2f}-{kern['p90_ms']:.2f})  "
                           f"x{r['speedup']:.2f} (p10-p90 {r['speedup_p10_p90'][0]:.2f}-{r['speedup_p10_p90'][1]:.2f})  "

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -30,6 +32,17 @@ needs = {dtype: pytest.mark.skipif(family.host_refusal(name) is not None,
                                    reason=f"this CPU cannot run the {name} kernel "
                                           f"({family.host_refusal(name)}); ATen's SDPA serves prefill here")
          for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16"))}
+
+
+def _each_form(dtype: torch.dtype, name: str) -> list:
+    """One param per form of the kernel, each skipped (saying why) where this CPU does not run it."""
+    return [pytest.param(dtype, family.Config(form), id=f"{name}-{form}",
+                         marks=pytest.mark.skipif(form not in family.host_forms(name),
+                                                  reason=f"this CPU does not run the {form} kernel for {name}"))
+            for form in family.FORMS]
+
+
+EVERY_FORM = _each_form(torch.float32, "float32") + _each_form(torch.bfloat16, "bfloat16")
 
 
 def _spec_of(t: torch.Tensor) -> TensorSpec:
@@ -109,6 +122,31 @@ def test_render_fills_in_the_head_dim_and_the_dtype():
     assert "#define EXT_BF16 0" in fp32.source and "-mavx512bf16" not in fp32.launch["flags"]
     with pytest.raises(ValueError, match="head dims 80"):
         family.render(family.Problem(1, 4, 2, 100, 100, 80, 80, "float32", 0.125, "none"), family.ALL_CONFIGS[0])
+    avx2 = family.render(problem, family.Config("avx2"))
+    assert "AVX2 + FMA" in avx2.source and "#define EXT_BF16 1" in avx2.source and "_mm512" not in avx2.source
+    assert avx2.launch["flags"] == ["-mavx2", "-mfma"]
+
+
+@pytest.mark.parametrize("capability, bf16, forms", [
+    ("AVX512", True, {"float32": ("avx512", "avx2"), "bfloat16": ("avx512", "avx2")}),
+    ("AVX512", False, {"float32": ("avx512", "avx2"), "bfloat16": ("avx2",)}),  # no vdpbf16ps
+    ("AVX2", True, {"float32": ("avx2",), "bfloat16": ("avx2",)}),  # e.g. ATEN_CPU_CAPABILITY=avx2
+    ("DEFAULT", False, {"float32": (), "bfloat16": ()}),
+])
+def test_each_cpu_gets_the_best_form_it_runs(monkeypatch, capability, bf16, forms):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16)
+    for dtype, runs in forms.items():
+        problem = family.Problem(1, 4, 2, 100, 100, 64, 64, dtype, 0.125, "none")
+        assert family.host_forms(dtype) == runs
+        if not runs:
+            assert "neither AVX2 nor AVX-512 (torch reports DEFAULT)" in family.supports(problem)
+            continue
+        assert family.supports(problem) is None
+        assert family.configs(problem, "cpu") == [family.Config(runs[0])]  # only the best: one build per decision
+        for form in family.FORMS:  # a cached decision naming a form this CPU lacks is refused, not run
+            refused = family.config_supports(problem, family.Config(form), "cpu")
+            assert (refused is None) == (form in runs), refused
 
 
 # ---------------------------------------------------------------------------------- the kernel
@@ -147,17 +185,16 @@ def _reference(q, k, v, mask, scale):
     return torch.nan_to_num(want, nan=0.0)
 
 
-@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=needs[torch.float32]),
-                                   pytest.param(torch.bfloat16, marks=needs[torch.bfloat16])], ids=str)
+@pytest.mark.parametrize("dtype, config", EVERY_FORM)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_kernel_matches_float64_sdpa(dtype, case):
+def test_kernel_matches_float64_sdpa(dtype, config, case):
     batch, lq, lk, heads, kv_heads, d, kind = case
     torch.manual_seed(0)
     q, k, v = _hf(batch, lq, heads, d, dtype), _hf(batch, lk, kv_heads, d, dtype), _hf(batch, lk, kv_heads, d, dtype)
     mask, scale = _mask(kind, batch, lq, lk), d ** -0.5
     problem = family.problem_for(_spec(q, k, v, mask, scale))
     assert not isinstance(problem, str), problem
-    got = family.call(problem, family.ALL_CONFIGS[0], "cpu", q, k, v, mask)
+    got = family.call(problem, config, "cpu", q, k, v, mask)
     assert got.dtype == dtype and got.is_contiguous() and got.shape == (batch, heads, lq, d)
     want = _reference(q, k, v, mask, scale)
     torch.testing.assert_close(got.double(), want, **TOL[dtype])
@@ -316,6 +353,21 @@ def test_kernel_is_timed_against_aten_and_the_winner_computes_the_same(compiled)
     torch.testing.assert_close(got.double(), compiled["want"], **TOL[compiled["dtype"]])
 
 
+def test_an_avx2_cpu_compiles_with_the_avx2_kernel(monkeypatch):
+    """As on a CPU without AVX-512 (torch's capability says AVX2): the family is offered with its
+    AVX2 form, which wins when forced and computes the block's output."""
+    if "avx2" not in family.host_forms("float32"):
+        pytest.skip("this CPU does not run the avx2 kernel (no AVX2): ATen's SDPA serves prefill here")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    torch.manual_seed(0)
+    m, x = Prefill().eval(), torch.randn(2, 77, 128)
+    with torch.no_grad():
+        want = copy.deepcopy(m).double()(x.double())
+    got, decisions = _compile(m, {"preset": "cpu", "force_template": "cpp.flash_attention"}, x)
+    assert [d.winner for d in decisions] == ["ext_cpp_flash_attention_formavx2"], decisions
+    torch.testing.assert_close(got.double(), want, **TOL[torch.float32])
+
+
 @needs[torch.float32]
 def test_a_call_is_named_in_profiles_as_attention():
     q = torch.randn(1, 2, 40, 64)
@@ -353,19 +405,19 @@ def test_a_prompt_of_another_length_keeps_the_kernel():
     assert all(d.winner == "ext_cpp_flash_attention_formavx512" for d in decisions), decisions
 
 
-@needs[torch.float32]
-def test_nan_and_inf_reach_the_rows_that_see_them():
+@pytest.mark.parametrize("dtype, config", EVERY_FORM)
+def test_nan_and_inf_reach_the_rows_that_see_them(dtype, config):
     """A NaN in q, an infinity in k and a NaN in v are never lost: every output that sees one is NaN
     (softmax(q k^T) v over the visible keys), and no NaN appears that softmax(q k^T + mask) @ v does
     not make (there a masked key's NaN value still multiplies its zero weight, as in ATen's kernel)."""
     torch.manual_seed(0)
-    q, k, v = (torch.randn(1, 2, 70, 64) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 70, 64).to(dtype) for _ in range(3))
     q[0, 0, 5, 3] = float("nan")
     k[0, 1, 9, 0] = float("inf")  # +inf scores where q[..., 0] > 0: NaN rows; -inf: the key drops out
     v[0, 0, 60, 2] = float("nan")
     mask = _causal(70, 70)
     problem = family.problem_for(_spec(q, k, v, mask))
-    got = family.call(problem, family.ALL_CONFIGS[0], "cpu", q, k, v, mask)
+    got = family.call(problem, config, "cpu", q, k, v, mask)
     scores = (q.double() @ k.double().transpose(-1, -2) * 0.125).masked_fill(~mask, float("-inf"))
     p = torch.softmax(scores, -1)
     want = torch.where(mask[..., None], p[..., None] * v.double()[:, :, None], 0.0).sum(-2)
@@ -374,4 +426,4 @@ def test_nan_and_inf_reach_the_rows_that_see_them():
     assert not (want.isnan() & ~got.isnan()).any(), "a NaN was lost"
     assert not (got.isnan() & ~at_most.isnan()).any(), "a NaN was made up"
     finite = ~got.isnan()
-    torch.testing.assert_close(got.double()[finite], want[finite], **TOL[torch.float32])
+    torch.testing.assert_close(got.double()[finite], want[finite], **TOL[dtype])

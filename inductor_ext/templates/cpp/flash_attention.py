@@ -5,8 +5,10 @@ Serves ``prefill_attention`` (``kernels/prefill_attention_ops.py``, made by the
 one (Hugging Face builds its causal mask in the graph and passes it). The kernel
 (``KERNEL`` below, rendered with the head dim and the dtype) tiles 32 queries against 64
 keys with an online softmax in fp32, skips the blocks of keys the mask hides from a whole block of
-queries, and in bf16 takes its dot products with AVX512_BF16's ``vdpbf16ps``. Plain C++ built by
-g++ in about a second (``runtime/cpu_library.py``), called through ctypes.
+queries, and in bf16 takes its dot products with AVX512_BF16's ``vdpbf16ps``. A CPU with AVX2 but
+not AVX-512 (or bf16 without AVX512_BF16) gets the same algorithm written for AVX2 + FMA
+(``KERNEL_AVX2``, the config's ``form``). Plain C++ built by g++ in about a second
+(``runtime/cpu_library.py``), called through ctypes.
 
 Why: ATen's CPU flash kernel runs ~130 GFLOP/s on this 2-core AVX-512 host, and at 512 tokens
 tiles the keys in one block, so even ``is_causal`` skips nothing. In
@@ -42,10 +44,12 @@ FUNCTION = "ext_flash_attention"  # the C function of every rendering
 DTYPES = ("float32", "bfloat16")
 HEAD_DIMS = (64, 128)
 MASKS = ("none", "bool")
-FORMS = ("avx512",)
-# g++ flags by dtype: AVX-512 (F, BW for the bf16 loads, VL, DQ), bf16 also AVX512_BF16
-_FLAGS = {"float32": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"),
-          "bfloat16": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mavx512bf16")}
+FORMS = ("avx512", "avx2")  # how the kernel is written, best first
+# g++ flags by (form, dtype): AVX-512 (F, BW for the bf16 loads, VL, DQ), bf16 also AVX512_BF16
+_FLAGS = {("avx512", "float32"): ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"),
+          ("avx512", "bfloat16"): ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mavx512bf16"),
+          ("avx2", "float32"): ("-mavx2", "-mfma"),
+          ("avx2", "bfloat16"): ("-mavx2", "-mfma")}
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class FlashAttentionProblem:
 
 @dataclass(frozen=True)
 class FlashAttentionConfig:
-    """How the kernel is written (one of ``FORMS``: one way today)."""
+    """How the kernel is written: ``avx512`` (``KERNEL``) or ``avx2`` (``KERNEL_AVX2``)."""
 
     form: str = one_of(FORMS, "avx512")
 
@@ -114,30 +118,54 @@ def supports(problem: FlashAttentionProblem) -> str | None:
 
 
 def host_refusal(dtype: str) -> str | None:
-    """Why this CPU cannot run the kernel for ``dtype``, or None."""
+    """Why this CPU can run no form of the kernel for ``dtype``, or None."""
+    if host_forms(dtype):
+        return None
     import torch
 
-    if torch.backends.cpu.get_cpu_capability() != "AVX512":
-        return f"this CPU has no AVX-512 (torch reports {torch.backends.cpu.get_cpu_capability()})"
-    if dtype == "bfloat16" and not torch.cpu._is_avx512_bf16_supported():
-        return "bf16 needs AVX512_BF16 (vdpbf16ps), which this CPU lacks"
-    return None
+    return f"this CPU has neither AVX2 nor AVX-512 (torch reports {torch.backends.cpu.get_cpu_capability()})"
+
+
+def host_forms(dtype: str) -> tuple[str, ...]:
+    """The forms of the kernel this CPU runs for ``dtype``, best first, as torch sees the CPU
+    (``ATEN_CPU_CAPABILITY=avx2`` makes an AVX-512 host an AVX2 one for ext as for ATen)."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    forms = []
+    if capability == "AVX512" and (dtype == "float32" or torch.cpu._is_avx512_bf16_supported()):
+        forms.append("avx512")  # bf16 needs AVX512_BF16's vdpbf16ps
+    if capability in ("AVX512", "AVX2"):
+        forms.append("avx2")
+    return tuple(forms)
 
 
 def configs(problem: FlashAttentionProblem, target: str) -> list[FlashAttentionConfig]:
+    """The best form this CPU runs: the AVX2 one would only lose beside the AVX-512 one, and each
+    form offered is one more build and benchmark in a compile."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not one of {TARGETS}")
-    return list(ALL_CONFIGS)
+    return [FlashAttentionConfig(host_forms(problem.dtype)[0])]
+
+
+def config_supports(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str) -> str | None:
+    """Why this CPU cannot run ``config`` for ``problem`` (a cached decision from another machine
+    naming a form this one lacks), or None."""
+    forms = host_forms(problem.dtype)
+    if config.form not in forms:
+        return f"form {config.form} does not run on this CPU for {problem.dtype} (it runs: {', '.join(forms) or 'none'})"
+    return None
 
 
 def render(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str = "cpu") -> KernelSource:
     reason = supports(problem)
     if reason:
         raise ValueError(f"{NAME} cannot render {problem}: {reason}")
-    source = (KERNEL.replace("{D}", str(problem.head_dim))
+    text = KERNEL if config.form == "avx512" else KERNEL_AVX2
+    source = (text.replace("{D}", str(problem.head_dim))
               .replace("{BF16}", str(int(problem.dtype == "bfloat16"))).replace("{NAME}", FUNCTION))
     return KernelSource(name=FUNCTION, source=source, template=NAME, config=asdict(config),
-                        launch={"flags": list(_FLAGS[problem.dtype])}, language="cpp")
+                        launch={"flags": list(_FLAGS[config.form, problem.dtype])}, language="cpp")
 
 
 def call(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str, q: "torch.Tensor",
@@ -382,6 +410,215 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
 """
 
 
+# The same algorithm for AVX2 + FMA (8 lanes, 16 registers): smaller register tiles, a mask read
+# into lane masks, 2^n built in the exponent bits; bf16 inputs are widened to fp32 when read, so
+# q * scale and the probabilities stay fp32 (AVX2 has no bf16 dot product) and only the output is
+# rounded to bf16 (to nearest even, as torch rounds).
+KERNEL_AVX2 = r"""// Flash attention for the CPU, AVX2 + FMA: q (B, H, Lq, D), k and v (B, Hkv, Lk, D), H a multiple
+// of Hkv, any strides with the last one 1; an optional bool mask broadcast to (B, H, Lq, Lk), its key
+// stride 1 (true: the query attends); out (B, H, Lq, D) contiguous. Blocks of 32 queries against
+// blocks of 64 keys, an online softmax in fp32, fp32 accumulation (bf16 inputs widened when read,
+// the output rounded to nearest even). A block of keys the mask hides from every query of a block
+// is skipped; a query that sees no key gives zeros (as ATen's SDPA).
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <vector>
+#include <algorithm>
+
+#define EXT_D {D}
+#define EXT_BF16 {BF16}
+
+namespace {
+constexpr int D = EXT_D, QB = 32, KB = 64, NV = D / 8;
+
+inline __m256 exp_ps(__m256 x) {  // e^x, ~1 ulp; x <= 0 or NaN here; a masked lane is zeroed by the caller
+  x = _mm256_max_ps(_mm256_set1_ps(-87.f), x);  // this operand order keeps a NaN (maxps returns the second)
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  // 2^n, n in [-126, 0], as its exponent bits (a NaN's n gives any bits: p is NaN already)
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+inline float reduce_max(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+inline float reduce_add(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// lanes l < n (n in [0, 8]) where m[l] is true (every lane when m is null), as an all-ones lane mask
+inline __m256 visible(const uint8_t* m, int64_t n) {
+  if (n >= 8) {
+    if (!m) return _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)m));
+    return _mm256_castsi256_ps(_mm256_xor_si256(_mm256_cmpeq_epi32(b, _mm256_setzero_si256()), _mm256_set1_epi32(-1)));
+  }
+  alignas(32) int32_t lanes[8];
+  for (int l = 0; l < 8; ++l) lanes[l] = l < n && (!m || m[l]) ? -1 : 0;
+  return _mm256_castsi256_ps(_mm256_load_si256((const __m256i*)lanes));
+}
+
+#if EXT_BF16
+using T = uint16_t;  // bf16 bits
+inline float to_float(T x) { const uint32_t u = uint32_t(x) << 16; float f; memcpy(&f, &u, 4); return f; }
+inline __m256 load_ps(const T* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+inline void store_ps(T* p, __m256 x) {  // to nearest even; a NaN stays a NaN
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
+  _mm_storeu_si128((__m128i*)p, _mm256_castsi256_si128(packed));
+}
+#else
+using T = float;
+inline float to_float(T x) { return x; }
+inline __m256 load_ps(const T* p) { return _mm256_loadu_ps(p); }
+inline void store_ps(T* p, __m256 x) { _mm256_storeu_ps(p, x); }
+#endif
+}  // namespace
+
+extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O, int64_t B, int64_t H, int64_t Hkv,
+                      int64_t L, int64_t Lk, const int64_t* sq, const int64_t* sk, const int64_t* sv, const int64_t* sm,
+                      float scale, int threads) {
+  const int64_t group = H / Hkv, nkb = (Lk + KB - 1) / KB, nqb = (L + QB - 1) / QB;
+  // keys and values of each (batch, kv head, block of 64 keys) packed once, in fp32: K^T [D][64], V [64][D]
+  std::vector<float> KP(B * Hkv * nkb * KB * D, 0.f), VP(B * Hkv * nkb * KB * D, 0.f);
+#pragma omp parallel for num_threads(threads)
+  for (int64_t x = 0; x < B * Hkv * nkb; ++x) {
+    const int64_t b = x / (Hkv * nkb), h = x / nkb % Hkv, kb = x % nkb;
+    float* kp = KP.data() + x * KB * D;
+    float* vp = VP.data() + x * KB * D;
+    for (int64_t j = 0; j < KB && kb * KB + j < Lk; ++j) {
+      const T* kr = K + b * sk[0] + h * sk[1] + (kb * KB + j) * sk[2];
+      const T* vr = V + b * sv[0] + h * sv[1] + (kb * KB + j) * sv[2];
+      for (int d = 0; d < D; ++d) {
+        kp[d * KB + j] = to_float(kr[d]);
+        vp[j * D + d] = to_float(vr[d]);
+      }
+    }
+  }
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+  for (int64_t x = 0; x < B * H * nqb; ++x) {
+    const int64_t b = x / (H * nqb), h = x / nqb % H, qb = x % nqb, hk = h / group;
+    const int64_t i0 = qb * QB, nq = std::min<int64_t>(QB, L - i0);
+    alignas(32) float qs[QB][D], sc[QB][KB], pr[QB][KB], acc[QB][D], mx[QB], sum[QB];
+    bool nan[QB] = {};  // a NaN among the scores a query sees: its whole row is NaN, as softmax's
+    for (int64_t i = 0; i < QB; ++i) {
+      for (int c = 0; c < NV; ++c) {
+        __m256 qv = i < nq ? _mm256_mul_ps(load_ps(Q + b * sq[0] + h * sq[1] + (i0 + i) * sq[2] + c * 8), _mm256_set1_ps(scale))
+                           : _mm256_setzero_ps();
+        _mm256_store_ps(&qs[i][c * 8], qv);
+        _mm256_store_ps(&acc[i][c * 8], _mm256_setzero_ps());
+      }
+      mx[i] = -INFINITY;
+      sum[i] = 0.f;
+    }
+    const uint8_t* mq = M ? M + b * sm[0] + h * sm[1] + i0 * sm[2] : nullptr;
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      const int64_t j0 = kb * KB, nk = std::min<int64_t>(KB, Lk - j0);
+      if (mq) {  // skip a block no query of this block may see
+        bool any = false;
+        for (int64_t i = 0; i < nq && !any; ++i)
+          for (int64_t j = 0; j < nk && !any; ++j) any = mq[i * sm[2] + j0 + j];
+        if (!any) continue;
+      }
+      const float* kp = KP.data() + ((b * Hkv + hk) * nkb + kb) * KB * D;
+      const float* vp = VP.data() + ((b * Hkv + hk) * nkb + kb) * KB * D;
+      for (int64_t i = 0; i < QB; i += 2)  // scores: 2 queries x 32 keys a tile
+        for (int j = 0; j < KB; j += 32) {
+          __m256 a[2][4];
+          for (int r = 0; r < 2; ++r)
+            for (int c = 0; c < 4; ++c) a[r][c] = _mm256_setzero_ps();
+          for (int d = 0; d < D; ++d) {
+            __m256 k4[4];
+            for (int c = 0; c < 4; ++c) k4[c] = _mm256_loadu_ps(kp + d * KB + j + c * 8);
+            for (int r = 0; r < 2; ++r) {
+              const __m256 qv = _mm256_broadcast_ss(&qs[i + r][d]);
+              for (int c = 0; c < 4; ++c) a[r][c] = _mm256_fmadd_ps(qv, k4[c], a[r][c]);
+            }
+          }
+          for (int r = 0; r < 2; ++r)
+            for (int c = 0; c < 4; ++c) _mm256_store_ps(&sc[i + r][j + c * 8], a[r][c]);
+        }
+      for (int64_t i = 0; i < QB; ++i) {  // mask, online softmax
+        __m256 vis[8];
+        __m256 m8 = _mm256_set1_ps(-INFINITY);
+        int unordered = 0;
+        for (int c = 0; c < 8; ++c) {
+          const int64_t n = i < nq ? std::max<int64_t>(0, std::min<int64_t>(8, nk - c * 8)) : 0;
+          vis[c] = visible(mq && n ? mq + i * sm[2] + j0 + c * 8 : nullptr, n);
+          const __m256 x = _mm256_load_ps(&sc[i][c * 8]);
+          m8 = _mm256_blendv_ps(m8, _mm256_max_ps(m8, x), vis[c]);
+          unordered |= _mm256_movemask_ps(_mm256_and_ps(vis[c], _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+        }
+        nan[i] |= unordered != 0;
+        const float m = std::max(mx[i], reduce_max(m8));
+        if (m == -INFINITY) {  // nothing seen yet
+          for (int c = 0; c < 8; ++c) _mm256_store_ps(&pr[i][c * 8], _mm256_setzero_ps());
+          continue;
+        }
+        const float corr = expf(mx[i] - m);
+        __m256 s8 = _mm256_setzero_ps();
+        for (int c = 0; c < 8; ++c) {
+          const __m256 e = _mm256_and_ps(vis[c], exp_ps(_mm256_sub_ps(_mm256_load_ps(&sc[i][c * 8]), _mm256_set1_ps(m))));
+          s8 = _mm256_add_ps(s8, e);
+          _mm256_store_ps(&pr[i][c * 8], e);
+        }
+        sum[i] = sum[i] * corr + reduce_add(s8);
+        mx[i] = m;
+        if (corr != 1.f)
+          for (int c = 0; c < NV; ++c)
+            _mm256_store_ps(&acc[i][c * 8], _mm256_mul_ps(_mm256_set1_ps(corr), _mm256_load_ps(&acc[i][c * 8])));
+      }
+      for (int64_t i = 0; i < QB; i += 2)  // acc += P V: 2 queries x 32 of D a tile
+        for (int d0 = 0; d0 < D; d0 += 32) {
+          __m256 a[2][4];
+          for (int r = 0; r < 2; ++r)
+            for (int c = 0; c < 4; ++c) a[r][c] = _mm256_load_ps(&acc[i + r][d0 + c * 8]);
+          for (int64_t j = 0; j < nk; ++j) {
+            __m256 vv[4];
+            for (int c = 0; c < 4; ++c) vv[c] = _mm256_loadu_ps(vp + j * D + d0 + c * 8);
+            for (int r = 0; r < 2; ++r) {
+              const __m256 pv = _mm256_broadcast_ss(&pr[i + r][j]);
+              for (int c = 0; c < 4; ++c) a[r][c] = _mm256_fmadd_ps(pv, vv[c], a[r][c]);
+            }
+          }
+          for (int r = 0; r < 2; ++r)
+            for (int c = 0; c < 4; ++c) _mm256_store_ps(&acc[i + r][d0 + c * 8], a[r][c]);
+        }
+    }
+    for (int64_t i = 0; i < nq; ++i) {
+      const float inv = nan[i] ? NAN : sum[i] > 0.f ? 1.f / sum[i] : sum[i] == 0.f ? 0.f : NAN;
+      T* o = O + ((b * H + h) * L + i0 + i) * D;
+      for (int c = 0; c < NV; ++c) store_ps(o + c * 8, _mm256_mul_ps(_mm256_load_ps(&acc[i][c * 8]), _mm256_set1_ps(inv)));
+    }
+  }
+  return 0;
+}
+"""
+
+
 def missing() -> str | None:
     """What to install for this family to build its kernels, or None."""
     from inductor_ext.runtime import toolchain
@@ -392,4 +629,5 @@ def missing() -> str | None:
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    config_supports=config_supports,
     missing=missing, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES, module=__name__)
