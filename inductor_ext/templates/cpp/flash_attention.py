@@ -306,11 +306,18 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
     const uint8_t* mq = M ? M + b * sm[0] + h * sm[1] + i0 * sm[2] : nullptr;
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t j0 = kb * KB, nk = std::min<int64_t>(KB, Lk - j0);
-      if (mq) {  // skip a block no query of this block may see
-        bool any = false;
-        for (int64_t i = 0; i < nq && !any; ++i)
-          for (int64_t j = 0; j < nk && !any; ++j) any = mq[i * sm[2] + j0 + j];
+      const uint8_t* mb = mq;  // the block's mask; null when every query of the block sees every key
+      if (mq) {  // skip a block no query of this block may see (a row's 64 mask bytes at once)
+        const __mmask64 inside = nk >= 64 ? ~0ULL : (1ULL << nk) - 1;
+        bool any = false, all = true;
+        for (int64_t i = 0; i < nq; ++i) {
+          const __mmask64 seen = _mm512_test_epi8_mask(_mm512_maskz_loadu_epi8(inside, mq + i * sm[2] + j0),
+                                                       _mm512_set1_epi8(-1));
+          any |= seen != 0;
+          all &= seen == inside;
+        }
         if (!any) continue;
+        if (all) mb = nullptr;
       }
       const T* kp = KP.data() + ((b * Hkv + hk) * nkb + kb) * KB * D;
       const T* vp = VP.data() + ((b * Hkv + hk) * nkb + kb) * KB * D;
@@ -347,7 +354,7 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
         for (int c = 0; c < 4; ++c) {
           const int64_t n = std::max<int64_t>(0, std::min<int64_t>(16, nk - c * 16));
           __mmask16 inside = i < nq ? (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1) : 0;
-          vis[c] = mq ? _mm_mask_cmpneq_epi8_mask(inside, _mm_maskz_loadu_epi8(inside, mq + i * sm[2] + j0 + c * 16),
+          vis[c] = mb ? _mm_mask_cmpneq_epi8_mask(inside, _mm_maskz_loadu_epi8(inside, mb + i * sm[2] + j0 + c * 16),
                                                   _mm_setzero_si128())
                       : inside;
           const __m512 x = _mm512_load_ps(&sc[i][c * 16]);
@@ -537,11 +544,25 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
     const uint8_t* mq = M ? M + b * sm[0] + h * sm[1] + i0 * sm[2] : nullptr;
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t j0 = kb * KB, nk = std::min<int64_t>(KB, Lk - j0);
-      if (mq) {  // skip a block no query of this block may see
-        bool any = false;
-        for (int64_t i = 0; i < nq && !any; ++i)
-          for (int64_t j = 0; j < nk && !any; ++j) any = mq[i * sm[2] + j0 + j];
+      const uint8_t* mb = mq;  // the block's mask; null when every query of the block sees every key
+      if (mq) {  // skip a block no query of this block may see (a full row's 64 mask bytes at once)
+        bool any = false, all = true;
+        for (int64_t i = 0; i < nq; ++i) {
+          const uint8_t* row = mq + i * sm[2] + j0;
+          if (nk == KB) {
+            const __m256i lo = _mm256_loadu_si256((const __m256i*)row), hi = _mm256_loadu_si256((const __m256i*)(row + 32));
+            const __m256i zero = _mm256_setzero_si256(), either = _mm256_or_si256(lo, hi);
+            any |= !_mm256_testz_si256(either, either);
+            all &= (_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, zero)) | _mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, zero))) == 0;
+          } else {
+            for (int64_t j = 0; j < nk; ++j) {
+              any |= row[j] != 0;
+              all &= row[j] != 0;
+            }
+          }
+        }
         if (!any) continue;
+        if (all) mb = nullptr;
       }
       const float* kp = KP.data() + ((b * Hkv + hk) * nkb + kb) * KB * D;
       const float* vp = VP.data() + ((b * Hkv + hk) * nkb + kb) * KB * D;
@@ -567,7 +588,7 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
         int unordered = 0;
         for (int c = 0; c < 8; ++c) {
           const int64_t n = i < nq ? std::max<int64_t>(0, std::min<int64_t>(8, nk - c * 8)) : 0;
-          vis[c] = visible(mq && n ? mq + i * sm[2] + j0 + c * 8 : nullptr, n);
+          vis[c] = visible(mb && n ? mb + i * sm[2] + j0 + c * 8 : nullptr, n);
           const __m256 x = _mm256_load_ps(&sc[i][c * 8]);
           m8 = _mm256_blendv_ps(m8, _mm256_max_ps(m8, x), vis[c]);
           unordered |= _mm256_movemask_ps(_mm256_and_ps(vis[c], _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
