@@ -123,7 +123,8 @@ def test_render_fills_in_the_head_dim_and_the_dtype():
     with pytest.raises(ValueError, match="head dims 80"):
         family.render(family.Problem(1, 4, 2, 100, 100, 80, 80, "float32", 0.125, "none"), family.ALL_CONFIGS[0])
     avx2 = family.render(problem, family.Config("avx2"))
-    assert "AVX2 + FMA" in avx2.source and "#define EXT_BF16 1" in avx2.source and "_mm512" not in avx2.source
+    assert "#define EXT_AVX512 0" in avx2.source and "#define EXT_BF16 1" in avx2.source
+    assert "#define EXT_AVX512 1" in kernel.source
     assert avx2.launch["flags"] == ["-mavx2", "-mfma"]
 
 
