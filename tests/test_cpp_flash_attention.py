@@ -161,6 +161,9 @@ CASES = [
     (2, 33, 33, 2, 2, 64, "per sequence"),  # (batch, 1, Lq, Lk): each sequence its own
     (1, 5, 1, 2, 2, 64, None),  # a single key
     (3, 2, 65, 4, 2, 64, "random"),  # two queries, one key past a block
+    (1, 50, 50, 2, 2, 32, "causal"),  # the other head dims: 32, 96, 256 (two PV tiles in AVX-512)
+    (1, 70, 130, 2, 1, 96, "random"),
+    (1, 40, 90, 2, 2, 256, "causal"),
 ]
 
 

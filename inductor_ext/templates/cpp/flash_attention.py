@@ -42,7 +42,7 @@ DYNAMIC_SHAPES = True
 FUNCTION = "ext_flash_attention"  # the C function of every rendering
 
 DTYPES = ("float32", "bfloat16")
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (32, 64, 96, 128, 256)  # multiples of 32: the AVX2 form's PV tile is 32 wide
 MASKS = ("none", "bool")
 FORMS = ("avx512", "avx2")  # how the kernel is written, best first
 # g++ flags by (form, dtype): AVX-512 (F, BW for the bf16 loads, VL, DQ), bf16 also AVX512_BF16
@@ -59,8 +59,8 @@ class FlashAttentionProblem:
     kv_heads: int = size()
     queries: int = size()
     keys: int = size()
-    head_dim: int = integer(low=min(HEAD_DIMS), high=max(HEAD_DIMS), power_of_two=True)  # HEAD_DIMS
-    value_dim: int = integer(low=min(HEAD_DIMS), high=max(HEAD_DIMS), power_of_two=True)
+    head_dim: int = integer(low=min(HEAD_DIMS), high=max(HEAD_DIMS))  # one of HEAD_DIMS (supports)
+    value_dim: int = integer(low=min(HEAD_DIMS), high=max(HEAD_DIMS))
     dtype: str = one_of(DTYPES)
     scale: float = number()
     mask: str = one_of(MASKS, "none")
@@ -235,7 +235,9 @@ KERNEL = r"""// Flash attention for the CPU, AVX-512 (bf16: AVX512_BF16's vdpbf1
 
 namespace {
 #if EXT_AVX512
-constexpr int D = EXT_D, QB = 32, KB = 64, W = 16, NV = D / W, PR = D == 64 ? 4 : 2;  // PR: query rows per PV tile
+constexpr int D = EXT_D, QB = 32, KB = 64, W = 16, NV = D / W;
+// a PV tile: PR queries x DC of the head dim (NC vectors), at most 128 wide so that it fits 32 registers
+constexpr int DC = D < 128 ? D : 128, NC = DC / W, PR = DC <= 64 ? 4 : 2;
 using vec = __m512;
 inline vec vzero() { return _mm512_setzero_ps(); }
 inline vec vset1(float x) { return _mm512_set1_ps(x); }
@@ -526,32 +528,33 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
           for (int c = 0; c < NV; ++c) vstore(&acc[i][c * W], vmul(vset1(corr), vload(&acc[i][c * W])));
       }
 #if EXT_AVX512
-      for (int64_t i = 0; i < QB; i += PR) {  // acc += P V: PR queries x D a tile
-        __m512 a[PR][NV];
-        for (int r = 0; r < PR; ++r)
-          for (int c = 0; c < NV; ++c) a[r][c] = _mm512_load_ps(&acc[i + r][c * 16]);
+      for (int64_t i = 0; i < QB; i += PR)  // acc += P V: PR queries x DC of D a tile
+        for (int d0 = 0; d0 < D; d0 += DC) {
+          __m512 a[PR][NC];
+          for (int r = 0; r < PR; ++r)
+            for (int c = 0; c < NC; ++c) a[r][c] = _mm512_load_ps(&acc[i + r][d0 + c * 16]);
 #if EXT_BF16
-        for (int64_t jp = 0; jp < (nk + 1) / 2; ++jp) {  // an odd last key pairs with a zero probability
-          __m512bh vv[NV];
-          for (int c = 0; c < NV; ++c) vv[c] = (__m512bh)_mm512_loadu_si512(vp + jp * D * 2 + c * 32);
-          for (int r = 0; r < PR; ++r) {
-            const __m512bh pv = (__m512bh)_mm512_set1_epi32(*(const int32_t*)&pr[i + r][2 * jp]);
-            for (int c = 0; c < NV; ++c) a[r][c] = _mm512_dpbf16_ps(a[r][c], pv, vv[c]);
+          for (int64_t jp = 0; jp < (nk + 1) / 2; ++jp) {  // an odd last key pairs with a zero probability
+            __m512bh vv[NC];
+            for (int c = 0; c < NC; ++c) vv[c] = (__m512bh)_mm512_loadu_si512(vp + (jp * D + d0) * 2 + c * 32);
+            for (int r = 0; r < PR; ++r) {
+              const __m512bh pv = (__m512bh)_mm512_set1_epi32(*(const int32_t*)&pr[i + r][2 * jp]);
+              for (int c = 0; c < NC; ++c) a[r][c] = _mm512_dpbf16_ps(a[r][c], pv, vv[c]);
+            }
           }
-        }
 #else
-        for (int64_t j = 0; j < nk; ++j) {
-          __m512 vv[NV];
-          for (int c = 0; c < NV; ++c) vv[c] = _mm512_loadu_ps(vp + j * D + c * 16);
-          for (int r = 0; r < PR; ++r) {
-            const __m512 pv = _mm512_set1_ps(pr[i + r][j]);
-            for (int c = 0; c < NV; ++c) a[r][c] = _mm512_fmadd_ps(pv, vv[c], a[r][c]);
+          for (int64_t j = 0; j < nk; ++j) {
+            __m512 vv[NC];
+            for (int c = 0; c < NC; ++c) vv[c] = _mm512_loadu_ps(vp + j * D + d0 + c * 16);
+            for (int r = 0; r < PR; ++r) {
+              const __m512 pv = _mm512_set1_ps(pr[i + r][j]);
+              for (int c = 0; c < NC; ++c) a[r][c] = _mm512_fmadd_ps(pv, vv[c], a[r][c]);
+            }
           }
-        }
 #endif
-        for (int r = 0; r < PR; ++r)
-          for (int c = 0; c < NV; ++c) _mm512_store_ps(&acc[i + r][c * 16], a[r][c]);
-      }
+          for (int r = 0; r < PR; ++r)
+            for (int c = 0; c < NC; ++c) _mm512_store_ps(&acc[i + r][d0 + c * 16], a[r][c]);
+        }
 #else
       for (int64_t i = 0; i < QB; i += 2)  // acc += P V: 2 queries x 32 of D a tile
         for (int d0 = 0; d0 < D; d0 += 32) {
