@@ -286,13 +286,28 @@ def _prefill_attention(case: Case, freezing: bool) -> Built:
         "prefill_attention", (q, k, v, mask), want, {"scale": scale}))
 
 
+def _prefill_attention_causal(case: Case, freezing: bool) -> Built:
+    """inductor_ext::prefill_attention with SDPA's is_causal flag (no mask), aligned top-left: batch 1
+    or 2, 4 query heads over 2 key/value heads, Hugging Face's layout; K queries over K keys, or
+    over 2K keys (variant 1: each query sees only the first keys), or 2K queries over K keys
+    (variant 2: the later ones see every key); head dim 64, or 16 in variant 5 (refused)."""
+    batch, d = 1 + case.m % 2, 16 if case.variant == 5 else 64
+    queries, keys = {1: (case.k, 2 * case.k), 2: (2 * case.k, case.k)}.get(case.variant, (case.k, case.k))
+    q = torch.randn(batch, queries, 4, d).to(case.dtype).transpose(1, 2)
+    k, v = (torch.randn(batch, keys, 2, d).to(case.dtype).transpose(1, 2) for _ in range(2))
+    scale = d ** -0.5
+    want = prefill_attention_ops.prefill_attention(q, k, v, None, scale, True)
+    return Built(torch.ops.inductor_ext.prefill_attention, (q, k, v, None, scale, True), want, _spec(
+        "prefill_attention_causal", (q, k, v, None), want, {"scale": scale}))
+
+
 # Op name (templates' OPS, lowering/ops/) -> how to build one case of it.
 BUILDERS: dict[str, Callable[[Case, bool], Built]] = {
     "mm": lambda case, freezing: _linear("mm", case, freezing),
     "addmm": lambda case, freezing: _linear("addmm", case, freezing),
     "bmm": _bmm, "scaled_mm": _scaled_mm, "nvfp4_gemm": _nvfp4_gemm, "grouped_mm": _grouped_mm,
     "softmax": _softmax, "rms_norm": _rms_norm, "topk": _topk, "decode_attention": _decode_attention,
-    "prefill_attention": _prefill_attention,
+    "prefill_attention": _prefill_attention, "prefill_attention_causal": _prefill_attention_causal,
 }
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)

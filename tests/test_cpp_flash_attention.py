@@ -49,10 +49,11 @@ def _spec_of(t: torch.Tensor) -> TensorSpec:
     return TensorSpec(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."))
 
 
-def _spec(q, k, v, mask=None, scale=0.125, device="cpu"):
+def _spec(q, k, v, mask=None, scale=0.125, device="cpu", is_causal=False):
     out = torch.empty(*q.shape[:3], v.shape[3], dtype=q.dtype)
     inputs = (_spec_of(q), _spec_of(k), _spec_of(v), None if mask is None else _spec_of(mask))
-    return OpSpec("prefill_attention", inputs, _spec_of(out), {"scale": scale}, device)
+    op = "prefill_attention_causal" if is_causal else "prefill_attention"
+    return OpSpec(op, inputs, _spec_of(out), {"scale": scale}, device)
 
 
 def _hf(batch, tokens, heads, d, dtype=torch.float32):
@@ -164,6 +165,9 @@ CASES = [
     (1, 50, 50, 2, 2, 32, "causal"),  # the other head dims: 32, 96, 256 (two PV tiles in AVX-512)
     (1, 70, 130, 2, 1, 96, "random"),
     (1, 40, 90, 2, 2, 256, "causal"),
+    (1, 100, 100, 4, 2, 64, "is_causal"),  # SDPA's flag, no mask: aligned top-left (key j for query i <= j)
+    (2, 70, 150, 2, 2, 128, "is_causal"),  # fewer queries than keys: each sees keys 0..i only
+    (1, 130, 60, 2, 1, 64, "is_causal"),  # more queries than keys: the last 70 see every key
 ]
 
 
@@ -182,10 +186,10 @@ def _mask(kind, batch, lq, lk):
     return None
 
 
-def _reference(q, k, v, mask, scale):
+def _reference(q, k, v, mask, scale, is_causal=False):
     """float64 SDPA; a query that sees no key gives zeros (ATen's convention)."""
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask, scale=scale,
-                                          enable_gqa=q.shape[1] != k.shape[1])
+                                          is_causal=is_causal, enable_gqa=q.shape[1] != k.shape[1])
     return torch.nan_to_num(want, nan=0.0)
 
 
@@ -195,12 +199,13 @@ def test_kernel_matches_float64_sdpa(dtype, config, case):
     batch, lq, lk, heads, kv_heads, d, kind = case
     torch.manual_seed(0)
     q, k, v = _hf(batch, lq, heads, d, dtype), _hf(batch, lk, kv_heads, d, dtype), _hf(batch, lk, kv_heads, d, dtype)
-    mask, scale = _mask(kind, batch, lq, lk), d ** -0.5
-    problem = family.problem_for(_spec(q, k, v, mask, scale))
+    mask, scale, is_causal = _mask(kind, batch, lq, lk), d ** -0.5, kind == "is_causal"
+    problem = family.problem_for(_spec(q, k, v, mask, scale, is_causal=is_causal))
     assert not isinstance(problem, str), problem
+    assert problem.mask == {"is_causal": "causal", None: "none"}.get(kind, "bool")
     got = family.call(problem, config, "cpu", q, k, v, mask)
     assert got.dtype == dtype and got.is_contiguous() and got.shape == (batch, heads, lq, d)
-    want = _reference(q, k, v, mask, scale)
+    want = _reference(q, k, v, mask, scale, is_causal)
     torch.testing.assert_close(got.double(), want, **TOL[dtype])
     if kind == "random":
         assert got[:, :, 0].abs().max() == 0  # the query that sees no key
@@ -217,10 +222,15 @@ def test_kernel_reads_contiguous_inputs_and_a_scale_of_its_own():
 def test_a_call_that_does_not_fit_its_problem_is_refused_not_computed():
     problem = family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "bool")
     q = torch.randn(1, 2, 8, 64)
-    with pytest.raises(ValueError, match="built for float32, head dim 64 and a bool mask"):
+    with pytest.raises(ValueError, match="built for float32, head dim 64 and mask 'bool'"):
         family.call(problem, family.ALL_CONFIGS[0], "cpu", q.bfloat16(), q.bfloat16(), q.bfloat16())
     with pytest.raises(ValueError, match="mask torch.uint8"):
         family.call(problem, family.ALL_CONFIGS[0], "cpu", q, q, q, torch.ones(8, 8, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="mask None"):  # a mask the problem needs, left out
+        family.call(problem, family.ALL_CONFIGS[0], "cpu", q, q, q)
+    causal = family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "causal")
+    with pytest.raises(ValueError, match="mask 'causal' was called with .* mask torch.bool"):
+        family.call(causal, family.ALL_CONFIGS[0], "cpu", q, q, q, torch.ones(8, 8, dtype=torch.bool))
 
 
 # ----------------------------------------------------------------------------------- the build
@@ -280,12 +290,21 @@ def test_pass_rewrites_a_prefill_with_its_mask():
     assert _rewrites(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.5) * 2, q, q, q) == 1
 
 
-@pytest.mark.parametrize("case", ["decode", "is_causal", "dropout", "grad", "additive", "autotune off", "float64",
+@needs[torch.float32]
+def test_pass_rewrites_the_is_causal_flag_into_the_causal_op():
+    q = _hf(1, 40, 4, 64)
+    gm, _ = pre_grad_graph(lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True), q)
+    assert PrefillAttentionOp(presets.resolve({"preset": "cpu"})).run(gm.graph) == 1
+    (node,) = [n for n in gm.graph.nodes if n.target == OP]
+    assert node.args[3] is None and node.args[5] is True  # no mask, the flag kept for ATen's choice
+
+
+@pytest.mark.parametrize("case", ["decode", "decode is_causal", "dropout", "grad", "additive", "autotune off", "float64",
                                   "cpp_wrapper"])
 def test_pass_keeps_atens_sdpa_where_the_op_would_differ_or_cannot_pay_off(case):
-    q = _hf(1, 1 if case == "decode" else 9, 2, 64)
+    q = _hf(1, 1 if case.startswith("decode") else 9, 2, 64)
     kwargs, options, grad = {}, None, False
-    if case == "is_causal":
+    if case == "decode is_causal":
         kwargs = {"is_causal": True}
     elif case == "dropout":
         kwargs = {"dropout_p": 0.1}
@@ -355,6 +374,30 @@ def test_kernel_is_timed_against_aten_and_the_winner_computes_the_same(compiled)
     assert {"prefill_attention_aten", "ext_cpp_flash_attention_formavx512"} <= names, decision.candidates
     assert all(c.get("us", 1) > 0 for c in decision.candidates)
     torch.testing.assert_close(got.double(), compiled["want"], **TOL[compiled["dtype"]])
+
+
+class CausalFlag(Prefill):
+    """The same block written as nanoGPT writes it: SDPA's ``is_causal`` flag, no mask tensor."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, 2, 64).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, 128)
+
+
+@needs[torch.float32]
+def test_the_is_causal_flag_is_served_and_keyed_apart():
+    torch.manual_seed(0)
+    m, x = CausalFlag().eval(), torch.randn(2, 77, 128)
+    with torch.no_grad():
+        want = copy.deepcopy(m).double()(x.double())
+    first = len(ext_choices.decisions)
+    got, _ = _compile(m, {"preset": "cpu", "force_template": "cpp.flash_attention"}, x)
+    (decision,) = [d for d in ext_choices.decisions[first:] if d.op.startswith("prefill_attention")]
+    assert (decision.op, decision.winner) == ("prefill_attention_causal", "ext_cpp_flash_attention_formavx512") \
+        or "avx512" not in family.host_forms("float32"), decision
+    assert decision.key.op == "prefill_attention_causal"  # never the cached decision of a maskless call
+    torch.testing.assert_close(got.double(), want, **TOL[torch.float32])
 
 
 def test_an_avx2_cpu_compiles_with_the_avx2_kernel(monkeypatch):

@@ -1,5 +1,6 @@
 """``torch.ops.inductor_ext.prefill_attention``: scaled dot-product attention of several query
-tokens per sequence, no dropout, with no mask or a boolean one, what the ``prefill_attention_op``
+tokens per sequence, no dropout, with no mask, a boolean one or SDPA's ``is_causal`` flag (no mask
+then), what the ``prefill_attention_op``
 pass turns such an SDPA call into so that template families can be autotuned for it (Inductor
 lowers SDPA on the CPU to ATen's flash kernel, with no choice to offer).
 
@@ -15,13 +16,15 @@ from torch import Tensor
 
 
 @torch.library.custom_op("inductor_ext::prefill_attention", mutates_args=())
-def prefill_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+def prefill_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float,
+                      is_causal: bool = False) -> Tensor:
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, is_causal=is_causal,
+                                         enable_gqa=q.shape[1] != k.shape[1])
     return out.contiguous()
 
 
 @prefill_attention.register_fake
-def _(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+def _(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, is_causal: bool = False) -> Tensor:
     return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
 
 

@@ -18,19 +18,20 @@ from inductor_ext.lowering.ops._spec import OpInputs, whole
 
 
 def spec(op: str, kernel_inputs: Any) -> OpInputs | str:
-    """The op instance as families read it: its inputs, output layout and ``scale``."""
+    """The op instance as families read it: its inputs, output layout and ``scale`` (a flag such as
+    prefill's ``is_causal`` is in ``op``'s name, and so in its autotune key)."""
     optional = (None,) if len(kernel_inputs.nodes()) == 3 else ()  # no mask
     return whole(op, kernel_inputs, kernel_inputs.output_layout(), {"scale": kernel_inputs.get_scalar("scale")},
                  optional)
 
 
-def lower(op: str, aten: OpChoice, q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
-    """The graph node for one call of ``op``: the autotuned winner among ATen's choice ``aten`` and
-    the families'."""
+def lower(op: str, aten: OpChoice, q: Any, k: Any, v: Any, mask: Any, scale: float, **flags: Any) -> Any:
+    """The graph node for one call of ``op``: the autotuned winner among ATen's choice ``aten``
+    (called with ``flags`` too) and the families'."""
     nodes = [ir.ExternKernel.realize_input(x) for x in (q, k, v, mask) if x is not None]
     size = [*nodes[0].get_size()[:3], nodes[2].get_size()[3]]
     layout = ir.FixedLayout(nodes[0].get_device(), nodes[0].get_dtype(), size)  # contiguous, like the op
     scalars = {"scale": float(scale)}
-    aten_kwargs = ({"mask": None} if mask is None else {}) | scalars  # the tensors go positionally
+    aten_kwargs = ({"mask": None} if mask is None else {}) | scalars | flags  # the tensors go positionally
     node, choice = select(op, aten.bind(tuple(nodes), layout, **aten_kwargs), nodes, layout, scalars)
     return subgraph.winner_node(node, choice, nodes, op)

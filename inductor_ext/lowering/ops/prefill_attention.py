@@ -25,9 +25,16 @@ def prefill_attention(kernel_inputs: Any) -> OpInputs | str:
     return _attention.spec("prefill_attention", kernel_inputs)
 
 
-SPECS = {"prefill_attention": prefill_attention}
+def prefill_attention_causal(kernel_inputs: Any) -> OpInputs | str:
+    """``is_causal=True`` (no mask): key j attends to query i when j <= i (aligned top-left)."""
+    return _attention.spec("prefill_attention_causal", kernel_inputs)
+
+
+SPECS = {"prefill_attention": prefill_attention, "prefill_attention_causal": prefill_attention_causal}
 
 
 @register_lowering(OP, type_promotion_kind=None)
-def lower_prefill_attention(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+def lower_prefill_attention(q: Any, k: Any, v: Any, mask: Any, scale: float, is_causal: bool = False) -> Any:
+    if is_causal:
+        return _attention.lower("prefill_attention_causal", ATEN_CHOICE, q, k, v, mask, scale, is_causal=True)
     return _attention.lower("prefill_attention", ATEN_CHOICE, q, k, v, mask, scale)

@@ -61,6 +61,15 @@ class DecodeAttentionOp(OneOpPass):
         """Why this pass leaves a call with query ``q`` (B, H, Lq, D) to another, or None."""
         return None if q.shape[-2] == 1 else f"not one query token per sequence (query {tuple(q.shape)})"
 
+    def causal_refusal(self, args: dict[str, Any]) -> str | None:
+        """Why the call's ``is_causal`` flag keeps it ATen's, or None (one causal query, aligned
+        top-left as PyTorch aligns it, sees only the first key: not a decode step)."""
+        return None if args["is_causal"] is False else "the is_causal flag"
+
+    def spec_op(self, args: dict[str, Any]) -> str:
+        """The op the families are asked to serve for this call."""
+        return self.op_name
+
     def arguments(self, node: Node) -> dict[str, Any]:
         return _arguments(node)
 
@@ -75,8 +84,10 @@ class DecodeAttentionOp(OneOpPass):
             return "no example values"
         if args["attn_mask"] is not None and not isinstance(mask, torch.Tensor):
             return "a mask with no example value"
-        if args["dropout_p"] != 0.0 or args["is_causal"] is not False:
-            return "dropout or the is_causal flag"
+        if args["dropout_p"] != 0.0:
+            return "dropout"
+        if (why := self.causal_refusal(args)) is not None:
+            return why
         scale = args["scale"]
         if not isinstance(args["enable_gqa"], bool) or isinstance(scale, bool) or \
                 not (scale is None or isinstance(scale, (int, float))):
@@ -93,6 +104,6 @@ class DecodeAttentionOp(OneOpPass):
         mask_spec = None if mask is None else tensor_spec(mask)
         if None in specs or (mask is not None and mask_spec is None):
             return "a data-dependent size with no hint"
-        spec = OpSpec(self.op_name, (*specs, mask_spec), tensor_spec(out, contiguous=True), {"scale": _scale(args, q)},
-                      q.device.type)
+        spec = OpSpec(self.spec_op(args), (*specs, mask_spec), tensor_spec(out, contiguous=True),
+                      {"scale": _scale(args, q)}, q.device.type)
         return refusal(self.config, spec)

@@ -8,9 +8,10 @@ autotunes ATen's SDPA against the families serving ``prefill_attention`` (``cpp.
 the cpu preset). A call with one query token is the ``decode_attention_op`` pass's.
 
 It rewrites a call only when the op means the same and can pay off:
-- more than one query token, no dropout, no ``is_causal`` flag (a causal mask passed as a tensor,
-  as Hugging Face passes it, is a mask like any other), and for grouped-query attention (fewer
-  key/value heads) ``enable_gqa=True``, as SDPA requires;
+- more than one query token, no dropout, and for grouped-query attention (fewer key/value heads)
+  ``enable_gqa=True``, as SDPA requires; a boolean mask (Hugging Face passes its causal mask as one)
+  or the ``is_causal`` flag with no mask (nanoGPT-style code), which makes the op
+  ``prefill_attention_causal`` for the families (its own autotune key);
 - no gradient flows through it (the op has no backward);
 - autotuning is on and an enabled family claims this target and accepts the instance (supported
   dtypes, head dims and masks; a family called from Python is refused under Inductor's C++
@@ -18,6 +19,8 @@ It rewrites a call only when the op means the same and can pay off:
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -36,3 +39,14 @@ class PrefillAttentionOp(DecodeAttentionOp):
         if isinstance(q.shape[-2], int) and q.shape[-2] <= 1:  # a symbolic length: the families decide
             return f"not several query tokens per sequence (query {tuple(q.shape)})"
         return None
+
+    def causal_refusal(self, args: dict[str, Any]) -> str | None:
+        if args["is_causal"] is False or (args["is_causal"] is True and args["attn_mask"] is None):
+            return None
+        return "the is_causal flag with a mask, or not a constant"
+
+    def spec_op(self, args: dict[str, Any]) -> str:
+        return "prefill_attention_causal" if args["is_causal"] else self.op_name
+
+    def op_args(self, args: dict[str, Any]) -> tuple[Any, ...]:
+        return (*super().op_args(args), bool(args["is_causal"]))

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 NAME = "cpp.flash_attention"
 TARGETS = ("cpu",)
-OPS = ("prefill_attention",)
+OPS = ("prefill_attention", "prefill_attention_causal")  # the second: SDPA's is_causal flag, no mask
 CHOICE_KIND = "extern"
 RUNS_ON_CPU = True  # a native CPU kernel: no interpreter involved
 # every size and stride is a kernel argument read from the tensors (the problem fixes the head dim,
@@ -43,7 +43,7 @@ FUNCTION = "ext_flash_attention"  # the C function of every rendering
 
 DTYPES = ("float32", "bfloat16")
 HEAD_DIMS = (32, 64, 96, 128, 256)  # multiples of 32: the AVX2 form's PV tile is 32 wide
-MASKS = ("none", "bool")
+MASKS = ("none", "bool", "causal")  # causal: is_causal, aligned top-left (key j attends to query i when j <= i)
 FORMS = ("avx512", "avx2")  # how the kernel is written, best first
 # g++ flags by (form, dtype): AVX-512 (F, BW for the bf16 loads, VL, DQ), bf16 also AVX512_BF16
 _FLAGS = {("avx512", "float32"): ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"),
@@ -85,7 +85,7 @@ def problem_for(spec: OpSpec) -> FlashAttentionProblem | str:
     if any(t.stride[-1] != 1 for t in (q, k, v)):
         return "q, k and v must each have a last stride of 1"
     mask = attention_spec.mask_of(spec)
-    kind = _mask_kind(mask, q, k)
+    kind = _mask_kind(mask, q, k) if spec.op == "prefill_attention" else "causal" if mask is None else "a mask beside is_causal"
     if kind not in MASKS:
         return kind
     problem = FlashAttentionProblem(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3],
@@ -162,7 +162,8 @@ def render(problem: FlashAttentionProblem, config: FlashAttentionConfig, target:
     if reason:
         raise ValueError(f"{NAME} cannot render {problem}: {reason}")
     source = (KERNEL.replace("{D}", str(problem.head_dim)).replace("{BF16}", str(int(problem.dtype == "bfloat16")))
-              .replace("{AVX512}", str(int(config.form == "avx512"))).replace("{NAME}", FUNCTION))
+              .replace("{AVX512}", str(int(config.form == "avx512"))).replace("{CAUSAL}", str(int(problem.mask == "causal")))
+              .replace("{NAME}", FUNCTION))
     return KernelSource(name=FUNCTION, source=source, template=NAME, config=asdict(config),
                         launch={"flags": list(_FLAGS[config.form, problem.dtype])}, language="cpp")
 
@@ -178,9 +179,11 @@ def call(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: s
     function = _function(problem, config, target)
     b, h, lq, d = q.shape
     hkv, lk = k.shape[1], k.shape[2]
-    if str(q.dtype) != f"torch.{problem.dtype}" or d != problem.head_dim or (mask is not None and mask.dtype != torch.bool):
-        raise ValueError(f"{NAME} built for {problem.dtype}, head dim {problem.head_dim} and a bool mask was called "
-                         f"with {q.dtype}, head dim {d}, mask {None if mask is None else mask.dtype}")
+    wants_mask = problem.mask == "bool"  # "none" and "causal" take none
+    if str(q.dtype) != f"torch.{problem.dtype}" or d != problem.head_dim or (mask is not None) != wants_mask \
+            or (mask is not None and mask.dtype != torch.bool):
+        raise ValueError(f"{NAME} built for {problem.dtype}, head dim {problem.head_dim} and mask {problem.mask!r} was "
+                         f"called with {q.dtype}, head dim {d}, mask {None if mask is None else mask.dtype}")
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty((b, h, lq, d), dtype=q.dtype)
     mask_ptr, mask_strides = None, (0, 0, 0, 0)
@@ -232,6 +235,7 @@ KERNEL = r"""// Flash attention for the CPU, AVX-512 (bf16: AVX512_BF16's vdpbf1
 #define EXT_D {D}
 #define EXT_BF16 {BF16}
 #define EXT_AVX512 {AVX512}
+#define EXT_CAUSAL {CAUSAL}
 
 namespace {
 #if EXT_AVX512
@@ -341,6 +345,16 @@ inline void store_ps(T* p, vec x) { _mm256_storeu_ps(p, x); }
 #endif
 #endif
 
+// how many of the W keys of lane group c a query sees before its mask: those of the block's nk, and
+// under is_causal those up to its own position (``last``: the query's index less the block's first key)
+inline int64_t visible_keys(int64_t nk, int64_t last, int c) {
+  int64_t n = std::min<int64_t>(W, nk - c * W);
+#if EXT_CAUSAL
+  n = std::min<int64_t>(n, last - c * W + 1);
+#endif
+  return std::max<int64_t>(0, n);
+}
+
 // S: how keys, values, q * scale and the probabilities are kept for the dot products: bf16 for
 // vdpbf16ps (AVX-512 in bf16), fp32 otherwise
 #if EXT_AVX512 && EXT_BF16
@@ -397,6 +411,9 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
     const uint8_t* mq = M ? M + b * sm[0] + h * sm[1] + i0 * sm[2] : nullptr;
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t j0 = kb * KB, nk = std::min<int64_t>(KB, Lk - j0);
+#if EXT_CAUSAL
+      if (j0 > i0 + nq - 1) break;  // is_causal (aligned top-left): query i sees keys j <= i, none here on
+#endif
       const uint8_t* mb = mq;  // the block's mask; null when every query of the block sees every key
       if (mq) {  // skip a block no query of this block may see (a row's 64 mask bytes at once)
         bool any = false, all = true;
@@ -478,7 +495,7 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
         __mmask16 seen[KB / W];  // each lane's key visible to this query
         __m512 m16 = _mm512_set1_ps(-INFINITY);
         for (int c = 0; c < KB / W; ++c) {
-          const int64_t n = std::max<int64_t>(0, std::min<int64_t>(16, nk - c * 16));
+          const int64_t n = visible_keys(nk, i0 + i - j0, c);
           __mmask16 inside = i < nq ? (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1) : 0;
           seen[c] = mb ? _mm_mask_cmpneq_epi8_mask(inside, _mm_maskz_loadu_epi8(inside, mb + i * sm[2] + j0 + c * 16),
                                                    _mm_setzero_si128())
@@ -493,7 +510,7 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
         __m256 m8 = _mm256_set1_ps(-INFINITY);
         int unordered = 0;
         for (int c = 0; c < KB / W; ++c) {
-          const int64_t n = i < nq ? std::max<int64_t>(0, std::min<int64_t>(8, nk - c * 8)) : 0;
+          const int64_t n = i < nq ? visible_keys(nk, i0 + i - j0, c) : 0;
           vis[c] = visible(mb && n ? mb + i * sm[2] + j0 + c * 8 : nullptr, n);
           const __m256 x = _mm256_load_ps(&sc[i][c * 8]);
           m8 = _mm256_blendv_ps(m8, _mm256_max_ps(m8, x), vis[c]);
