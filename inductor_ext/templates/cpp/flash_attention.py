@@ -85,7 +85,10 @@ def problem_for(spec: OpSpec) -> FlashAttentionProblem | str:
     if any(t.stride[-1] != 1 for t in (q, k, v)):
         return "q, k and v must each have a last stride of 1"
     mask = attention_spec.mask_of(spec)
-    kind = _mask_kind(mask, q, k) if spec.op == "prefill_attention" else "causal" if mask is None else "a mask beside is_causal"
+    if spec.op == "prefill_attention_causal":
+        kind = "causal" if mask is None else "a mask beside the is_causal flag"
+    else:
+        kind = _mask_kind(mask, q, k)
     if kind not in MASKS:
         return kind
     problem = FlashAttentionProblem(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3],
@@ -145,7 +148,7 @@ def configs(problem: FlashAttentionProblem, target: str) -> list[FlashAttentionC
     form offered is one more build and benchmark in a compile."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r} is not one of {TARGETS}")
-    return [FlashAttentionConfig(host_forms(problem.dtype)[0])]
+    return [FlashAttentionConfig(form) for form in host_forms(problem.dtype)[:1]]
 
 
 def config_supports(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str) -> str | None:
