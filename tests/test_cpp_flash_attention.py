@@ -143,6 +143,7 @@ def test_each_cpu_gets_the_best_form_it_runs(monkeypatch, capability, bf16, form
         assert family.host_forms(dtype) == runs
         if not runs:
             assert "neither AVX2 nor AVX-512 (torch reports DEFAULT)" in family.supports(problem)
+            assert family.configs(problem, "cpu") == []
             continue
         assert family.supports(problem) is None
         assert family.configs(problem, "cpu") == [family.Config(runs[0])]  # only the best: one build per decision
