@@ -1,8 +1,8 @@
 """``torch.ops.inductor_ext.prefill_attention``: scaled dot-product attention of several query
 tokens per sequence, no dropout, with no mask, a boolean one or SDPA's ``is_causal`` flag (no mask
-then), what the ``prefill_attention_op``
-pass turns such an SDPA call into so that template families can be autotuned for it (Inductor
-lowers SDPA on the CPU to ATen's flash kernel, with no choice to offer).
+then): what the ``prefill_attention_op`` pass turns such an SDPA call into so that template
+families can be autotuned for it (Inductor lowers SDPA on the CPU to ATen's flash kernel, with no
+choice to offer).
 
 Its implementation is ATen's SDPA, as the user's call ran it (the ATen choice of that
 autotuning). The output is contiguous, (B, Hq, Lq, Dv) in q's dtype.
