@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from side_by_side import parse, parser, speedup, spread, time_rounds  # noqa: E402
+from side_by_side import parse, parser, speedup, spread, time_rounds, versus  # noqa: E402
 
 from inductor_ext.kernels.decode_attention import decode_attention  # noqa: E402
 
@@ -73,12 +73,8 @@ def main() -> None:
             for masked in (False, True):
                 results.append(r := measure(length, masked, dtype, args.rounds))
                 if not args.json:
-                    a, kern = r["arms"]["aten"], r["arms"]["kernel"]
                     print(f"L={length:<5d} {'static mask' if masked else 'no mask':11s} {r['dtype']:9s} "
-                          f"aten {a['median_us']:8.1f} us ({a['p10_us']:.1f}-{a['p90_us']:.1f})  "
-                          f"kernel {kern['median_us']:8.1f} us ({kern['p10_us']:.1f}-{kern['p90_us']:.1f})  "
-                          f"x{r['speedup']:.2f} (p10-p90 {r['speedup_p10_p90'][0]:.2f}-{r['speedup_p10_p90'][1]:.2f})  "
-                          f"diff {r['max_abs_difference']:.1e}", flush=True)
+                          f"{versus(r, 'aten', 'kernel', 'us', 1)}  diff {r['max_abs_difference']:.1e}", flush=True)
     if args.json:
         print(json.dumps({"threads": torch.get_num_threads(), "cases": results}, indent=1))
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from side_by_side import parse, parser, speedup, spread, time_rounds  # noqa: E402
+from side_by_side import parse, parser, speedup, spread, time_rounds, versus  # noqa: E402
 
 from inductor_ext.templates.cpp import flash_attention  # noqa: E402
 from inductor_ext.templates.family import OpSpec, TensorSpec  # noqa: E402
@@ -83,11 +83,8 @@ def main() -> None:
                     continue
                 results.append(r)
                 if not args.json:
-                    a, kern = r["arms"]["aten"], r["arms"]["kernel"]
                     print(f"L={length:<5d} {masking:11s} {r['dtype']:9s} {r['form']:6s} "
-                          f"aten {a['median_ms']:8.2f} ms ({a['p10_ms']:.2f}-{a['p90_ms']:.2f})  "
-                          f"kernel {kern['median_ms']:8.2f} ms ({kern['p10_ms']:.2f}-{kern['p90_ms']:.2f})  "
-                          f"x{r['speedup']:.2f} (p10-p90 {r['speedup_p10_p90'][0]:.2f}-{r['speedup_p10_p90'][1]:.2f})  "
+                          f"{versus(r, 'aten', 'kernel', 'ms', 2)}  "
                           f"error aten {r['max_abs_error_vs_float64']['aten']:.1e} "
                           f"kernel {r['max_abs_error_vs_float64']['kernel']:.1e}", flush=True)
     if args.json:

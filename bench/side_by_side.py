@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 def percentile(samples: list[float], q: int) -> float:
@@ -40,6 +40,17 @@ def speedup(baseline: list[float], arm: list[float]) -> dict[str, object]:
     per_round = [a / b for a, b in zip(baseline, arm)]
     return {"speedup": statistics.median(baseline) / statistics.median(arm),
             "speedup_p10_p90": [percentile(per_round, 10), percentile(per_round, 90)]}
+
+
+def versus(case: dict[str, Any], baseline: str, arm: str, unit: str, digits: int) -> str:
+    """One table cell per arm of ``case`` (its ``arms`` spreads in ``unit``, its ``speedup``):
+    "<baseline> <median> <unit> (<p10>-<p90>)  <arm> ...  x<speedup> (p10-p90 <lo>-<hi>)"."""
+    def cell(name: str) -> str:
+        t = case["arms"][name]
+        return (f"{name} {t[f'median_{unit}']:8.{digits}f} {unit} "
+                f"({t[f'p10_{unit}']:.{digits}f}-{t[f'p90_{unit}']:.{digits}f})")
+    lo, hi = case["speedup_p10_p90"]
+    return f"{cell(baseline)}  {cell(arm)}  x{case['speedup']:.2f} (p10-p90 {lo:.2f}-{hi:.2f})"
 
 
 def parser(doc: str, rounds: int, quick: str) -> argparse.ArgumentParser:
