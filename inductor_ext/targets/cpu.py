@@ -21,7 +21,7 @@ PRESETS = {
         "description": "CPU: Inductor's C++ GEMM templates (AMX / AVX-512 / AVX2 micro-kernels, weights "
                        "packed once under freezing) autotuned against ATen (oneDNN / MKL), decode "
                        "attention as Inductor-compiled reductions and prefill attention as a C++ flash "
-                       "kernel of ext's (AVX-512), each against ATen's SDPA",
+                       "kernel of ext's (AVX-512 or AVX2), each against ATen's SDPA",
         "target": "cpu",
         "passes": ["nvfp4_alpha_fold", "decode_attention_op", "prefill_attention_op"], "autotune": "quick", "pdl": "off",
         # Only families whose kernels run on the CPU itself (RUNS_ON_CPU).
