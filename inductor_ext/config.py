@@ -56,6 +56,26 @@ def _optional_path(key: str, value: Any) -> str | None:
     return os.fspath(value)
 
 
+def _one_path(key: str, value: Any) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise ExtOptionError(f"options[{key!r}] holds {value!r}: expected a file system path (str or os.PathLike)")
+    path = os.fspath(value)
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise ExtOptionError(f"options[{key!r}] holds {value!r}: expected a non-empty path without NUL characters")
+    return path
+
+
+def _cache_paths(key: str, value: Any) -> str | tuple[str, ...] | None:
+    """One cache path, several (read-only layers, first match wins), or None."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ExtOptionError(f"options[{key!r}] = {value!r}: name at least one cache file, or leave it out")
+        return tuple(_one_path(key, v) for v in value)
+    return _one_path(key, value)
+
+
 def _non_negative_float(key: str, value: Any) -> float:
     # NaN compares false with everything: a NaN margin would silently disable the margin rule.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -109,7 +129,9 @@ OPTIONS: dict[str, OptionSpec] = {
     "disable_passes": OptionSpec("passes of the preset's list not to install, by name (the rest stay)", _names),
     "pdl": OptionSpec("programmatic dependent launch: off | auto | force", one_of(PDL_MODES)),
     "template_margin": OptionSpec("a template wins only when this much faster than ATen (0.05 = 5%)", _non_negative_float),
-    "autotune_cache": OptionSpec("path of the SQLite autotune cache", _optional_path),
+    "autotune_cache": OptionSpec("an autotune cache file, or a list of them: read-only layers (a shipped cache) in "
+                                 "front of your own cache, first match wins; one file of yours, in a folder only "
+                                 "you can write, is also where quick/full tuning writes", _cache_paths),
     "dump_dir": OptionSpec("write every generated kernel and index.json here", _optional_path),
     "interpret": OptionSpec("test mode: run this preset's device kernels on CPU tensors with ext's executors "
                             "(Triton's interpreter, the Metal-on-CPU executor, Intel's OpenCL CPU device)", _bool),
@@ -163,7 +185,7 @@ class ExtConfig:
     autotune: str = "off"
     pdl: str = "off"
     template_margin: float = 0.0
-    autotune_cache: str | None = None
+    autotune_cache: str | tuple[str, ...] | None = None
     dump_dir: str | None = None
     interpret: bool = False
     freezing: bool = False

@@ -22,7 +22,10 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from inductor_ext import tables
+from inductor_ext.autotune import cache as cache_store
+from inductor_ext.autotune import cache_transfer
 from inductor_ext.autotune.cache import AutotuneCache, Entry
+from inductor_ext.autotune.cache_entry import printable
 
 
 class NothingTuned(RuntimeError):
@@ -113,12 +116,17 @@ def _compile_and_run(model: torch.nn.Module, inputs: Sequence[Any], options: dic
 
 def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = None,
           shapes: Sequence[str] = (), dtype: str | None = None, preset: str | None = None,
-          interpret: bool = False, train: bool = False, progress: bool = True) -> AutotuneCache:
-    """Autotune every GEMM problem of the model for each input set; winners go into ``out``.
-    ``shapes`` make random inputs of ``dtype`` (default: the dtype of the model's parameters)."""
+          interpret: bool = False, train: bool = False, progress: bool = True, update: bool = False) -> AutotuneCache:
+    """Autotune every GEMM problem of the model for each input set; winners go into the new cache
+    file ``out`` (with ``update``, added to the existing one). ``shapes`` make random inputs of
+    ``dtype`` (default: the dtype of the model's parameters). Tuning writes a private scratch
+    cache; ``out`` is written only at the end, whole (``cache_transfer.write_cache``), so a failed
+    build leaves nothing behind. Returns ``out`` opened read-only."""
     from inductor_ext import progress as autotune_progress
     from inductor_ext.lowering import ext_choices
 
+    out = Path(out)
+    cache_transfer.check_output(out, update)
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if preset not in (None, "auto"):
@@ -149,23 +157,27 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
     if preset:
         base["preset"] = preset
 
-    # Pass 1: list the problems without benchmarking (cache-only against an empty cache).
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="inductor_ext_build_") as scratch, \
+            cache_store.user_cache_at(Path(scratch) / "autotune.db"):  # 0700: tuning writes only here
+        tuned = cache_store.AutotuneCache(Path(scratch) / "autotune.db")
+        if update and out.exists():  # its entries are reused, not tuned again
+            tuned.merge_from(out)
+        # Pass 1: list the problems without benchmarking (cache-only: the scratch cache is only read).
         first = len(ext_choices.decisions)
         for inputs in input_sets:
-            _compile_and_run(model, inputs, {**base, "autotune": "cache-only",
-                                             "autotune_cache": os.path.join(tmp, "empty.db")}, train)
+            _compile_and_run(model, inputs, {**base, "autotune": "cache-only"}, train)
         total = len(ext_choices.decisions) - first
-    # Pass 2: full autotuning, one progress step per decided problem (Inductor's stats kept off the line).
-    first = len(ext_choices.decisions)
-    with autotune_progress.autotune_progress(total, desc="tune", enabled=progress):
-        for inputs in input_sets:
-            _compile_and_run(model, inputs, {**base, "autotune": "full", "autotune_cache": str(out)}, train)
-    cache = AutotuneCache(out)
-    if len(cache) == 0:
-        raise NothingTuned(_why_nothing(ext_choices.decisions[first:], base, out))
-    cache.checkpoint()  # the file alone is the whole cache, ready to copy
-    return cache
+        # Pass 2: full autotuning, one progress step per decided problem (Inductor's stats kept off the line).
+        first = len(ext_choices.decisions)
+        with autotune_progress.autotune_progress(total, desc="tune", enabled=progress):
+            for inputs in input_sets:
+                _compile_and_run(model, inputs, {**base, "autotune": "full"}, train)
+        entries = tuned.entries()
+        tuned.close()
+        if not entries:
+            raise NothingTuned(_why_nothing(ext_choices.decisions[first:], base, out))
+        cache_transfer.write_cache(entries, out)  # the file alone is the whole cache, ready to copy
+    return AutotuneCache(out, mode="read")
 
 
 def _why_nothing(decisions: Sequence[Any], base: dict[str, Any], out: str | os.PathLike) -> str:
@@ -191,10 +203,11 @@ def entry_row(e: Entry) -> dict[str, Any]:
         config = str(e.config.get("name") or "")
     else:
         config = " ".join(f"{k}={v}" for k, v in e.config.items())
-    return {"problem": e.key.describe(), "device": e.device_name or e.key.device_name, "winner": e.winner,
-            "config": config, "winner_us": round(e.winner_time_us, 3), "aten_us": e.aten_time_us,
-            "speedup": None if speedup is None else round(speedup, 3), "reason": e.reason,
-            "preset": e.key.preset, "arch": e.key.arch}
+    # every text from the file escaped: a control sequence in it never reaches the terminal
+    return {"problem": printable(e.key.describe()), "device": printable(e.device_name or e.key.device_name),
+            "winner": printable(e.winner), "config": printable(config), "winner_us": round(e.winner_time_us, 3),
+            "aten_us": e.aten_time_us, "speedup": None if speedup is None else round(speedup, 3),
+            "reason": printable(e.reason), "preset": printable(e.key.preset), "arch": printable(e.key.arch)}
 
 
 def entry_rows(cache: AutotuneCache) -> list[dict[str, Any]]:
@@ -211,19 +224,15 @@ def format_entries(cache: AutotuneCache) -> str:
     return f"{table}\n{len(rows)} entries in {cache.path}"
 
 
-def merge(a: str, b: str, out: str) -> str:
-    """Merge caches A and B into the new file OUT (newer timing wins on the same key); returns the
-    report. Nothing is left at OUT when it fails (a missing or unusable input: CacheFileError)."""
-    if Path(out).exists():
-        raise FileExistsError(f"{out} exists; merge writes a new file")
-    for source in (a, b):  # both readable before OUT is created
-        AutotuneCache(source, mode="read").close()
-    try:
-        with AutotuneCache(out) as merged:
-            reports = [merged.merge_from(a), merged.merge_from(b)]
-            merged.checkpoint()
-    except BaseException:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{out}{suffix}").unlink(missing_ok=True)
-        raise
-    return "\n".join(str(r) for r in reports)
+def merge(a: str, b: str, out: str, update: bool = False) -> str:
+    """Merge caches A and B into the new file OUT (with ``update``, into OUT's entries too; newer
+    timing wins on the same key); returns the report. Nothing is written at OUT when it fails (a
+    missing or unusable input: CacheFileError; an output that cannot be written: OutputError)."""
+    target = Path(out)
+    cache_transfer.check_output(target, update)
+    sources = [(source, *cache_transfer.read_entries(Path(source))) for source in (a, b)]  # both read first
+    if update and target.exists():
+        sources.insert(0, (out, *cache_transfer.read_entries(target)))
+    entries, reports = cache_transfer.merged_entries(sources)
+    cache_transfer.write_cache(entries, target)
+    return "\n".join(str(r) for r in reports[-2:])

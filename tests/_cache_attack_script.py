@@ -5,7 +5,8 @@ code that creates a marker file. A two-layer MLP is compiled with ``{"preset": "
 "interpret": True, "autotune": "cache-only"}``: the first GEMM's entry arrives as an exported JSON
 loaded with ``inductor-ext tune import``, the second's is a row of the SQLite file rewritten with
 sqlite3. Each entry is written for the exact key the compile looks up, at the moment it looks it
-up (as if it had been built for this machine elsewhere). Prints what happened as JSON.
+up (as if it had been built for this machine elsewhere; the compile then reads the file again as
+its read-only layer). Prints what happened as JSON.
 """
 
 import contextlib
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 
 from inductor_ext import cli, tune
+from inductor_ext.autotune import cache_layers
 from inductor_ext.autotune.cache import SCHEMA_VERSION, AutotuneCache, Entry
 from inductor_ext.lowering import ext_choices
 
@@ -35,16 +37,17 @@ def main(out: Path) -> dict:
     markers = {"import": out / "marker_import", "sqlite": out / "marker_sqlite"}
     shipped: list[str] = []
     import_output = io.StringIO()
-    real_get = AutotuneCache.get
+    real_get = cache_layers.DecisionSources.get
+    AutotuneCache(db).close()  # the shipped file, still empty when the compile starts
 
-    def get(self: AutotuneCache, key):  # noqa: ANN001, ANN202
+    def get(self: cache_layers.DecisionSources, key):  # noqa: ANN001, ANN202
         if len(shipped) == 0:  # first GEMM: an exported cache, loaded with `inductor-ext tune import`
             entry = Entry(key, winner="triton.gemm", config={**VALID, "num_stages": attack(markers["import"])},
                           winner_time_us=1.0, aten_time_us=2.0)
             doc = {"format": "inductor_ext.autotune", "schema_version": SCHEMA_VERSION, "entries": [entry.to_dict()]}
             (out / "shipped.json").write_text(json.dumps(doc))
             with contextlib.redirect_stdout(import_output):
-                cli.main(["tune", "import", str(out / "shipped.json"), "-o", str(db)])
+                cli.main(["tune", "import", str(out / "shipped.json"), "-o", str(db), "--update"])
             shipped.append("import")
         elif len(shipped) == 1:  # second GEMM: a valid row, then its JSON rewritten in the file
             with AutotuneCache(db) as writer:
@@ -55,9 +58,10 @@ def main(out: Path) -> dict:
                 body["config"]["num_stages"] = attack(markers["sqlite"])
                 conn.execute("UPDATE entries SET entry_json = ? WHERE digest = ?", (json.dumps(body), key.digest()))
             shipped.append("sqlite")
+        self.layers = [cache_layers.load_layer(db)]  # the file as shipped for this key
         return real_get(self, key)
 
-    AutotuneCache.get = get
+    cache_layers.DecisionSources.get = get
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(24, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8, bias=False))
     x = torch.randn(8, 24)
@@ -68,7 +72,7 @@ def main(out: Path) -> dict:
         warnings.simplefilter("always")
         got = torch.compile(copy.deepcopy(model), backend="ext", options=options)(x)
         want = model(x)
-    cache = ext_choices._caches[str(db)]
+    layer = cache_layers.load_layer(db)
     return {
         "shipped": shipped,
         "markers": {name: path.exists() for name, path in markers.items()},
@@ -76,7 +80,7 @@ def main(out: Path) -> dict:
         "decisions": [{"winner": d.winner, "reason": d.reason} for d in ext_choices.decisions[first:]],
         "import_output": import_output.getvalue(),
         "warnings": [str(w.message) for w in caught if "autotune cache" in str(w.message)],
-        "invalid_on_lookup": getattr(cache, "invalid", None),
+        "invalid_on_lookup": layer.skipped,
     }
 
 

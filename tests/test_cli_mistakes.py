@@ -8,6 +8,7 @@ import json
 import logging
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -90,15 +91,22 @@ def test_cache_only_with_a_missing_cache_warns_once_and_creates_nothing(tmp_path
     assert not (tmp_path / "no-dir").exists()
 
 
-def test_ext_choices_opens_a_cache_only_cache_without_creating_it(tmp_path):
+def test_ext_choices_reads_a_missing_cache_only_layer_without_creating_it(tmp_path):
     from inductor_ext import presets
+    from inductor_ext.autotune import cache_layers
     from inductor_ext.lowering import ext_choices
 
     path = tmp_path / "no-dir" / "c.db"
     config = presets.resolve({"preset": "cpu", "autotune": "cache-only", "autotune_cache": str(path)})
-    cache = ext_choices.cache_for(config)
-    assert cache.in_memory and not path.parent.exists()
-    assert ext_choices.cache_for(config) is cache  # one object per path: it warned once
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            sources = ext_choices.sources_for(config)
+            assert sources.layers == [] and sources.writable.path != path
+    assert not path.parent.exists()
+    lines = [str(w.message) for w in caught if "does not exist" in str(w.message)]
+    assert len(lines) == 1 and str(path) in lines[0]  # once per process for one version of the file
+    cache_layers._layers.clear()
 
 
 def test_dumps_show_on_a_corrupt_index_is_one_line(tmp_path, capsys):

@@ -1,7 +1,10 @@
 """``inductor-ext tune build|show|export|import|merge``: offline autotune caches.
 
 Reading a cache (show, export, merge's inputs) never creates or changes a file: a missing or
-unusable one is one line and exit 1. A command that fails leaves no output file behind.
+unusable one is one line and exit 1. Every command that writes takes ``-o``: its folder must
+exist (it is never created), an existing file is refused unless ``--update`` says to add to it,
+and the output is written beside it and renamed into place, so a command that fails (exit 1,
+one line) leaves no file behind.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from inductor_ext.cli.errors import CliError, UsageError
 
@@ -34,7 +37,8 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--interpret", action="store_true",
                    help="run a GPU preset's Triton templates in the interpreter on CPU (with --preset, e.g. hopper)")
     b.add_argument("--train", action="store_true", help="tune the backward GEMMs too")
-    b.add_argument("-o", "--out", dest="output", required=True, metavar="DB", help="the cache file to write")
+    b.add_argument("-o", "--out", dest="output", required=True, metavar="DB", help="the new cache file to write")
+    _update(b)
 
     s = actions.add_parser("show", help="the entries of a cache: problem, winner and its config, time vs ATen")
     s.add_argument("db", help="an autotune cache file")
@@ -42,22 +46,30 @@ def add_parser(sub: Any) -> None:
 
     e = actions.add_parser("export", help="a cache as sorted JSON (diffable, reviewable)")
     e.add_argument("db", help="an autotune cache file")
-    e.add_argument("-o", "--out", dest="output", required=True, metavar="JSON", help="the JSON file to write")
+    e.add_argument("-o", "--out", dest="output", required=True, metavar="JSON", help="the new JSON file to write")
+    _update(e)
 
     i = actions.add_parser("import", help="merge an exported JSON file into a cache (newer timing wins)")
     i.add_argument("json_file", metavar="JSON", help="a file written by `tune export`")
-    i.add_argument("-o", "--out", dest="output", required=True, metavar="DB",
-                   help="the cache to merge into (created if missing)")
+    i.add_argument("-o", "--out", dest="output", required=True, metavar="DB", help="the new cache file to write")
+    _update(i)
 
     m = actions.add_parser("merge", help="merge two caches into a new one (newer timing wins, conflicts reported)")
     m.add_argument("a", metavar="A", help="the first cache")
     m.add_argument("b", metavar="B", help="the second cache")
     m.add_argument("-o", "--out", dest="output", required=True, metavar="DB", help="the new cache file to write")
+    _update(m)
     t.set_defaults(func=run)
+
+
+def _update(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--update", action="store_true",
+                        help="-o names an existing file: add to it (newer timing wins) instead of refusing")
 
 
 def run(args: argparse.Namespace) -> int:
     from inductor_ext.autotune.cache import AutotuneCacheWarning, CacheFileError
+    from inductor_ext.autotune.cache_transfer import OutputError
 
     default = warnings.formatwarning
 
@@ -69,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     warnings.formatwarning = one_line
     try:
         return _ACTIONS[args.action](args)
+    except OutputError as e:
+        raise CliError(str(e)) from None
     except (CacheFileError, FileExistsError, ValueError) as e:
         raise CliError(str(e)) from None
     except OSError as e:  # an output folder that is missing or not writable
@@ -84,7 +98,8 @@ def _build(args: argparse.Namespace) -> int:
         raise UsageError(f"--preset: unknown preset {args.preset!r}; valid presets: auto, {', '.join(presets.PRESETS)}")
     try:
         cache = tune.build(args.model, args.output, inputs_spec=args.inputs, shapes=args.shapes or (),
-                           dtype=args.dtype, preset=args.preset, interpret=args.interpret, train=args.train)
+                           dtype=args.dtype, preset=args.preset, interpret=args.interpret, train=args.train,
+                           update=args.update)
     except tune.NothingTuned as e:
         raise CliError(str(e)) from None
     print(tune.format_entries(cache))
@@ -104,44 +119,49 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from inductor_ext.autotune.cache import AutotuneCache
+    from inductor_ext.autotune import cache_transfer
 
-    folder = Path(args.output).parent
-    if not folder.is_dir():
-        raise CliError(f"{args.output}: no folder {str(folder)!r} to write it in")
-    with AutotuneCache(args.db, mode="read") as cache:
-        cache.export_json(args.output)
+    out = Path(args.output)
+    cache_transfer.check_output(out, args.update, "JSON")
+    sources = [(args.db, *cache_transfer.read_entries(Path(args.db)))]
+    if args.update and out.exists():  # the JSON's entries first: the cache's newer ones win
+        sources.insert(0, (args.output, *cache_transfer.read_json(out, _warner(args.output))))
+    entries, _ = cache_transfer.merged_entries(sources)
+    cache_transfer.write_json(entries, out)
     print(f"wrote {args.output}")
     return 0
 
 
 def _import(args: argparse.Namespace) -> int:
-    from inductor_ext.autotune.cache import AutotuneCache
+    from inductor_ext.autotune import cache_transfer
 
-    source = Path(args.json_file)
+    source, out = Path(args.json_file), Path(args.output)
     if not source.is_file():
         raise CliError(f"{source}: no such file (give a JSON file written by `inductor-ext tune export`)")
-    new = not Path(args.output).exists()
-    try:
-        with AutotuneCache(args.output) as cache:
-            if cache.in_memory:
-                raise CliError(f"{args.output}: not a usable autotune cache (see the warning above); "
-                               "import into a new file")
-            report = cache.import_json(source)
-            cache.checkpoint()
-    except BaseException:
-        if new:  # a cache created for this import is not left behind
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{args.output}{suffix}").unlink(missing_ok=True)
-        raise
-    print(report)
+    cache_transfer.check_output(out, args.update)
+    sources = [(args.json_file, *cache_transfer.read_json(source, _warner(args.json_file)))]
+    if args.update and out.exists():
+        sources.insert(0, (args.output, *cache_transfer.read_entries(out)))
+    entries, reports = cache_transfer.merged_entries(sources)
+    cache_transfer.write_cache(entries, out)
+    print(reports[-1])
     return 0
+
+
+def _warner(path: str) -> Callable[[str, str], None]:
+    """Reports an entry of ``path`` skipped by the validator: one line on stderr (``one_line``)."""
+    from inductor_ext.autotune.cache import AutotuneCacheWarning
+
+    def warn(kind: str, message: str) -> None:
+        warnings.warn(f"inductor_ext autotune cache {path}: {message}", AutotuneCacheWarning, stacklevel=2)
+
+    return warn
 
 
 def _merge(args: argparse.Namespace) -> int:
     from inductor_ext import tune
 
-    print(tune.merge(args.a, args.b, args.output))
+    print(tune.merge(args.a, args.b, args.output, update=args.update))
     return 0
 
 

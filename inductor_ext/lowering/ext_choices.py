@@ -12,7 +12,6 @@ import functools
 import hashlib
 import logging
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -25,7 +24,9 @@ from torch._inductor.virtualized import V
 
 from inductor_ext import targets
 from inductor_ext.autotune import decide, decision_text, pdl_policy, policy
-from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, default_cache_path
+from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey
+from inductor_ext.autotune.cache_entry import MAX_TEXT
+from inductor_ext.autotune.cache_layers import DecisionSources
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import decode_attention as decode_attention_kernel
 from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, packed_weights
@@ -88,17 +89,17 @@ decisions: list[Decision] = []
 # Called with each decision once its winner is known (offline builds show progress with it).
 listeners: list[Callable[[Decision], None]] = []
 
-_caches: dict[str, AutotuneCache] = {}  # one per path per process: a bad file warns once
+def sources_for(config: ExtConfig) -> DecisionSources:
+    """Where this compile's decisions are looked up (read-only layers named by ``autotune_cache``,
+    then the user's own cache) and written (the user's cache): ``autotune/cache_layers.py``."""
+    named = config.autotune_cache
+    paths = () if named is None else (named,) if isinstance(named, str) else tuple(named)
+    return DecisionSources(paths, times=config.autotune in ("quick", "full"))
 
 
 def cache_for(config: ExtConfig) -> AutotuneCache:
-    path = str(config.autotune_cache or default_cache_path())
-    mode = "if-exists" if config.autotune == "cache-only" else "create"  # a read never creates the file
-    cache = _caches.get(path)
-    missing = cache is not None and cache.mode == "if-exists" and cache.in_memory  # was absent when opened
-    if cache is None or (missing and (mode == "create" or os.path.exists(path))):
-        cache = _caches[path] = AutotuneCache(path, mode=mode)
-    return cache
+    """The user's own writable cache of this compile: new decisions and machine facts go there."""
+    return sources_for(config).writable
 
 
 class ExtChoices(InductorChoices):
@@ -106,10 +107,15 @@ class ExtChoices(InductorChoices):
         super().__init__()
         self.config = config
 
+    @functools.cached_property
+    def sources(self) -> DecisionSources:
+        """Read once per compile: the layers as they are when it starts."""
+        return sources_for(self.config)
+
     def uuid(self) -> str:
         parts = [self.config.to_json(), templates_hash(self.config)]
-        if self.config.autotune != "off":  # the graph holds the decisions the cache had
-            parts.append(cache_for(self.config).state())
+        if self.config.autotune != "off":  # the graph holds the decisions its caches had, exactly
+            parts.append(self.sources.digest())
         return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
     def serves(self, op_name: str) -> bool:
@@ -150,10 +156,11 @@ class ExtChoices(InductorChoices):
             return self._only(choices, decision, choices[0], decision.reason)
         decision.key = self._key(op_name, kernel_inputs, returned)
         use_cache = decide.uses_cache(bool(forced_templates(self.config)))
-        cached = cache_for(self.config).get(decision.key) if use_cache else None
-        untimed = decide.untimed(self.config.autotune, cached is not None)
-        if cached is not None:
-            return self._from_cache(cached, choices, prepared, decision)
+        found = self.sources.get(decision.key) if use_cache else None
+        untimed = decide.untimed(self.config.autotune, found is not None)
+        if found is not None:
+            autotune_log.debug("%s: %s %s decided by the cache %s", node, op_name, decision.problem, found[1])
+            return self._from_cache(found[0], choices, prepared, decision)
         if untimed is not None:
             return self._only(choices, decision, choices[0], untimed)
         for family, ready in prepared.items():
@@ -295,14 +302,18 @@ class ExtChoices(InductorChoices):
         what ``tune show`` divides for a speed-up (none when the OS set the times); decided on warm
         times or fallen back to ATen for that, the reason says why."""
         is_aten = winner["kind"] == "aten"
-        cache_for(self.config).put(Entry(
+        entry = Entry(
             key=decision.key, winner="aten" if is_aten else winner["family"],
             config={"name": winner["name"]} if is_aten else winner["config_dict"],
             winner_time_us=round(winner_ms * 1000, 3) if math.isfinite(winner_ms) else 0.0,
             aten_time_us=None if aten_time_ms is None else round(aten_time_ms * 1000, 3),
             candidates=[_cache_candidate(c) for c in decision.candidates],
             # margin or not, a benchmark decided it (the dumps keep the detailed reason), unless the OS set a time
-            reason=f"fallback: {flag}" if flag else "benchmark", device_name=decision.key.device_name))
+            reason=f"fallback: {flag}" if flag else "benchmark", device_name=decision.key.device_name)
+        try:
+            self.sources.put(entry)
+        except ValueError as e:  # what the cache's reader would refuse is not stored; the compile goes on
+            log.warning("ext: the decision for %s (%s) is not cached: %s", decision.node, decision.key.describe(), e)
 
 
 def unusable_reason(config: ExtConfig, family: Family, device: str) -> str | None:
@@ -441,8 +452,9 @@ def _cache_candidate(candidate: dict[str, Any]) -> dict[str, Any]:
     run as inf, which is stored as no time with an error."""
     time_us = candidate["time_us"]
     failed = time_us is not None and not math.isfinite(time_us)
+    error = candidate.get("error") or ("failed to compile or run while autotuning" if failed else None)
     return {"name": candidate["name"], "time_us": None if failed else time_us, "policy": candidate["policy"],
-            "error": candidate.get("error") or ("failed to compile or run while autotuning" if failed else None)}
+            "error": None if error is None else error[:MAX_TEXT]}  # a long traceback is cut, as the validator reads it
 
 
 def _dropped(decision: Decision, index: int, why: str) -> None:

@@ -1,0 +1,175 @@
+"""Where a compile's decisions are looked up and written: read-only layers, then the user's cache.
+
+``options={"autotune_cache": ...}`` names one cache file or several. A named file is a
+read-only layer (a cache built offline and shipped: an image layer, a read-only mount, a copied
+file): it is read once per version of the file in a process, through a read-only connection,
+every row validated, and never written. Layers are asked in the order named, first match wins,
+and behind them stands the user's own writable cache (``cache.default_cache_path()``, in a
+folder private to the user), where new decisions and machine facts go. So a fleet can ship one
+cache per model and still tune what it misses.
+
+One named file is the user's own writable cache instead of a layer when the compile times
+(``quick``/``full``) and the file is theirs to write: its folder belongs to this user and no one
+else may write to it, and so does the file when it exists. That is how ``tune build`` and a
+project's own cache file work; a file in a read-only or shared folder is always a layer.
+
+The key of a compiled graph holds ``DecisionSources.digest()``: the exact content of every
+layer and of the user's cache, so any edit that could change a served decision recompiles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from inductor_ext.autotune.cache import (AutotuneCache, AutotuneCacheWarning, CacheFileError, default_cache_path,
+                                         folder_problem, read_rows, rows_digest)
+from inductor_ext.autotune.cache_entry import Entry, ProblemKey
+
+__all__ = ["DecisionSources", "Layer", "load_layer", "own_writable"]
+
+log = logging.getLogger("inductor_ext.autotune")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A read-only cache as one compile sees it: its usable entries by key digest, and a digest
+    of the rows the file held when read."""
+
+    path: Path
+    entries: dict[str, Entry]
+    digest: str
+    skipped: int  # rows refused by the validator
+
+    def get(self, key: ProblemKey) -> Entry | None:
+        entry = self.entries.get(key.digest())
+        return entry if entry is not None and entry.key == key else None
+
+
+_Signature = tuple[tuple[int, ...], ...]
+_layers: dict[str, tuple[_Signature | None, Layer | None]] = {}  # by path: read once per version of the file
+_lock = threading.Lock()
+
+
+def _signature(path: Path) -> _Signature | None:
+    """What changes when the file (or its ``-wal``) is replaced or written: a re-read is due."""
+    sig = []
+    for p in (path, path.with_name(path.name + "-wal")):
+        try:
+            st = p.stat()
+        except OSError:
+            if p == path:
+                return None
+            continue
+        sig.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(sig)
+
+
+def _warn(path: Path, message: str) -> None:
+    warnings.warn(f"inductor_ext autotune cache {path}: {message}", AutotuneCacheWarning, stacklevel=4)
+
+
+def load_layer(path: str | os.PathLike[str]) -> Layer | None:
+    """``path`` as a read-only layer, or None (one line) when it is missing or refused whole (not
+    SQLite, corrupt, a schema that is not ext's, another schema version): the compile then runs
+    as without it. Read once per version of the file in this process."""
+    path = Path(path)
+    sig = _signature(path)
+    with _lock:
+        known = _layers.get(str(path))
+        if known is not None and known[0] == sig:
+            return known[1]
+        layer = _read(path) if sig is not None else None
+        if sig is None:
+            _warn(path, "does not exist: nothing is read from it (build one with `inductor-ext tune build`)")
+        _layers[str(path)] = (sig, layer)
+        return layer
+
+
+def _read(path: Path) -> Layer | None:
+    try:
+        with AutotuneCache(path, mode="read") as reader:
+            rows = reader._run("read", read_rows, [])
+            entries = {}
+            for row in rows:
+                entry = reader._decode(row)
+                if entry is not None:
+                    entries[row[0]] = entry
+    except CacheFileError as e:
+        _warn(path, f"refused, the compile runs as without it: {str(e).removeprefix(f'{path}: ')}")
+        return None
+    skipped = len(rows) - len(entries)
+    if skipped:
+        log.warning("inductor_ext autotune cache %s: %d of %d entries refused by the validator and skipped",
+                    path, skipped, len(rows))
+    return Layer(path, entries, rows_digest(rows), skipped)
+
+
+def own_writable(path: Path) -> bool:
+    """Whether ``path`` is a cache file this user may write without anyone else being able to
+    swap it: its folder (which ext creates 0700 when missing) and the file, if there, belong
+    to this user, are writable by no one else, and this process may write them."""
+    folder = path.parent
+    if not folder.exists():
+        return True
+    if folder_problem(folder) is not None or not os.access(folder, os.W_OK):
+        return False
+    if not path.exists():
+        return True
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return (hasattr(os, "getuid") is False or info.st_uid == os.getuid()) \
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and os.access(path, os.W_OK)
+
+
+_writable: dict[str, AutotuneCache] = {}  # one per path per process: a bad file warns once
+
+
+def writable_cache(path: Path) -> AutotuneCache:
+    """The user's own cache at ``path``, one object per path per process."""
+    with _lock:
+        cache = _writable.get(str(path))
+        if cache is None:  # a forked child reopens it itself (AutotuneCache._connection)
+            cache = _writable[str(path)] = AutotuneCache(path)
+        return cache
+
+
+class DecisionSources:
+    """The layers (in order) and the user's writable cache of one compile."""
+
+    def __init__(self, named: tuple[str, ...], times: bool) -> None:
+        if len(named) == 1 and times and own_writable(Path(named[0])):
+            self.layers: list[Layer] = []
+            self.writable = writable_cache(Path(named[0]))
+        else:
+            self.layers = [layer for layer in map(load_layer, named) if layer is not None]
+            self.writable = writable_cache(default_cache_path())
+            for path in named:
+                log.debug("inductor_ext autotune cache %s: read as a read-only layer; new decisions go to %s",
+                          path, self.writable.path)
+
+    def get(self, key: ProblemKey) -> tuple[Entry, str] | None:
+        """The first entry for ``key``, layers first, and where it came from."""
+        for layer in self.layers:
+            entry = layer.get(key)
+            if entry is not None:
+                return entry, str(layer.path)
+        entry = self.writable.get(key)
+        return None if entry is None else (entry, str(self.writable.path or ":memory:"))
+
+    def put(self, entry: Entry) -> None:
+        self.writable.put(entry)
+
+    def digest(self) -> str:
+        """The exact content of every source, in order: a compiled graph's key holds it."""
+        parts = [f"{layer.path}={layer.digest}" for layer in self.layers]
+        parts.append(f"{self.writable.path}={self.writable.state()}")
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()
