@@ -8,6 +8,9 @@
 # already finds a working ld.lld. Needs `pip install -e .` first (it asks the package where
 # the tool cache is).
 set -euo pipefail
+# What lands in the tool folder is the user's alone: a file others can write there makes ext move
+# the whole folder aside as untrusted (runtime/private_files.py), whatever the caller's umask.
+umask 077
 
 PY=${PYTHON:-python}
 found() { "$PY" -c 'from inductor_ext.runtime import toolchain as t; p = t.ld_lld(); print(p or ""); raise SystemExit(0 if p and t.lld_works(p) else 1)'; }

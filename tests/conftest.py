@@ -19,8 +19,20 @@ for _name in ("COLUMNS", "LINES"):
 
 # Autotune results must not leak between runs (a cached winner skips the benchmarks tests
 # look at), so each session gets its own autotune cache directory; subprocesses inherit it.
+# Every ext folder follows INDUCTOR_EXT_CACHE_DIR, but the toolchains (ld.lld, which
+# .ci/install_amd_toolchain.sh unpacks into the tool folder once per machine), the C++ kernels
+# built into it and compiled asm stay where they were, shared across sessions: their keys hash
+# what they were built from, so a stale entry never matches.
 import tempfile  # noqa: E402
 
+from inductor_ext.runtime.toolchain import cache_root  # noqa: E402 - neither torch nor triton
+
+# set by the caller, not pinned below (pytest-xdist's workers inherit the pinned value and the mark)
+_ISA_CACHE_SET = bool(os.environ.get("INDUCTOR_EXT_ISA_CACHE")) and "_INDUCTOR_EXT_TEST_ISA_PINNED" not in os.environ
+if not os.environ.get("INDUCTOR_EXT_ISA_CACHE"):
+    os.environ["INDUCTOR_EXT_ISA_CACHE"] = str(cache_root() / "isa")
+    os.environ["_INDUCTOR_EXT_TEST_ISA_PINNED"] = "1"
+os.environ.setdefault("INDUCTOR_EXT_TOOL_DIR", str(cache_root() / "tools"))
 os.environ["INDUCTOR_EXT_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_ext_test_cache_")
 
 import pytest  # noqa: E402
@@ -34,7 +46,7 @@ guard_expecttest()  # goldens and inline snapshots are rewritten only on EXPECTT
 def isa_cache(request: pytest.FixtureRequest) -> str | None:
     """Compiled asm lives in pytest's cache (``--cache-clear`` empties it) unless
     $INDUCTOR_EXT_ISA_CACHE names another place."""
-    if os.environ.get("INDUCTOR_EXT_ISA_CACHE") or getattr(request.config, "cache", None) is None:
+    if _ISA_CACHE_SET or getattr(request.config, "cache", None) is None:
         return None
     return str(request.config.cache.mkdir("inductor_ext_isa"))
 

@@ -24,6 +24,7 @@ def kernel_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_kernel_modules_default_to_a_private_folder_of_the_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("INDUCTOR_EXT_KERNEL_DIR", raising=False)
+    monkeypatch.delenv("INDUCTOR_EXT_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = triton_loader.kernel_dir()
     assert path == tmp_path / "cache" / "inductor_ext" / "kernels"  # not one world path under /tmp
@@ -42,11 +43,15 @@ def test_a_planted_module_under_the_expected_name_is_not_executed(kernel_dir: Pa
     assert module.answer() == 42 and planted.read_text() == KERNEL
 
 
-def test_a_folder_writable_by_others_is_made_private(kernel_dir: Path) -> None:
+def test_a_folder_writable_by_others_is_replaced_not_trusted(kernel_dir: Path) -> None:
+    """Issue 46: what others could write before is not made safe by taking their write access away."""
     kernel_dir.mkdir()
     kernel_dir.chmod(0o777)
+    (kernel_dir / "old.py").write_text("x = 1\n")
     assert triton_loader.kernel_dir() == kernel_dir
-    assert stat.S_IMODE(kernel_dir.stat().st_mode) & 0o022 == 0
+    assert stat.S_IMODE(kernel_dir.stat().st_mode) == 0o700 and list(kernel_dir.iterdir()) == []
+    (aside,) = kernel_dir.parent.glob("kernels.untrusted-*")
+    assert (aside / "old.py").read_text() == "x = 1\n"
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,

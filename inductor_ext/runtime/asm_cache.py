@@ -9,9 +9,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import threading
 from pathlib import Path
 
+from inductor_ext.runtime.private_files import write_new
 from inductor_ext.runtime.toolchain import user_cache_dir
 
 
@@ -32,7 +32,5 @@ def read(path: Path, key: str) -> dict[str, str] | None:
 
 
 def write(path: Path, key: str, asm: dict[str, str]) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
-        json.dump({"key": key, "asm": asm}, f)
-    os.replace(tmp, path)  # atomic: concurrent sessions never read half a file
+    data = gzip.compress(json.dumps({"key": key, "asm": asm}).encode(), compresslevel=3)
+    write_new(path, data)  # atomic (concurrent sessions never read half a file) and the user's alone

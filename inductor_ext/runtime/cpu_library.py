@@ -17,6 +17,7 @@ from typing import Any
 
 from inductor_ext.runtime import toolchain
 from inductor_ext.runtime.kernel_source import KernelSource
+from inductor_ext.runtime.private_files import write_if_different
 
 
 class CppBuildError(RuntimeError):
@@ -37,7 +38,7 @@ def build(kernel: KernelSource, flags: tuple[str, ...]) -> Path:
     source = path.with_suffix(".cpp")  # kept beside the library: what was built, to read
 
     def command(output: str) -> list[str]:  # run only when the library is not built yet
-        source.write_text(kernel.source)
+        write_if_different(source, kernel.source)  # the user's alone, whatever the umask
         return [gxx, "-std=c++17", "-O3", "-fPIC", "-shared", "-fopenmp", *flags, str(source), "-o", output]
 
     return toolchain.build_once(path, command, f"the C++ kernel {kernel.name} ({kernel.template})", CppBuildError)

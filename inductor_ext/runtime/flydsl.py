@@ -49,6 +49,7 @@ from typing import Any, Iterator
 
 from inductor_ext import targets
 from inductor_ext.runtime import asm_cache, toolchain
+from inductor_ext.runtime.private_files import make_private_dirs
 from inductor_ext.runtime.harness import run_in_subprocess, worker_env as _harness_env
 
 __all__ = ["ARCHES", "FlyDslCompileError", "FlyJob", "rocm_root", "worker_env", "compile_jobs", "hsaco_bytes"]
@@ -102,8 +103,8 @@ def rocm_root() -> Path:
     root = toolchain.tool_cache_dir() / "flydsl_rocm" / digest
     if not (root / "llvm" / "bin" / "ld.lld").exists():
         tmp = root.with_name(f"{digest}.{os.getpid()}.{threading.get_ident()}.tmp")
-        (tmp / "llvm" / "bin").mkdir(parents=True, exist_ok=True)
-        (tmp / "amdgcn" / "bitcode").mkdir(parents=True, exist_ok=True)
+        make_private_dirs(tmp / "llvm" / "bin")  # 0700 whatever the umask: the tool folder stays trusted
+        make_private_dirs(tmp / "amdgcn" / "bitcode")
         # Link to lld by the name "ld.lld": lld picks its GNU flavour from argv[0].
         os.symlink(lld, tmp / "llvm" / "bin" / "ld.lld")
         for name in ("ocml.bc", "ockl.bc"):

@@ -13,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Callable
 
 import platformdirs
 
-from inductor_ext.runtime.private_files import holds_what_was_built, private_dir, record_digest
+from inductor_ext.runtime.private_files import (holds_what_was_built, make_private_dirs, private_dir, record_digest,
+                                                 write_new)
 
 
 class ToolchainMissing(RuntimeError):
@@ -83,40 +85,42 @@ def amd_bitcode_dir() -> Path | None:
     return None
 
 
-def ld_lld() -> str | None:
+def ld_lld(*, write: bool = True) -> str | None:
     """An AMDGPU-capable ``ld.lld``: $INDUCTOR_EXT_LD_LLD, $ROCM_PATH/llvm/bin, PATH (``ld.lld``,
     ``ld.lld-NN``), Debian's /usr/lib/llvm-NN/bin, the copy ``.ci/install_amd_toolchain.sh``
     unpacked into the tool cache (``tool_cache_dir() / "lld"``), or the ``ziglang`` wheel's
-    ``zig ld.lld`` (through a small wrapper script in the tool cache)."""
+    ``zig ld.lld`` (through a small wrapper script ext writes into the tool cache; with
+    ``write=False``, as ``inductor-ext doctor`` asks, no folder or wrapper is made and the
+    answer is ``<zig> ld.lld``, what the wrapper would run)."""
     candidates: list[str | os.PathLike[str] | None] = [os.environ.get("INDUCTOR_EXT_LD_LLD")]
     if os.environ.get("ROCM_PATH"):
         candidates.append(os.path.join(os.environ["ROCM_PATH"], "llvm", "bin", "ld.lld"))
     candidates.append(shutil.which("ld.lld"))
     candidates += sorted((shutil.which(f"ld.lld-{v}") for v in range(22, 16, -1)), key=lambda p: p is None)
     candidates += sorted(glob.glob("/usr/lib/llvm-*/bin/ld.lld"), reverse=True)
-    candidates += sorted(glob.glob(str(tool_cache_dir() / "lld" / "usr" / "lib" / "llvm-*" / "bin" / "ld.lld")),
-                         reverse=True)
-    return _first_executable(candidates) or _zig_ld_lld()
+    tools = tool_cache_dir() if write else Path(os.environ.get("INDUCTOR_EXT_TOOL_DIR") or cache_root() / "tools")
+    candidates += sorted(glob.glob(str(tools / "lld" / "usr" / "lib" / "llvm-*" / "bin" / "ld.lld")), reverse=True)
+    return _first_executable(candidates) or _zig_ld_lld(write)
 
 
 LLD_INSTALL = ("run .ci/install_amd_toolchain.sh (unpacks Debian's lld-19 into the inductor-ext tool cache), "
                "or apt-get install lld-19, or pip install ziglang")
 
 
-def _zig_ld_lld() -> str | None:
+def _zig_ld_lld(write: bool = True) -> str | None:
     """A wrapper running ``zig ld.lld`` when the ``ziglang`` wheel is installed (zig has no
     ``ld.lld`` executable of its own, and callers such as FlyDSL run ``$ROCM_PATH/llvm/bin/ld.lld``)."""
     zig = next((str(d / "zig") for d in package_dirs("ziglang") if (d / "zig").is_file()), None)
     if zig is None:
         return None
+    if not write:
+        return f"{zig} ld.lld"
     wrapper = tool_cache_dir() / "zig-lld" / "ld.lld"
     text = f'#!/bin/sh\nexec "{zig}" ld.lld "$@"\n'
-    if not wrapper.is_file() or wrapper.read_text() != text:
-        wrapper.parent.mkdir(parents=True, exist_ok=True)
-        tmp = wrapper.with_name(f"ld.lld.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.chmod(0o755)
-        os.replace(tmp, wrapper)
+    if not holds_what_was_built(wrapper) or wrapper.read_text() != text:
+        make_private_dirs(wrapper.parent)
+        write_new(wrapper, text.encode(), mode=0o700)
+        record_digest(wrapper)
     return str(wrapper)
 
 
@@ -130,16 +134,24 @@ def lld_works(path: str) -> bool:
     return proc.returncode == 0 and "LLD" in proc.stdout
 
 
+def cache_root() -> Path:
+    """The folder all of ext's caches live in (not created here): ``$INDUCTOR_EXT_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/inductor_ext`` (``~/.cache`` without XDG_CACHE_HOME; platformdirs'
+    user cache folder, ``~/Library/Caches`` on macOS)."""
+    root = os.environ.get("INDUCTOR_EXT_CACHE_DIR")
+    return Path(root) if root else Path(platformdirs.user_cache_dir("inductor_ext", appauthor=False))
+
+
 def user_cache_dir(name: str, env_var: str, override: str | os.PathLike[str] | None = None) -> Path:
-    """A cache folder of ours, created private to this user (``private_files``): ``override``,
-    else ``$env_var``, else ``$XDG_CACHE_HOME/inductor_ext/<name>`` (``~/.cache`` without
-    XDG_CACHE_HOME; platformdirs' user cache folder, ``~/Library/Caches`` on macOS)."""
+    """A cache folder of ours, private to this user (``private_files.private_dir``): ``override``,
+    else ``$env_var``, else ``cache_root() / name``."""
     root = override or os.environ.get(env_var)
     if root:
         return private_dir(Path(root), env_var)
-    base = Path(platformdirs.user_cache_dir("inductor_ext", appauthor=False))
-    private_dir(base, env_var)
-    return private_dir(base / name, env_var)
+    base = cache_root()
+    setting = f"{env_var} or INDUCTOR_EXT_CACHE_DIR"
+    private_dir(base, setting, contents=False)  # it holds other caches (autotune.db, a venv): not walked
+    return private_dir(base / name, setting)
 
 
 def tool_cache_dir() -> Path:
@@ -183,7 +195,7 @@ def build_once(path: Path, command: Callable[[str], list[str]], what: str,
     half a file; a failing command raises ``error`` with ``what`` and the tail of its stderr."""
     if holds_what_was_built(path):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
@@ -191,6 +203,9 @@ def build_once(path: Path, command: Callable[[str], list[str]], what: str,
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise error(f"building {what} with {cmd[0]} failed:\n{done.stderr[-4000:]}")
+        # the linker makes its output with the umask's mode (0775 under umask 002): make it
+        # ours alone, or the next process would judge the folder unsafe and move it aside
+        os.chmod(tmp, stat.S_IMODE(os.stat(tmp).st_mode) & ~0o077)
         os.replace(tmp, path)
         record_digest(path)
     finally:
