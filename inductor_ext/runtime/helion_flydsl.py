@@ -20,13 +20,16 @@ text travels to the FlyDSL compile subprocess.
 
 from __future__ import annotations
 
-import importlib.util
 import linecache
 import os
 import sys
 import tempfile
 import types
+from pathlib import Path
 from typing import Any
+
+from inductor_ext.runtime.private_files import private_dir, write_if_different
+from inductor_ext.runtime.triton_loader import module_from_source
 
 __all__ = ["install_vector_alias", "compile_job"]
 
@@ -84,10 +87,7 @@ def compile_job(job: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
     fd, path = tempfile.mkstemp(prefix="helion_flydsl_", suffix=".py", dir=os.getcwd())
     with os.fdopen(fd, "w") as f:
         f.write(job["code"])
-    spec = importlib.util.spec_from_file_location(f"inductor_ext_helion_{os.path.basename(path)[:-3]}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = module_from_source(f"inductor_ext_helion_{os.path.basename(path)[:-3]}", Path(path), job["code"])
     launches: list[tuple[Any, tuple[Any, ...]]] = []
 
     def record(kernel: Any, grid: tuple[int, ...], *args: Any, _num_threads: int = 64, **kwargs: Any) -> None:
@@ -111,18 +111,9 @@ def load_generated(code: str, directory: str) -> types.ModuleType:
     name = f"inductor_ext_helion_{digest}"
     if name in sys.modules:
         return sys.modules[name]
-    path = os.path.join(directory, f"{name}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(code)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
-    return module
+    folder = private_dir(Path(directory))
+    path = write_if_different(folder / f"{name}.py", code)
+    return module_from_source(name, path, code)  # the text generated here, never a __pycache__
 
 
 _compiled: dict[tuple[Any, ...], Any] = {}

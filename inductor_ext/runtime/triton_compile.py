@@ -22,7 +22,6 @@ run in-process. Target facts (Triton's GPUTarget, the assembly stage) come from 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -36,7 +35,7 @@ from triton.backends.compiler import GPUTarget
 
 from inductor_ext import targets
 from inductor_ext.runtime import asm_cache, toolchain
-from inductor_ext.runtime.triton_loader import kernel_dir
+from inductor_ext.runtime.triton_loader import kernel_dir, module_from_source
 from inductor_ext.runtime.harness import run_in_subprocess, worker_env
 from inductor_ext.runtime.kernel_source import KernelSource
 from inductor_ext.runtime.private_files import write_if_different
@@ -192,13 +191,9 @@ def _load_jit_function(ks: KernelSource) -> Any:
     name = f"inductor_ext_isa_kernels.{stem}"
     module = sys.modules.get(name)
     if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
         with triton.knobs.runtime.scope():
             triton.knobs.runtime.interpret = False
-            spec.loader.exec_module(module)
-        sys.modules[name] = module
+            module = module_from_source(name, path, ks.source)  # the source, never a __pycache__
     fn = getattr(module, ks.name)
     if not isinstance(fn, triton.runtime.JITFunction):
         raise IsaCompileError(f"{ks.name} in {path} is a {type(fn).__name__}, not a @triton.jit JITFunction")

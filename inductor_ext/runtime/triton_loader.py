@@ -1,8 +1,13 @@
-"""Loads a rendered Triton module from a file: Triton reads kernel source with inspect."""
+"""Loads a rendered Triton module from a file: Triton reads kernel source with inspect.
+
+The module runs the source text ext rendered, compiled here: never bytecode from a
+``__pycache__`` beside the file (the import system would trust a ``.pyc`` whose header matches
+the file's size and time, and write one too). The file is there for ``inspect`` alone.
+"""
 
 from __future__ import annotations
 
-import importlib.util
+import linecache
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -29,12 +34,23 @@ def load_module(ks: KernelSource) -> ModuleType:
     if key in _loaded:
         return _loaded[key]
     path = write_if_different(kernel_dir() / f"{key}.py", ks.source)
-    spec = importlib.util.spec_from_file_location(f"inductor_ext_kernels.{key}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    _loaded[key] = module
+    _loaded[key] = module_from_source(f"inductor_ext_kernels.{key}", path, ks.source)
+    return _loaded[key]
+
+
+def module_from_source(name: str, path: Path, source: str) -> ModuleType:
+    """A module ``name`` made by running ``source`` (what ext wrote to ``path``), registered in
+    ``sys.modules``. No bytecode is read or written; ``inspect.getsource`` of its functions reads
+    ``source`` itself (linecache, under ``path``), not whatever the file holds by then."""
+    linecache.cache[str(path)] = (len(source), None, source.splitlines(keepends=True), str(path))
+    module = ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    try:
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - ext's own source
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 
