@@ -11,6 +11,7 @@ computes, the user's file:line for them, and ext's autotune decision for GEMMs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
@@ -24,9 +25,11 @@ from inductor_ext import codegen as codegens
 from inductor_ext import tables
 from inductor_ext.autotune import decision_text
 from inductor_ext.codegen import KernelInfo
+from inductor_ext.runtime.private_files import make_private_dirs, write_new
 from inductor_ext.templates import registry
 
 INDEX = "index.json"
+log = logging.getLogger("inductor_ext")
 
 _KERNEL_RE = re.compile(
     r"^(?P<name>\w+) = async_compile\.(?P<kind>triton|cpp_pybinding|cpp)\((?P<args>.*?)'''(?P<source>.*?)'''",
@@ -218,19 +221,22 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
     """Write one compiled graph's kernels under ``dump_dir/graph_name`` and extend index.json."""
     root = Path(dump_dir)
     folder = root / graph_name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "output_code.py").write_text(code)
+    refused = unsafe_dump_folder(root, folder)
+    if refused:
+        log.warning("ext: no kernel dump for %s: %s", graph_name, refused)
+        return []
+    _write(folder / "output_code.py", code)
     where, modules = user_locations(gm), module_locations(gm)
     decisions = list(decisions)
     entries = []
     for k in parse_output_code(code):
         path = folder / f"{k['kernel']}{k.pop('suffix')}"
-        path.write_text(k.pop("source"))
+        _write(path, k.pop("source"))
         k["file"] = str(path.relative_to(root))
         k["asm_files"] = []
         for kind, text in (asm or {}).get(k["kernel"], {}).items():
             asm_path = folder / f"{k['kernel']}.{kind}"
-            asm_path.write_text(text)
+            _write(asm_path, text)
             k["asm_files"].append(str(asm_path.relative_to(root)))
         k["graph"] = graph_name
         handle = k["properties"].get("provenance")  # an extern call's own debug handle
@@ -266,6 +272,28 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
                                                 "candidates": d.candidates}
     _extend_index(root, entries)
     return entries
+
+
+def unsafe_dump_folder(root: Path, folder: Path) -> str | None:
+    """Why dumps must not be written under ``root`` (None when they may): ``root`` and ``folder``
+    are created 0700 where missing; an existing one must be the user's, and neither may hold a
+    link (one planted by another user would make a dump overwrite the file it names)."""
+    make_private_dirs(folder)
+    if not hasattr(os, "getuid"):
+        return None
+    for place in (root, folder):
+        owner = place.stat().st_uid
+        if owner != os.getuid():
+            return f"{place} belongs to uid {owner}, not to you: pick a dump_dir of your own"
+        link = next((e.path for e in os.scandir(place) if e.is_symlink()), None)
+        if link is not None:
+            return f"{place} holds the link {link}; dumps never write through links: remove it or pick another dump_dir"
+    return None
+
+
+def _write(path: Path, text: str) -> None:
+    """Write a dump file without following a link planted at its name (``write_new``)."""
+    write_new(path, text.encode(), mode=0o644)
 
 
 # An ext extern op's call, `extern_kernels.ext_<family>_<config>(..., tile_m=128, use_pdl=True)`:

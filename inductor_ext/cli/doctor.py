@@ -2,8 +2,9 @@
 
 For every preset: whether its kernels can be *compiled* for its device here (the ISA proof of
 ``inductor-ext asm``), *run* (its device is present) and *verified* on CPU (tier C: the Triton
-interpreter, the Metal-on-CPU executor, Intel's OpenCL CPU device). Nothing is compiled: each
-tool is looked up where ext itself looks for it.
+interpreter, the Metal-on-CPU executor, Intel's OpenCL CPU device). Nothing is compiled or
+written: each tool is looked up where ext itself looks for it (``zig ld.lld`` is named as such,
+without the wrapper script a compile writes for it).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def findings() -> list[Finding]:
               "NVIDIA SASS listings (inductor-ext asm)"),
         _module("cutlass", "nvidia-cutlass-dsl", 'pip install "inductor-ext[nvidia]"', "CuTeDSL templates (blackwell)"),
         _module("cuda", "cuda-python", 'pip install "inductor-ext[nvidia]"', "CuTeDSL's CUDA driver bindings"),
-        _tool("ld.lld", toolchain.ld_lld, toolchain.LLD_INSTALL, "AMDGPU code objects (gfx950, gfx1250)"),
+        _tool("ld.lld", lambda: toolchain.ld_lld(write=False), toolchain.LLD_INSTALL,  # no zig wrapper written
+              "AMDGPU code objects (gfx950, gfx1250)"),
         _module("flydsl", "flydsl", 'pip install "inductor-ext[amd]"', "FlyDSL templates (gfx950, gfx1250)"),
         _module("helion", "helion", 'pip install "inductor-ext[amd]"', "Helion templates (gfx950)"),
         _tool("g++", toolchain.gxx, "apt-get install g++",
