@@ -352,3 +352,61 @@ def test_doctor_finds_zig_without_writing_its_wrapper(tmp_path: Path, monkeypatc
     wrapper = Path(toolchain._zig_ld_lld())  # a compile does write it, recorded, the user's alone
     assert wrapper.parent.parent == tmp_path / "tools" and mode(wrapper) == 0o700
     assert private_files.holds_what_was_built(wrapper)
+
+
+def test_folders_are_0700_even_under_a_umask_that_takes_the_users_own_bits(tmp_path: Path) -> None:
+    old = os.umask(0o277)
+    try:
+        private_files.make_private_dirs(tmp_path / "a" / "b")
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "a") == 0o700 and mode(tmp_path / "a" / "b") == 0o700
+
+
+def test_a_folder_another_process_moved_aside_first_is_made_again(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _folder_with(tmp_path)
+    folder.chmod(0o777)
+
+    def raced(src: Path, dst: Path) -> None:
+        os.replace(src, tmp_path / "moved-by-the-other-process")
+        raise FileNotFoundError(src)
+
+    monkeypatch.setattr(private_files.os, "rename", raced)
+    assert private_files.private_dir(folder) == folder and mode(folder) == 0o700
+
+
+def test_the_shared_base_folder_open_to_others_is_moved_aside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = _folder_with(tmp_path, "inductor_ext")
+    base.chmod(0o777)
+    monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(base))
+    monkeypatch.delenv("INDUCTOR_EXT_TOOL_DIR", raising=False)
+    toolchain.tool_cache_dir()
+    assert _moved_aside(base) and mode(base) == 0o700
+
+
+def test_inspect_reads_the_source_that_ran_not_the_file_as_it_is_later(shared: Path) -> None:
+    import inspect
+
+    ks = _kernel(uuid.uuid4().hex)
+    module = triton_loader.load_module(ks)
+    Path(module.__file__).write_text("def answer():\n    return 'changed on disk'\n")
+    assert inspect.getsource(module.answer) == ks.source
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_dump_folder_of_another_user_is_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "dumps").mkdir()
+    os.chown(tmp_path / "dumps", 65534, 65534)
+    graph = torch.fx.symbolic_trace(lambda x: x)
+    with caplog.at_level(logging.WARNING, logger="inductor_ext"):
+        assert dumps.write(tmp_path / "dumps", "g0", "# output code\n", graph, []) == []
+    assert "belongs to uid 65534" in caplog.text and not (tmp_path / "dumps" / "g0" / "output_code.py").exists()
+
+
+def test_a_dump_file_replaces_a_link_at_its_name(tmp_path: Path) -> None:
+    victim = tmp_path / "precious.txt"
+    victim.write_text("mine")
+    (tmp_path / "output_code.py").symlink_to(victim)
+    dumps._write(tmp_path / "output_code.py", "# dump\n")  # even past the folder check (a link made since)
+    assert victim.read_text() == "mine"
