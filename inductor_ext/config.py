@@ -69,6 +69,9 @@ def _cache_paths(key: str, value: Any) -> str | tuple[str, ...] | None:
     """One cache path, several (read-only layers, first match wins), or None."""
     if value is None:
         return None
+    if not isinstance(value, (str, os.PathLike, list, tuple)):
+        raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a file system path (str or os.PathLike), "
+                             "a list of them, or None")
     if isinstance(value, (list, tuple)):
         if not value:
             raise ExtOptionError(f"options[{key!r}] = {value!r}: name at least one cache file, or leave it out")

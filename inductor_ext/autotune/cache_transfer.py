@@ -123,6 +123,8 @@ def check_output(out: Path, update: bool, what: str = "cache") -> None:
         raise OutputError(f"{out} is a folder; give the {what} file to write")
     if out.exists() and not update:
         raise OutputError(f"{out} exists; pass --update to add to it, or name a new file")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{out}: the folder {str(folder)!r} is not writable by you")
 
 
 def _temp_beside(out: Path, suffix: str) -> Path:

@@ -38,7 +38,8 @@ import torch
 from torch._inductor import config as inductor_config
 from torch._inductor import cpp_builder, cpu_vec_isa
 
-from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext.autotune.cache import MAX_FACT, AutotuneCache
+from inductor_ext.autotune.cache_entry import BadRow, bounded_json
 
 log = logging.getLogger("inductor_ext")
 
@@ -113,6 +114,25 @@ def _builds_answered(passed: list[str]) -> Iterator[list[str]]:
         cpu_vec_isa.VecISA.check_build = real  # type: ignore[method-assign]
 
 
+def _parsed(stored: str | None) -> dict[str, list[str]] | None:
+    """A stored record, or None (probe again) when it is absent or not one ext wrote: a fact is
+    data from a file like any row, so every field is checked and nothing in it is fatal."""
+    if stored is None:
+        return None
+    try:
+        fact = bounded_json(stored, "the vector-ISA record", MAX_FACT, max_depth=2)
+    except BadRow as e:
+        log.warning("ext: ignoring the stored vector-ISA record: %s; Inductor probes again", e)
+        return None
+    fields = ("valid", "candidates", "builds")
+    if not isinstance(fact, dict) or set(fact) != set(fields) or not all(
+            isinstance(fact[f], list) and all(isinstance(x, str) and len(x) <= 512 for x in fact[f]) for f in fields):
+        log.warning("ext: ignoring the stored vector-ISA record: not {valid, candidates, builds} lists of names; "
+                    "Inductor probes again")
+        return None
+    return fact
+
+
 @contextlib.contextmanager
 def reused(cache: AutotuneCache) -> Iterator[None]:
     """Around one compile: Inductor's probe answered from ext's record (or run once, by Inductor,
@@ -124,8 +144,7 @@ def reused(cache: AutotuneCache) -> Iterator[None]:
     if key is None:  # the user's own setting, or not a machine ext records
         yield
         return
-    stored = cache.get_fact(key)
-    fact = json.loads(stored) if stored else None
+    fact = _parsed(cache.get_fact(key))
     with _builds_answered(list(fact.get("builds", [])) if fact else []) as found:
         try:
             if fact is None:

@@ -1,0 +1,320 @@
+"""A cache built on one machine and shipped to others (issue 46): read, never written; all of it
+data; a graph's key that sees every edit; tune commands that say what happened.
+
+These machines run as root, and root ignores file modes: every check of a read-only folder runs
+its process with the override dropped (``setpriv --bounding-set -dac_override,...``), or it
+would pass without testing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _script_runner import TESTS, run_json_script
+from inductor_ext.autotune import cache_layers
+from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, check_schema
+from inductor_ext.autotune.cache_entry import BadRow, bounded_json, decode_row, row_values
+
+NO_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+
+
+def _setpriv_works() -> bool:
+    return shutil.which("setpriv") is not None and subprocess.run(
+        [*NO_OVERRIDE, "true"], capture_output=True).returncode == 0
+
+
+needs_setpriv = pytest.mark.skipif(not _setpriv_works(), reason="the read-only checks need util-linux's setpriv "
+                                   "to drop root's file-mode override (apt-get install util-linux)")
+
+
+def _script(*args: str, env: dict[str, str], prefix: list[str] | None = None) -> dict:
+    path = os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([*(prefix or []), sys.executable, str(TESTS / "_shipped_cache_script.py"), *args],
+                          env={**os.environ, **env, "PYTHONPATH": path}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict:
+    """A cache tuned here (quick) for the script's layer, as `tune build` would ship it."""
+    root = tmp_path_factory.mktemp("built")
+    env = {"INDUCTOR_EXT_CACHE_DIR": str(root / "ext"), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor")}
+    result = _script("quick", str(root / "tuned.db"), env=env)
+    assert result["decisions"] and all(d["reason"] == "benchmark" for d in result["decisions"]), result
+    return {"db": root / "tuned.db", "decisions": result["decisions"], "root": root}
+
+
+# ------------------------------------------------------------------ a read-only shipped cache
+
+
+def _kind(choice_name: str) -> str:
+    return re.sub(r"_\d+$", "", choice_name)  # Inductor numbers its template choices per process
+
+
+@needs_setpriv
+def test_a_cache_in_a_read_only_folder_serves_every_decision_and_is_never_written(built, tmp_path):
+    shipped = tmp_path / "image" / "autotune.db"
+    shipped.parent.mkdir()
+    shutil.copy(built["db"], shipped)
+    shipped.chmod(0o444)
+    shipped.parent.chmod(0o555)
+    before = (shipped.read_bytes(), shipped.stat().st_mtime_ns, sorted(os.listdir(shipped.parent)))
+    env = {"INDUCTOR_EXT_CACHE_DIR": str(tmp_path / "user"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    try:
+        for autotune in ("cache-only", "quick"):  # quick too: its writes go to the user's own cache
+            got = _script(autotune, str(shipped), env=env, prefix=NO_OVERRIDE)
+            assert [d["reason"] for d in got["decisions"]] == ["cache"] * len(built["decisions"]), got
+            assert [_kind(d["winner"]) for d in got["decisions"]] == [_kind(d["winner"]) for d in built["decisions"]]
+            assert got["warnings"] == [] and got["max_err"] < 1e-5, got
+        after = (shipped.read_bytes(), shipped.stat().st_mtime_ns, sorted(os.listdir(shipped.parent)))
+        assert after == before  # not a byte, not the mtime, no -wal or -shm beside it
+    finally:
+        shipped.parent.chmod(0o755)
+
+
+# ------------------------------------------------------------------ hostile shipped files
+
+
+def _variant(built: dict, folder: Path, name: str, sql: list[str]) -> Path:
+    path = folder / f"{name}.db"
+    shutil.copy(built["db"], path)
+    with sqlite3.connect(path) as conn:
+        for stmt in sql:
+            conn.execute(stmt)
+    conn.close()
+    return path
+
+
+def _first_row_update(column: str, value: str) -> str:
+    return f"UPDATE entries SET {column} = {value} WHERE rowid = (SELECT min(rowid) FROM entries)"
+
+
+HOSTILE = {
+    # SQL in the file: would run on ext's writes (quick), and abort them
+    "trigger": ("quick", ["CREATE TRIGGER t BEFORE INSERT ON entries BEGIN "
+                          "INSERT OR REPLACE INTO facts VALUES ('canary', 'fired'); SELECT RAISE(ABORT, 'x'); END",
+                          "CREATE TRIGGER f AFTER INSERT ON facts WHEN new.key != 'canary' BEGIN "
+                          "INSERT OR REPLACE INTO facts VALUES ('canary', 'fired'); END"]),
+    "check": ("quick", ["ALTER TABLE entries ADD COLUMN c INTEGER CHECK (c IS NOT NULL) DEFAULT 1"]),
+    # data in the file: fatal to the reader before
+    "facts": ("cache-only", ["INSERT OR REPLACE INTO facts SELECT key, '[]' FROM facts",
+                             "INSERT OR REPLACE INTO facts VALUES ('inductor.cpu_vec_isa:x', '[[[[[[[[[[[]]]]]]]]]]]')"]),
+    "deep": ("cache-only", [_first_row_update("entry_json", "'" + "[" * 100_000 + "]" * 100_000 + "'")]),
+    "created": ("cache-only", [_first_row_update("created", "9" * 400)]),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_shipped_file_never_fails_the_compile_and_its_sql_never_runs(built, tmp_path, name):
+    autotune, sql = HOSTILE[name]
+    path = _variant(built, tmp_path, name, sql)
+    env = {"INDUCTOR_EXT_CACHE_DIR": str(tmp_path / "user"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    if name == "facts":  # a shipped file's facts are never read; the user's own cache's are, and checked
+        (tmp_path / "user").mkdir(mode=0o700)
+        shutil.copy(path, tmp_path / "user" / "autotune.db")
+    got = _script(autotune, str(path), env=env)
+    assert got["max_err"] < 1e-5 and got["decisions"], got
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM facts WHERE key = 'canary'").fetchone() == (0,)
+    conn.close()
+    if name in ("trigger", "check"):  # the file is refused whole, with one line naming why
+        assert any(("trigger" in w or "CHECK" in w) and str(path) in w for w in got["warnings"]), got["warnings"]
+
+
+def test_schema_check_refuses_every_object_ext_never_makes(built, tmp_path):
+    extras = ["CREATE VIEW v AS SELECT 1", "CREATE INDEX i ON entries (created)",
+              "CREATE INDEX j ON entries (lower(device_name))", "CREATE TABLE other (x)",
+              "CREATE TRIGGER t AFTER DELETE ON entries BEGIN SELECT 1; END"]
+    for i, stmt in enumerate(extras):
+        path = _variant(built, tmp_path, f"x{i}", [stmt])
+        with sqlite3.connect(path) as conn, pytest.raises(Exception, match="never makes|not the one"):
+            check_schema(conn)
+        conn.close()
+    with sqlite3.connect(built["db"]) as conn:
+        assert check_schema(conn) is False  # ext's own file passes
+    conn.close()
+
+
+def _key(**overrides: object) -> ProblemKey:
+    fields = dict(op="mm", shapes=((2, 24), (24, 16)), strides=((24, 1), (16, 1)), dtypes=("float32", "float32"),
+                  device_name="cpu test", arch="cpu", preset="cpu")
+    fields.update(overrides)
+    return ProblemKey(**fields)  # type: ignore[arg-type]
+
+
+def _row(**overrides: object) -> tuple:
+    entry = Entry(_key(), winner="aten", config={"name": "mm"}, winner_time_us=1.0, aten_time_us=1.0, created=1000.0)
+    digest, key_json, version, _, _, entry_json = row_values(entry)
+    body = json.loads(entry_json)
+    body.update(overrides)
+    return digest, key_json, version, json.dumps(body)
+
+
+@pytest.mark.parametrize("overrides, why", [
+    ({"winner": "__import__('os')"}, "neither 'aten' nor a template family"),
+    ({"winner": "nosuch.family"}, "neither 'aten' nor a template family"),
+    ({"config": {"name": "mm", "block_m": 4}}, "ATen winner's config holds only"),
+    ({"reason": "fallback: " + "x" * 5_000_000}, "characters long"),
+    ({"candidates": [{"name": "c", "time_us": 1.0, "policy": None, "error": None}] * 200_000}, "characters long"),
+    ({"created": 1e308}, "created"),
+    ({"created": 10**400}, "created"),
+    ({"created": 4_000_000_000.0}, "in the future"),
+    ({"winner_time_us": 2**200}, "winner_time_us"),
+    ({"device_name": "cpu\x1b[2J"}, "printable"),
+])
+def test_the_validator_refuses_each_hostile_value_naming_it(overrides, why):
+    with pytest.raises(BadRow, match=why.replace("(", r"\(")):
+        decode_row(*_row(**overrides))
+
+
+@pytest.mark.parametrize("key_overrides", [{"shapes": ((-2, 24), (24, 16))}, {"shapes": ((2**200, 24), (24, 16))}])
+def test_the_validator_refuses_impossible_sizes(key_overrides):
+    with pytest.raises(ValueError, match="sizes and strides"):
+        _key(**key_overrides)
+
+
+def test_schema_version_true_is_no_version():
+    digest, key_json, _, entry_json = _row()
+    with pytest.raises(BadRow, match="schema version"):
+        decode_row(digest, key_json, True, entry_json)
+
+
+def test_json_is_bounded_before_it_is_parsed():
+    with pytest.raises(BadRow, match="deeper"):
+        bounded_json("[" * 100_000 + "]" * 100_000, "x", 10**7)
+    with pytest.raises(BadRow, match="characters long"):
+        bounded_json('"' + "a" * 100 + '"', "x", 50)
+    with pytest.raises(BadRow, match="not JSON"):
+        bounded_json("[NaN]", "x", 100)
+    assert bounded_json('{"a": ["[[[[[[[[[[[["]}', "x", 100) == {"a": ["[[[[[[[[[[[["]}  # brackets in strings
+
+
+# ------------------------------------------------------------------ the compiled graph's key
+
+
+def test_an_edited_winner_recompiles_in_a_process_sharing_the_inductor_cache(built, tmp_path):
+    """The same created, the same count, re-imported at the same path: the old key held
+    count/total(created)/max(rowid) and saw none of it."""
+    (entry,) = AutotuneCache(built["db"], mode="read").entries() if len(built["decisions"]) == 1 else pytest.fail(
+        f"the layer makes {len(built['decisions'])} decisions; this test edits one")
+    aten = [c["name"] for c in entry.candidates if c["policy"] is None and c["time_us"] is not None]
+    served = entry.config.get("name") if entry.winner == "aten" else entry.winner
+    other = next(name for name in aten if name != served)
+    shipped = tmp_path / "shipped.db"
+    shutil.copy(built["db"], shipped)
+    env = {"INDUCTOR_EXT_CACHE_DIR": str(tmp_path / "user"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    first = _script("cache-only", "--shared-inductor-cache", str(shipped), env=env)
+    again = _script("cache-only", "--shared-inductor-cache", str(shipped), env=env)
+    assert first["decisions"] and again["decisions"] == []  # unchanged file: the FX cache serves the graph
+    edited = Entry(entry.key, winner="aten", config={"name": other}, winner_time_us=entry.winner_time_us,
+                   aten_time_us=entry.aten_time_us, candidates=entry.candidates, reason=entry.reason,
+                   created=entry.created)
+    shipped.unlink()
+    from inductor_ext.autotune import cache_transfer
+
+    cache_transfer.write_cache([edited], shipped)
+    after = _script("cache-only", "--shared-inductor-cache", str(shipped), env=env)
+    assert [(d["winner"], d["reason"]) for d in after["decisions"]] == [(other, "cache")], after
+
+
+def test_sources_digest_moves_with_any_row_edit_and_only_then(built, tmp_path):
+    shipped = tmp_path / "s.db"
+    shutil.copy(built["db"], shipped)
+    digests = [cache_layers.DecisionSources((str(shipped),), times=False).digest() for _ in range(2)]
+    assert digests[0] == digests[1]
+    with sqlite3.connect(shipped) as conn:  # a winner edited in place: same count, created and rowid
+        conn.execute("UPDATE entries SET entry_json = replace(entry_json, '\"reason\":\"benchmark\"', "
+                     "'\"reason\":\"cache\"')")
+    conn.close()
+    assert cache_layers.DecisionSources((str(shipped),), times=False).digest() != digests[0]
+
+
+# ------------------------------------------------------------------ tune commands
+
+
+def _tune(*args: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    path = os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([*(prefix or []), sys.executable, "-m", "inductor_ext.cli", "tune", *args],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": path})
+
+
+@pytest.fixture(scope="module")
+def exported(built, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("exported") / "c.json"
+    done = _tune("export", str(built["db"]), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _commands(built: dict, exported: Path, out: Path) -> dict[str, list[str]]:
+    return {
+        "build": ["build", "--model", "_shipped_cache_script:model", "--shapes", "2x24", "-o", str(out / "b.db")],
+        "merge": ["merge", str(built["db"]), str(built["db"]), "-o", str(out / "m.db")],
+        "import": ["import", str(exported), "-o", str(out / "i.db")],
+        "export": ["export", str(built["db"]), "-o", str(out / "e.json")],
+    }
+
+
+@needs_setpriv
+@pytest.mark.parametrize("command", ["build", "merge", "import", "export"])
+def test_every_tune_command_with_an_unwritable_output_exits_1_and_leaves_nothing(built, exported, tmp_path, command):
+    out = tmp_path / "ro"
+    out.mkdir(mode=0o555)
+    try:
+        done = _tune(*_commands(built, exported, out)[command], prefix=NO_OVERRIDE)
+    finally:
+        out.chmod(0o755)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and "not writable" in lines[0], done.stderr[-2000:]
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["build", "merge", "import", "export"])
+def test_every_tune_command_refuses_a_missing_folder_and_an_existing_output(built, exported, tmp_path, command):
+    missing = tmp_path / "no" / "such"
+    done = _tune(*_commands(built, exported, missing)[command])
+    assert done.returncode == 1 and "create it first" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "no").exists()
+    argv = _commands(built, exported, tmp_path)[command]
+    target = Path(argv[argv.index("-o") + 1])
+    target.write_text("mine")
+    done = _tune(*argv)
+    assert done.returncode == 1 and "--update" in done.stderr and target.read_text() == "mine", done.stderr
+
+
+def test_update_adds_to_an_existing_output(built, exported, tmp_path):
+    target = tmp_path / "i.db"
+    assert _tune("import", str(exported), "-o", str(target)).returncode == 0
+    done = _tune("import", str(exported), "-o", str(target), "--update")
+    assert done.returncode == 0 and "0 added" in done.stdout and "kept" in done.stdout, done.stderr
+    assert len(AutotuneCache(target, mode="read").entries()) == len(built["decisions"])
+
+
+def test_tune_show_escapes_control_characters(built, tmp_path, capsys):
+    from inductor_ext import tune
+    from inductor_ext.autotune.cache_entry import printable
+
+    assert printable("cpu\x1b[2J\n") == "cpu\\x1b[2J\\n"
+    row = tune.entry_row(AutotuneCache(built["db"], mode="read").entries()[0])
+    assert all(str(v).isprintable() for v in row.values())
+
+
+@pytest.mark.parametrize("value, why", [("", "non-empty path"), ("a\0b", "NUL"), ([], "at least one"),
+                                        (["a.db", 3], "holds 3")])
+def test_autotune_cache_option_names_one_or_several_files(value, why):
+    from inductor_ext import presets
+    from inductor_ext.config import ExtOptionError
+
+    with pytest.raises(ExtOptionError, match=why):
+        presets.resolve({"autotune_cache": value})
+    assert presets.resolve({"autotune_cache": ["a.db", Path("b.db")]}).autotune_cache == ("a.db", "b.db")
