@@ -107,8 +107,9 @@ HOSTILE = {
                           "INSERT OR REPLACE INTO facts VALUES ('canary', 'fired'); END"]),
     "check": ("quick", ["ALTER TABLE entries ADD COLUMN c INTEGER CHECK (c IS NOT NULL) DEFAULT 1"]),
     # data in the file: fatal to the reader before
-    "facts": ("cache-only", ["INSERT OR REPLACE INTO facts SELECT key, '[]' FROM facts",
-                             "INSERT OR REPLACE INTO facts VALUES ('inductor.cpu_vec_isa:x', '[[[[[[[[[[[]]]]]]]]]]]')"]),
+    "facts": ("cache-only", ["INSERT OR REPLACE INTO facts SELECT key, '[]' FROM facts WHERE rowid % 2 = 1",
+                             "INSERT OR REPLACE INTO facts SELECT key, '" + "[" * 5000 + "]" * 5000 + "' FROM facts "
+                             "WHERE rowid % 2 = 0"]),
     "deep": ("cache-only", [_first_row_update("entry_json", "'" + "[" * 100_000 + "]" * 100_000 + "'")]),
     "created": ("cache-only", [_first_row_update("created", "9" * 400)]),
 }
@@ -300,13 +301,14 @@ def test_update_adds_to_an_existing_output(built, exported, tmp_path):
     assert len(AutotuneCache(target, mode="read").entries()) == len(built["decisions"])
 
 
-def test_tune_show_escapes_control_characters(built, tmp_path, capsys):
+def test_tune_show_escapes_control_characters():
     from inductor_ext import tune
     from inductor_ext.autotune.cache_entry import printable
 
     assert printable("cpu\x1b[2J\n") == "cpu\\x1b[2J\\n"
-    row = tune.entry_row(AutotuneCache(built["db"], mode="read").entries()[0])
-    assert all(str(v).isprintable() for v in row.values())
+    entry = Entry(_key(), winner="aten", config={"name": "mm"}, winner_time_us=1.0, reason="fallback: \x1b[31mred\n")
+    row = tune.entry_row(entry)
+    assert row["reason"] == "fallback: \\x1b[31mred\\n" and all(str(v).isprintable() for v in row.values())
 
 
 @pytest.mark.parametrize("value, why", [("", "non-empty path"), ("a\0b", "NUL"), ([], "at least one"),
@@ -318,3 +320,92 @@ def test_autotune_cache_option_names_one_or_several_files(value, why):
     with pytest.raises(ExtOptionError, match=why):
         presets.resolve({"autotune_cache": value})
     assert presets.resolve({"autotune_cache": ["a.db", Path("b.db")]}).autotune_cache == ("a.db", "b.db")
+
+
+# ------------------------------------------------------------------ boundaries and choices of a source
+
+
+def test_json_bounds_are_inclusive():
+    assert bounded_json("[" * 8 + "]" * 8, "x", 100, max_depth=8) is not None
+    with pytest.raises(BadRow, match="deeper"):
+        bounded_json("[" * 9 + "]" * 9, "x", 100, max_depth=8)
+    assert bounded_json('"' + "a" * 48 + '"', "x", 50) == "a" * 48
+    with pytest.raises(BadRow, match="characters long"):
+        bounded_json('"' + "a" * 49 + '"', "x", 50)
+
+
+def test_an_entry_for_an_op_no_family_serves_is_refused():
+    digest, key_json, version, entry_json = _row()
+    key = _key(op="os.system")
+    with pytest.raises(BadRow, match="served by no template family"):
+        decode_row(key.digest(), key.canonical_json(), version, entry_json)
+
+
+def test_too_many_candidates_are_refused_even_within_the_size_bound():
+    entry = Entry(_key(), winner="aten", config={"name": "mm"}, winner_time_us=1.0,
+                  candidates=[{"name": "c", "time_us": None, "policy": None, "error": None}] * 1025)
+    with pytest.raises(BadRow, match="1025 candidates"):
+        Entry.from_dict(entry.to_dict())
+
+
+def test_schema_check_refuses_a_check_clause(built, tmp_path):
+    path = _variant(built, tmp_path, "check", ["ALTER TABLE facts ADD COLUMN c INTEGER CHECK (c > 0)"])
+    with sqlite3.connect(path) as conn, pytest.raises(Exception, match="not the one"):
+        check_schema(conn)
+    conn.close()
+
+
+def _put(path: Path, winner_name: str) -> None:
+    with AutotuneCache(path) as cache:
+        cache.put(Entry(_key(), winner="aten", config={"name": winner_name}, winner_time_us=1.0))
+
+
+def test_layers_are_asked_in_order_before_the_users_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path / "user"))
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        _put(tmp_path / name / "c.db", name)
+    _put(tmp_path / "user" / "autotune.db", "user")
+    layers = (str(tmp_path / "a" / "c.db"), str(tmp_path / "b" / "c.db"))
+    for named, want in ((layers, "a"), (layers[::-1], "b"), ((), "user")):
+        entry, where = cache_layers.DecisionSources(named, times=True).get(_key())
+        assert entry.config["name"] == want, (named, where)
+
+
+def test_one_own_file_is_writable_only_when_the_compile_times(tmp_path, monkeypatch):
+    monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path / "user"))
+    own = tmp_path / "own" / "c.db"
+    own.parent.mkdir(mode=0o700)
+    _put(own, "own")
+    timing = cache_layers.DecisionSources((str(own),), times=True)
+    assert timing.layers == [] and timing.writable.path == own
+    reading = cache_layers.DecisionSources((str(own),), times=False)  # cache-only: read, never written
+    assert [layer.path for layer in reading.layers] == [own] and reading.writable.path != own
+
+
+def test_a_file_in_a_folder_others_can_write_is_a_layer_and_no_cache_is_written_there(tmp_path, monkeypatch):
+    monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path / "user"))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    _put(shared / "c.db", "shared")
+    shared.chmod(0o777)
+    sources = cache_layers.DecisionSources((str(shared / "c.db"),), times=True)
+    assert [layer.path for layer in sources.layers] == [shared / "c.db"]
+    before = sorted(os.listdir(shared))
+    with pytest.warns(Warning, match="writable by other users"):
+        cache = AutotuneCache(shared / "new.db")
+    assert cache.in_memory and sorted(os.listdir(shared)) == before
+
+
+def test_the_users_cache_folder_is_made_private(tmp_path):
+    with AutotuneCache(tmp_path / "a" / "b" / "c.db") as cache:
+        assert not cache.in_memory
+    assert [oct((tmp_path / p).stat().st_mode & 0o777) for p in ("a", "a/b")] == ["0o700", "0o700"]
+
+
+def test_a_stored_candidate_error_is_cut_to_what_the_validator_reads():
+    from inductor_ext.autotune.cache_entry import MAX_TEXT
+    from inductor_ext.lowering import ext_choices
+
+    stored = ext_choices._cache_candidate({"name": "c", "time_us": None, "policy": "p", "error": "x" * (MAX_TEXT + 9)})
+    assert len(stored["error"]) == MAX_TEXT
