@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -146,8 +147,8 @@ def test_schema_check_refuses_every_object_ext_never_makes(built, tmp_path):
     conn.close()
 
 
-def _key(**overrides: object) -> ProblemKey:
-    fields = dict(op="mm", shapes=((2, 24), (24, 16)), strides=((24, 1), (16, 1)), dtypes=("float32", "float32"),
+def _key(m: int = 2, **overrides: object) -> ProblemKey:
+    fields = dict(op="mm", shapes=((m, 24), (24, 16)), strides=((24, 1), (16, 1)), dtypes=("float32", "float32"),
                   device_name="cpu test", arch="cpu", preset="cpu")
     fields.update(overrides)
     return ProblemKey(**fields)  # type: ignore[arg-type]
@@ -178,7 +179,8 @@ def test_the_validator_refuses_each_hostile_value_naming_it(overrides, why):
         decode_row(*_row(**overrides))
 
 
-@pytest.mark.parametrize("key_overrides", [{"shapes": ((-2, 24), (24, 16))}, {"shapes": ((2**200, 24), (24, 16))}])
+@pytest.mark.parametrize("key_overrides", [{"shapes": ((-1, 24), (24, 16))}, {"strides": ((24, 1), (2**40, 1))},
+                                           {"shapes": ((2**200, 24), (24, 16))}])
 def test_the_validator_refuses_impossible_sizes(key_overrides):
     with pytest.raises(ValueError, match="sizes and strides"):
         _key(**key_overrides)
@@ -297,7 +299,8 @@ def test_update_adds_to_an_existing_output(built, exported, tmp_path):
     target = tmp_path / "i.db"
     assert _tune("import", str(exported), "-o", str(target)).returncode == 0
     done = _tune("import", str(exported), "-o", str(target), "--update")
-    assert done.returncode == 0 and "0 added" in done.stdout and "kept" in done.stdout, done.stderr
+    n = len(built["decisions"])  # as new as what is there: kept, not replaced
+    assert done.returncode == 0 and f"0 added, 0 replaced, {n} kept" in done.stdout, (done.stdout, done.stderr)
     assert len(AutotuneCache(target, mode="read").entries()) == len(built["decisions"])
 
 
@@ -409,3 +412,55 @@ def test_a_stored_candidate_error_is_cut_to_what_the_validator_reads():
 
     stored = ext_choices._cache_candidate({"name": "c", "time_us": None, "policy": "p", "error": "x" * (MAX_TEXT + 9)})
     assert len(stored["error"]) == MAX_TEXT
+
+
+def test_a_candidate_with_a_field_ext_never_writes_is_refused():
+    candidate = {"name": "c", "time_us": None, "policy": None, "error": None, "code": "x"}
+    entry = Entry(_key(), winner="aten", config={"name": "mm"}, winner_time_us=1.0, candidates=[candidate])
+    with pytest.raises(BadRow, match="allowed: name, time_us"):
+        Entry.from_dict(entry.to_dict())
+
+
+def test_put_refuses_what_the_reader_would_refuse(tmp_path):
+    with AutotuneCache(tmp_path / "c.db") as cache, pytest.raises(ValueError, match="neither 'aten'"):
+        cache.put(Entry(_key(), winner="nosuch.family", winner_time_us=1.0))
+
+
+def test_an_oversized_fact_is_ignored(tmp_path):
+    from inductor_ext.autotune.cache import MAX_FACT
+
+    with AutotuneCache(tmp_path / "c.db") as cache:
+        cache.put_fact("k", "x" * (MAX_FACT + 1))
+        with pytest.warns(Warning, match="ignoring the fact"):
+            assert cache.get_fact("k") is None
+        cache.put_fact("k", "x" * MAX_FACT)
+        assert cache.get_fact("k") == "x" * MAX_FACT
+
+
+def test_reading_if_exists_never_writes_the_file(tmp_path):
+    _put(tmp_path / "c.db", "mine")
+    before = (tmp_path / "c.db").read_bytes(), sorted(os.listdir(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with AutotuneCache(tmp_path / "c.db", mode="if-exists") as cache:
+            assert cache.get(_key()).config == {"name": "mine"}
+            cache.put(Entry(_key(m=4), winner="aten", config={"name": "new"}, winner_time_us=1.0))  # into memory
+    assert ((tmp_path / "c.db").read_bytes(), sorted(os.listdir(tmp_path))) == before
+
+
+def test_a_layer_is_read_again_when_its_file_changes(tmp_path):
+    path = tmp_path / "c.db"
+    _put(path, "old")
+    assert cache_layers.load_layer(path).get(_key()).config == {"name": "old"}
+    assert cache_layers.load_layer(path) is cache_layers.load_layer(path)  # once per version of the file
+    path.unlink()
+    _put(path, "new")
+    assert cache_layers.load_layer(path).get(_key()).config == {"name": "new"}
+
+
+def test_a_layer_never_answers_for_another_key_under_the_same_digest(tmp_path):
+    entry = Entry(_key(), winner="aten", config={"name": "mm"}, winner_time_us=1.0)
+    other = _key(shapes=((4, 24), (24, 16)))
+    layer = cache_layers.Layer(tmp_path / "c.db", {other.digest(): entry}, "d", 0)
+    assert layer.get(other) is None and cache_layers.Layer(tmp_path, {entry.key.digest(): entry}, "d", 0).get(
+        entry.key) == entry

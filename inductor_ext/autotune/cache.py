@@ -216,7 +216,7 @@ def check_schema(conn: sqlite3.Connection) -> bool:
     if lacking:
         raise _UnusableFile(f"lacks {', '.join(lacking)}")
     versions = conn.execute("SELECT version FROM schema_version").fetchall()
-    if versions != [(SCHEMA_VERSION,)] or type(versions[0][0]) is not int:
+    if versions != [(SCHEMA_VERSION,)]:  # INTEGER affinity: a stored 1.0 or '1' reads back as 1
         found = ", ".join(repr(v[0]) for v in versions) or "none"
         raise _UnusableFile(f"schema version {found}, this inductor_ext reads {SCHEMA_VERSION}")
     return False
