@@ -12,7 +12,7 @@ One row per problem key::
 
 The key, the entry and the validator every row passes live in ``cache_entry.py``; read-only
 layers (a shipped cache) and the lookup order in ``cache_layers.py``; merge, import and export
-into files ext creates in ``cache_transfer.py``.
+into files ext creates in ``cache_transfer.py``; the JSON export format in ``cache_json.py``.
 
 A file is data, all of it: before any row is read or written, the file's schema must be ext's
 three tables with ext's columns and nothing else (``check_schema``: no trigger, view, extra
@@ -71,7 +71,8 @@ from typing import Any, Callable, Iterator, TypeVar
 import platformdirs
 
 from inductor_ext.autotune.cache_entry import (SCHEMA_VERSION, BadRow, Entry, MergeConflict, MergeReport,
-                                               ProblemKey, check_foreign, decode_row, row_values)
+                                               ProblemKey, check_foreign, decode_row, merge, row_values)
+from inductor_ext.autotune import cache_json
 from inductor_ext.templates.allowed import InvalidField
 
 __all__ = [
@@ -530,20 +531,16 @@ class AutotuneCache:
         """Merge another cache file into this one: per key the newer ``created`` wins. The other
         file is only read (``mode="read"``): FileNotFoundError when missing, CacheFileError when
         unusable; each of its rows is validated, none of its SQL runs."""
-        from inductor_ext.autotune import cache_transfer
-
         other_path = Path(other_path)
         if not other_path.exists():
             raise FileNotFoundError(other_path)
         if self.path is not None and self.path.exists() and other_path.samefile(self.path):
             return MergeReport(source=str(other_path))
-        incoming, skipped = cache_transfer.read_entries(other_path)
+        incoming, skipped = read_entries(other_path)
         return self.merge_entries(incoming, str(other_path), skipped)
 
     def merge_entries(self, incoming: list[Entry], source: str, skipped: int = 0) -> MergeReport:
         """``incoming`` merged in, per key the newer ``created`` wins; the report counts each."""
-        from inductor_ext.autotune import cache_transfer
-
         def apply(conn: sqlite3.Connection) -> MergeReport:
             current = {}
             for new in incoming:
@@ -552,7 +549,7 @@ class AutotuneCache:
                 old = self._decode(row, new.key.canonical_json()) if row is not None else None
                 if old is not None:
                     current[digest] = old
-            report, winners = cache_transfer.merge(current, incoming, source, skipped)  # fresh on every retry
+            report, winners = merge(current, incoming, source, skipped)  # fresh on every retry
             for entry in winners:
                 conn.execute(_UPSERT, row_values(entry))
             return report
@@ -562,17 +559,13 @@ class AutotuneCache:
 
     def export_json(self, path: str | os.PathLike[str]) -> None:
         """Write all entries as sorted, indented JSON: same contents -> same bytes."""
-        from inductor_ext.autotune import cache_transfer
-
-        cache_transfer.write_json(self.entries(), Path(path))
+        cache_json.write_json(self.entries(), Path(path))
 
     def import_json(self, path: str | os.PathLike[str]) -> MergeReport:
         """Merge an ``export_json`` file (newer wins). A malformed file: ValueError and nothing
         imported. An entry that fails the validator is skipped, counted (``skipped_invalid``) and
         reported in one line."""
-        from inductor_ext.autotune import cache_transfer
-
-        incoming, skipped = cache_transfer.read_json(Path(path), self._report)
+        incoming, skipped = cache_json.read_json(Path(path), self._report)
         return self.merge_entries(incoming, str(path), skipped)
 
     def close(self) -> None:
@@ -591,3 +584,12 @@ class AutotuneCache:
         where = "memory" if self.in_memory else str(self.path)
         return (f"AutotuneCache({where}, hits={self.hits}, misses={self.misses}, puts={self.puts}, "
                 f"invalid={self.invalid})")
+
+
+def read_entries(path: Path) -> tuple[list[Entry], int]:
+    """The usable entries of cache ``path``, read through a read-only connection, and how many rows
+    the validator skipped. ``CacheFileError`` when the file is missing or unusable."""
+    with AutotuneCache(path, mode="read") as source:
+        rows = source._all_rows()
+        entries = [e for e in map(source._decode, rows) if e is not None]
+    return entries, len(rows) - len(entries)

@@ -27,7 +27,7 @@ from inductor_ext.templates import registry
 from inductor_ext.templates.allowed import InvalidField
 
 __all__ = ["SCHEMA_VERSION", "BadRow", "Entry", "MergeConflict", "MergeReport", "ProblemKey", "bounded_json",
-           "decode_row", "printable", "row_values", "shown"]
+           "decode_row", "merge", "printable", "row_values", "shown"]
 
 # Bump when the table layout, the key's canonical JSON or the Entry fields change.
 SCHEMA_VERSION = 1
@@ -506,6 +506,35 @@ class MergeReport:
             f"{self.skipped_invalid} invalid skipped, {len(self.conflicts)} conflicts"
         )
 
+
+
+def merge(current: dict[str, Entry], incoming: Iterable[Entry], source: str,
+          skipped: int = 0) -> tuple[MergeReport, list[Entry]]:
+    """``incoming`` merged over ``current`` (by key digest): per key the newer ``created`` wins.
+    Returns the report and the incoming entries that win (to be written)."""
+    report = MergeReport(source=source, skipped_invalid=skipped)
+    winners = []
+    for new in incoming:
+        digest = new.key.digest()
+        old = current.get(digest)
+        if old is None:
+            winners.append(new)
+            current[digest] = new
+            report.added += 1
+            continue
+        # The device is part of the key, so both sides measured the same device:
+        # the newer measurement (newer code, drivers) is the better one.
+        theirs_newer = new.created > old.created
+        if new.winner != old.winner:
+            report.conflicts.append(MergeConflict(digest, new.key.describe(), old.winner, new.winner,
+                                                  "theirs" if theirs_newer else "ours"))
+        if theirs_newer:
+            winners.append(new)
+            report.replaced += 1
+        else:
+            report.kept += 1
+        current[digest] = new if theirs_newer else old
+    return report, winners
 
 
 # ------------------------------------------------------------------------- rows
