@@ -130,6 +130,9 @@ def wrong_values(rule: allowed.Allowed) -> list[Any]:
         out = [code, True, 2.0, [4], None]
         out += [int(rule.low) - 1] if rule.low is not None else []
         out += [int(rule.high) + 1] if rule.high is not None else []
+        if rule.power_of_two:  # inside the range but between powers of two (block_m 48, 3)
+            low, high = int(rule.low or 1), int(rule.high or 1 << 20)
+            out += [v for v in (3, 48, 3 * (low // 2 or 1), high - 1) if low <= v <= high and v & (v - 1)]
         return out
     if rule.kind == "float":
         return [code, True, float("nan"), float("inf"), None, {"x": 1}]

@@ -170,6 +170,14 @@ CASES = [
     (2, 70, 150, 2, 2, 128, "is_causal"),  # fewer queries than keys: each sees keys 0..i only
     (1, 130, 60, 2, 1, 64, "is_causal"),  # more queries than keys: the last 70 see every key
 ]
+# Every block boundary the kernel's tiles imply (32 queries, 64 keys a block): 1, block-1, block,
+# block+1 and 2*block+1 of each, under a causal mask, whose block skip depends on where the last
+# query block ends (65: the last query block holds one query, at the first key of a key block).
+QUERY_BLOCK, KEY_BLOCK = 32, 64
+BOUNDARIES = sorted({1, QUERY_BLOCK - 1, QUERY_BLOCK, QUERY_BLOCK + 1, KEY_BLOCK - 1, KEY_BLOCK, KEY_BLOCK + 1,
+                     2 * QUERY_BLOCK + 1, 2 * KEY_BLOCK + 1})
+CASES += [(1, n, n, 2, 2, 64, kind) for n in BOUNDARIES for kind in ("is_causal", "causal")]
+CASES += [(1, 65, 64, 2, 2, 64, "is_causal"), (1, 64, 65, 2, 2, 64, "is_causal")]
 
 
 def _mask(kind, batch, lq, lk):

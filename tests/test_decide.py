@@ -251,3 +251,36 @@ def test_a_speed_up_over_aten_comes_from_the_regime_the_decision_was_made_in():
     reason = "fallback: every timed call of addmm was switched out by the OS: ATen"
     assert decision_text.speedup_vs_aten("addmm", reason, candidates) is None
     assert decision_text.speedup_vs_aten("t0", "benchmark", candidates[1:]) is None  # no ATen timed
+
+
+def test_a_template_is_compared_with_the_fastest_aten_choice_not_the_first():
+    """mm 1.0, the packed GEMM 0.93, a template 0.90 at 5%: 0.90 * 1.05 >= 0.93, so ATen serves."""
+    winner, reason = pick(aten(1.0, name="mm"), aten(0.93, name="packed", packed=True), template("t0", 0.90))
+    assert winner == "packed" and reason == "template within margin 5% of ATen"
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_times = st.floats(min_value=0.01, max_value=10.0, allow_nan=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(aten_ms=st.lists(_times, min_size=1, max_size=4),
+       ratios=st.lists(st.floats(min_value=0.8, max_value=1.2, allow_nan=False), min_size=1, max_size=4),
+       margin=st.sampled_from([0.0, 0.02, 0.05, 0.1]))
+def test_a_template_serves_only_when_it_beats_every_aten_choice_by_the_margin(aten_ms, ratios, margin):
+    """The rule's definition, over several ATen choices in any order (unwarmed timings, no default,
+    none packed), with templates timed near the fastest ATen choice, where the margin decides: a
+    template serves exactly when the fastest template beats the fastest ATen choice by the margin;
+    otherwise the fastest ATen choice serves."""
+    fastest_aten = min(aten_ms)
+    template_ms = [fastest_aten * r for r in ratios]
+    atens = [aten(t, name=f"a{i}") for i, t in enumerate(aten_ms)]
+    templates = [template(f"t{i}", t) for i, t in enumerate(template_ms)]
+    winner, _ = pick(*atens, *templates, margin=margin)
+    fastest_template = min(template_ms)
+    if fastest_template * (1 + margin) < fastest_aten:
+        assert winner.startswith("t") and template_ms[int(winner[1:])] == fastest_template
+    else:
+        assert winner.startswith("a") and aten_ms[int(winner[1:])] == fastest_aten

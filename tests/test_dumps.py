@@ -234,3 +234,17 @@ def test_device_codegen_kernels_are_found_through_their_own_description(monkeypa
     entries = dumps.write(tmp_path, "g0", code, graph, [])
     assert (tmp_path / "g0" / "metal_k0.metal").read_text().startswith("kernel void k0")
     assert {e["kernel"] for e in entries} >= {"metal_k0"}
+
+
+def test_a_decision_no_kernel_or_provenance_names_is_still_indexed(tmp_path):
+    """A graph served from Inductor's FX graph cache has no provenance: each of its decisions is
+    indexed on its own, as an ATen call, with its node, op and decision."""
+    gm = torch.fx.symbolic_trace(torch.nn.Identity())
+    decision = types.SimpleNamespace(node="addmm_1", op="addmm", winner="bias_addmm", reason="cache",
+                                     problem={"op": "addmm"}, candidates=[])
+    entries = dumps.write(tmp_path, "graph001_inference", "def call(args):\n    pass\n", gm, [decision], {})
+    (entry,) = entries
+    assert entry["kernel"] == "bias_addmm" and entry["template"] == "aten" and entry["fx_nodes"] == ["addmm_1"]
+    assert entry["aten_ops"] == ["addmm"] and entry["decision"]["reason"] == "cache"
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert [k["kernel"] for k in index["kernels"]] == ["bias_addmm"]

@@ -151,3 +151,17 @@ def test_high_precision_compiles_tf32_with_tf32_error(compiled: dict) -> None:
     assert all(p["fp32_precision"] == "tf32" for p in run["problems"])
     default_digests = {k["digest"] for k in compiled["default"]["keys"]}
     assert not default_digests & {k["digest"] for k in run["keys"]}  # no cached winner is shared
+
+
+@pytest.mark.parametrize("op", ["mm", "bmm", "addmm"])
+def test_every_fp32_gemm_keys_its_decision_on_the_matmul_precision(op):
+    """bmm as much as mm: a batched fp32 GEMM runs TF32 or IEEE as torch says, so its key and its
+    dump must say which (a bmm decided under one precision must not serve the other)."""
+    saved = torch.backends.cuda.matmul.fp32_precision
+    try:
+        for setting, want in (("tf32", "tf32"), ("ieee", "ieee")):
+            torch.backends.cuda.matmul.fp32_precision = setting
+            assert ops.problem_fp32_precision(op, ("float32", "float32")) == want
+        assert ops.problem_fp32_precision(op, ("bfloat16", "bfloat16")) == ""
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = saved
