@@ -18,7 +18,8 @@ from inductor_ext import codegen as codegens
 from inductor_ext import dumps, presets, targets, tracing
 from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
-from inductor_ext.lowering import frozen_params, install
+from inductor_ext.autotune import cache_layers
+from inductor_ext.lowering import ext_choices, frozen_params, install
 from inductor_ext.lowering.ext_choices import ExtChoices, decisions
 from inductor_ext.runtime.interpret import enable_triton_interpreter
 
@@ -128,6 +129,8 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
     codegen = device_codegen(config)
     with contextlib.ExitStack() as stack, V.set_choices_handler(ExtChoices(config)):
         stack.enter_context(install.compile_context(config))
+        # the FX graph cache's key holds only the cache entries a graph of these sizes could use
+        stack.enter_context(cache_layers.graph_scope(ext_choices.graph_dims(gm, example_inputs)))
         if codegen is not None:
             stack.enter_context(codegen.install(config))
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)

@@ -207,7 +207,8 @@ def test_json_is_bounded_before_it_is_parsed():
 
 def test_an_edited_winner_recompiles_in_a_process_sharing_the_inductor_cache(built, tmp_path):
     """The same created, the same count, re-imported at the same path: the old key held
-    count/total(created)/max(rowid) and saw none of it."""
+    count/total(created)/max(rowid) and saw none of it. And nothing else recompiles: an entry
+    for sizes the graph does not have leaves its key as it was."""
     (entry,) = AutotuneCache(built["db"], mode="read").entries() if len(built["decisions"]) == 1 else pytest.fail(
         f"the layer makes {len(built['decisions'])} decisions; this test edits one")
     aten = [c["name"] for c in entry.candidates if c["policy"] is None and c["time_us"] is not None]
@@ -219,13 +220,20 @@ def test_an_edited_winner_recompiles_in_a_process_sharing_the_inductor_cache(bui
     first = _script("cache-only", "--shared-inductor-cache", str(shipped), env=env)
     again = _script("cache-only", "--shared-inductor-cache", str(shipped), env=env)
     assert first["decisions"] and again["decisions"] == []  # unchanged file: the FX cache serves the graph
+    from inductor_ext.autotune import cache_transfer
+
+    # an entry for sizes this graph has none of (another model's), added: nothing to recompile
+    unrelated = Entry(ProblemKey(**{**entry.key.__dict__, "shapes": ((7, 40), (40, 9)), "strides": ((40, 1), (9, 1))}),
+                      winner="aten", config={"name": "mm"}, winner_time_us=1.0)
+    shipped.unlink()
+    cache_transfer.write_cache([entry, unrelated], shipped)
+    unchanged = _script("cache-only", "--shared-inductor-cache", str(shipped), env=env)
+    assert unchanged["decisions"] == [], unchanged
     edited = Entry(entry.key, winner="aten", config={"name": other}, winner_time_us=entry.winner_time_us,
                    aten_time_us=entry.aten_time_us, candidates=entry.candidates, reason=entry.reason,
                    created=entry.created)
     shipped.unlink()
-    from inductor_ext.autotune import cache_transfer
-
-    cache_transfer.write_cache([edited], shipped)
+    cache_transfer.write_cache([edited, unrelated], shipped)
     after = _script("cache-only", "--shared-inductor-cache", str(shipped), env=env)
     assert [(d["winner"], d["reason"]) for d in after["decisions"]] == [(other, "cache")], after
 
@@ -464,3 +472,22 @@ def test_a_layer_never_answers_for_another_key_under_the_same_digest(tmp_path):
     layer = cache_layers.Layer(tmp_path / "c.db", {other.digest(): entry}, "d", 0)
     assert layer.get(other) is None and cache_layers.Layer(tmp_path, {entry.key.digest(): entry}, "d", 0).get(
         entry.key) == entry
+
+
+def test_a_scoped_digest_sees_only_entries_of_the_graphs_sizes(tmp_path, monkeypatch):
+    monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path / "user"))
+    layer = tmp_path / "l" / "c.db"
+    layer.parent.mkdir()
+    _put(layer, "mm")
+    sources = cache_layers.DecisionSources((str(layer),), times=False)
+    dims = frozenset({2, 24, 16})
+    before = sources.digest(dims), sources.digest()
+    with AutotuneCache(tmp_path / "user" / "autotune.db") as mine:  # another model's decision, in the user's cache
+        mine.put(Entry(_key(shapes=((7, 40), (40, 9)), strides=((40, 1), (9, 1))), winner="aten", winner_time_us=1.0))
+    sources = cache_layers.DecisionSources((str(layer),), times=False)
+    assert sources.digest(dims) == before[0] and sources.digest() != before[1]
+    with AutotuneCache(tmp_path / "user" / "autotune.db") as mine:  # one of this graph's sizes: in scope
+        mine.put(Entry(_key(m=24), winner="aten", winner_time_us=1.0))
+    assert cache_layers.DecisionSources((str(layer),), times=False).digest(dims) != before[0]
+    dynamic = _key(m=5, dynamic=((0,), ()))  # a dynamic problem's entry is always in scope
+    assert cache_layers.in_scope(dynamic, dims) and not cache_layers.in_scope(_key(m=5), dims)

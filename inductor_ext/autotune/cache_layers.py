@@ -13,28 +13,67 @@ One named file is the user's own writable cache instead of a layer when the comp
 else may write to it, and so does the file when it exists. That is how ``tune build`` and a
 project's own cache file work; a file in a read-only or shared folder is always a layer.
 
-The key of a compiled graph holds ``DecisionSources.digest()``: the exact content of every
-layer and of the user's cache, so any edit that could change a served decision recompiles.
+The key of a compiled graph holds ``DecisionSources.digest(dims)``: the exact content of every
+entry, in every layer and in the user's cache, that the graph could be served from, so any edit
+that could change a served decision recompiles, and an entry for other sizes (another model's,
+added or edited) does not. Which entries a graph could use is known before it is lowered only
+approximately, so the scope is a superset: ``dims``, every size of every tensor in the graph
+Inductor is about to compile (``graph_scope``); an entry is in scope when each size in its key is
+one of them (a decision's inputs are views of the graph's tensors), and every entry of a dynamic
+problem is. Outside a graph's compile (AOTAutograd's cache key) the scope is every entry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
 import os
 import stat
 import threading
 import warnings
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from inductor_ext.autotune.cache import (AutotuneCache, AutotuneCacheWarning, CacheFileError, default_cache_path,
                                          folder_problem, read_rows, rows_digest)
-from inductor_ext.autotune.cache_entry import Entry, ProblemKey
+from inductor_ext.autotune.cache_entry import BadRow, Entry, ProblemKey, decode_row
+from inductor_ext.templates.allowed import InvalidField
 
-__all__ = ["DecisionSources", "Layer", "load_layer", "own_writable"]
+__all__ = ["DecisionSources", "Layer", "current_scope", "graph_scope", "in_scope", "load_layer", "own_writable"]
 
 log = logging.getLogger("inductor_ext.autotune")
+
+
+_graph_dims: ContextVar[frozenset[int] | None] = ContextVar("inductor_ext_graph_dims", default=None)
+
+
+@contextlib.contextmanager
+def graph_scope(dims: frozenset[int] | None) -> Iterator[None]:
+    """Within this block, a key's digest covers only the entries whose sizes are all in ``dims``."""
+    token = _graph_dims.set(dims)
+    try:
+        yield
+    finally:
+        _graph_dims.reset(token)
+
+
+def current_scope() -> frozenset[int] | None:
+    return _graph_dims.get()
+
+
+def in_scope(key: ProblemKey, dims: frozenset[int] | None) -> bool:
+    """Whether a graph whose tensors have the sizes ``dims`` could be served ``key``'s entry."""
+    return dims is None or bool(key.dynamic) or all(d in dims for shape in key.shapes for d in shape)
+
+
+def entries_digest(entries: Iterable[Entry]) -> str:
+    """A digest of exactly what ``entries`` would serve, in any order."""
+    texts = sorted(json.dumps(e.to_dict(), sort_keys=True, separators=(",", ":")) for e in entries)
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -50,6 +89,12 @@ class Layer:
     def get(self, key: ProblemKey) -> Entry | None:
         entry = self.entries.get(key.digest())
         return entry if entry is not None and entry.key == key else None
+
+    def scoped_digest(self, dims: frozenset[int] | None) -> str:
+        """The whole file's rows with no scope, else the usable entries in scope."""
+        if dims is None:
+            return self.digest
+        return entries_digest(e for e in self.entries.values() if in_scope(e.key, dims))
 
 
 _Signature = tuple[tuple[int, ...], ...]
@@ -142,6 +187,21 @@ def writable_cache(path: Path) -> AutotuneCache:
         return cache
 
 
+_decoded: dict[tuple, Entry | None] = {}  # rows of the user's cache, decoded once per process
+
+
+def _usable(row: tuple) -> Entry | None:
+    """``row`` as the entry it serves, or None where the validator refuses it (a lookup says why)."""
+    if row not in _decoded:
+        if len(_decoded) > 100_000:
+            _decoded.clear()
+        try:
+            _decoded[row] = decode_row(*row)
+        except (BadRow, InvalidField):
+            _decoded[row] = None
+    return _decoded[row]
+
+
 class DecisionSources:
     """The layers (in order) and the user's writable cache of one compile."""
 
@@ -168,8 +228,11 @@ class DecisionSources:
     def put(self, entry: Entry) -> None:
         self.writable.put(entry)
 
-    def digest(self) -> str:
-        """The exact content of every source, in order: a compiled graph's key holds it."""
-        parts = [f"{layer.path}={layer.digest}" for layer in self.layers]
-        parts.append(f"{self.writable.path}={self.writable.state()}")
+    def digest(self, dims: frozenset[int] | None = None) -> str:
+        """The exact content of every source, in order, that a graph whose tensors have the sizes
+        ``dims`` could be served from (every entry when None): a compiled graph's key holds it."""
+        parts = [f"{layer.path}={layer.scoped_digest(dims)}" for layer in self.layers]
+        mine = self.writable.state() if dims is None else entries_digest(
+            e for e in map(_usable, self.writable._all_rows()) if e is not None and in_scope(e.key, dims))
+        parts.append(f"{self.writable.path}={mine}")
         return hashlib.sha256("|".join(parts).encode()).hexdigest()

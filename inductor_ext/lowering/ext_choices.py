@@ -26,6 +26,7 @@ from inductor_ext import targets
 from inductor_ext.autotune import decide, decision_text, pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey
 from inductor_ext.autotune.cache_entry import MAX_TEXT
+from inductor_ext.autotune import cache_layers
 from inductor_ext.autotune.cache_layers import DecisionSources
 from inductor_ext.config import ExtConfig
 from inductor_ext.kernels import decode_attention as decode_attention_kernel
@@ -114,8 +115,8 @@ class ExtChoices(InductorChoices):
 
     def uuid(self) -> str:
         parts = [self.config.to_json(), templates_hash(self.config)]
-        if self.config.autotune != "off":  # the graph holds the decisions its caches had, exactly
-            parts.append(self.sources.digest())
+        if self.config.autotune != "off":  # the graph holds the entries it could be served, exactly
+            parts.append(self.sources.digest(cache_layers.current_scope()))
         return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
     def serves(self, op_name: str) -> bool:
@@ -491,6 +492,18 @@ def _record(choice: Any, time_ms: float, decision: Decision | None) -> decide.Ca
     candidate = decision.candidates[i]
     return decide.Candidate(choice.name, time_ms, cold_timing.warm_ms(choice), candidate["kind"], candidate["family"],
                             bool(candidate.get("default")), packed, cold_timing.disturbed(choice))
+
+
+def graph_dims(gm: torch.fx.GraphModule, example_inputs: Any) -> frozenset[int]:
+    """Every static size of every tensor in ``gm`` and its inputs: the scope of the cache entries
+    its key holds (``cache_layers.graph_scope``)."""
+    tensors = [node.meta.get("val") for node in gm.graph.nodes] + list(example_inputs)
+    dims = set()
+    for value in tensors:
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(t, torch.Tensor):
+                dims.update(d for d in t.shape if isinstance(d, int))
+    return frozenset(dims)
 
 
 def choices_factory(config: ExtConfig) -> Callable[[], ExtChoices]:
