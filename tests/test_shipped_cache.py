@@ -244,10 +244,14 @@ def test_sources_digest_moves_with_any_row_edit_and_only_then(built, tmp_path):
     shutil.copy(built["db"], shipped)
     digests = [cache_layers.DecisionSources((str(shipped),), times=False).digest() for _ in range(2)]
     assert digests[0] == digests[1]
+    before = shipped.stat()
     with sqlite3.connect(shipped) as conn:  # a winner edited in place: same count, created and rowid
         conn.execute("UPDATE entries SET entry_json = replace(entry_json, '\"reason\":\"benchmark\"', "
                      "'\"reason\":\"cache\"')")
     conn.close()
+    # as on a file system with coarse timestamps (CI's): same inode, size and mtime as before the edit
+    os.utime(shipped, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (shipped.stat().st_ino, shipped.stat().st_size) == (before.st_ino, before.st_size)
     assert cache_layers.DecisionSources((str(shipped),), times=False).digest() != digests[0]
 
 

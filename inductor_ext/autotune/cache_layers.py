@@ -97,22 +97,27 @@ class Layer:
         return entries_digest(e for e in self.entries.values() if in_scope(e.key, dims))
 
 
-_Signature = tuple[tuple[int, ...], ...]
+_Signature = tuple[bytes, ...]
 _layers: dict[str, tuple[_Signature | None, Layer | None]] = {}  # by path: read once per version of the file
 _lock = threading.Lock()
 
 
 def _signature(path: Path) -> _Signature | None:
-    """What changes when the file (or its ``-wal``) is replaced or written: a re-read is due."""
+    """The bytes of the file and its ``-wal``, hashed: a re-read is due when they change. Not their
+    stat: a row edited in place (WAL checkpointed, same size) within the file system's timestamp
+    granularity leaves inode, size and mtime as they were (CI saw it)."""
     sig = []
     for p in (path, path.with_name(path.name + "-wal")):
         try:
-            st = p.stat()
+            if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block the read; SQLite refuses it
+                sig.append(repr(p.stat()).encode())
+                continue
+            with open(p, "rb") as f:
+                sig.append(hashlib.file_digest(f, "blake2b").digest())
         except OSError:
             if p == path:
                 return None
-            continue
-        sig.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+            sig.append(b"")
     return tuple(sig)
 
 
