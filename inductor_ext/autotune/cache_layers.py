@@ -210,8 +210,13 @@ def _usable(row: tuple) -> Entry | None:
 class DecisionSources:
     """The layers (in order) and the user's writable cache of one compile."""
 
-    def __init__(self, named: tuple[str, ...], times: bool) -> None:
-        if len(named) == 1 and times and own_writable(Path(named[0])):
+    def __init__(self, named: tuple[str, ...], times: bool, *, cached: bool = True) -> None:
+        if not cached:  # Inductor's caches are off (TORCHINDUCTOR_FORCE_DISABLE_CACHES): ours too
+            self.layers = []
+            self.writable = AutotuneCache(":memory:")
+            log.info("inductor_ext autotune cache: not read or written, Inductor's caches are disabled "
+                     "(force_disable_caches); every decision is made afresh")
+        elif len(named) == 1 and times and own_writable(Path(named[0])):
             self.layers: list[Layer] = []
             self.writable = writable_cache(Path(named[0]))
         else:

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 import torch
+from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
 from torch._inductor.select_algorithm import ExternKernelCaller, ExternKernelChoice
 from torch._inductor.virtualized import V
@@ -95,7 +96,8 @@ def sources_for(config: ExtConfig) -> DecisionSources:
     then the user's own cache) and written (the user's cache): ``autotune/cache_layers.py``."""
     named = config.autotune_cache
     paths = () if named is None else (named,) if isinstance(named, str) else tuple(named)
-    return DecisionSources(paths, times=config.autotune in ("quick", "full"))
+    return DecisionSources(paths, times=config.autotune in ("quick", "full"),
+                           cached=not inductor_config.force_disable_caches)
 
 
 def cache_for(config: ExtConfig) -> AutotuneCache:
