@@ -32,6 +32,29 @@ class NothingTuned(RuntimeError):
     """A build that cached no decision: the message says why and what to do."""
 
 
+class BadValue(ValueError):
+    """An argument no build accepts (a dtype, a shape, a preset, a mix of flags): a usage
+    mistake, where other ValueErrors here are a model or file that could not be used."""
+
+
+class ModelFailed(RuntimeError):
+    """The user's code raised (importing the model's file, its factory, its inputs function, or
+    the model run eagerly on the inputs): one line naming what raised and the exception."""
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or "(no message)"
+    return f"{type(e).__name__}: {text[:300]}{'...' if len(text) > 300 else ''}"
+
+
+def _user_call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: the user's code, whose exception becomes one line naming ``what`` ran."""
+    try:
+        return fn(*args)
+    except Exception as e:  # anything the user's code raises is theirs to read, in one line
+        raise ModelFailed(f"{what} raised {_one_line(e)}") from e
+
+
 def load_callable(spec: str) -> Callable[..., Any]:
     """``module:attr`` (importable, or a module in the working directory, as uvicorn and flask
     take it) or ``path/to/file.py:attr`` -> the attribute; ValueError with one line otherwise."""
@@ -52,6 +75,8 @@ def load_callable(spec: str) -> Callable[..., Any]:
         except ModuleNotFoundError as e:
             raise ValueError(f"{spec}: no module named {e.name!r} (from {os.getcwd()}; is it installed, "
                              "or a .py file in this folder?)") from None
+        except SyntaxError as e:
+            raise ModelFailed(f"{target}: {_syntax(e)}") from None
         except AttributeError:
             module = importlib.import_module(target)
             raise ValueError(f"{target} has no {attr!r} (it defines: {_public_names(module)})") from None
@@ -69,8 +94,18 @@ def _module_from_file(path: Path) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise ModelFailed(f"{path}: {_syntax(e)}") from None
+    except Exception as e:  # the file's own top-level code raised
+        raise ModelFailed(f"importing {path} raised {_one_line(e)}") from e
     return module
+
+
+def _syntax(e: SyntaxError) -> str:
+    where = f"{Path(e.filename).name}:{e.lineno}" if e.filename else f"line {e.lineno}"
+    return f"syntax error at {where}: {e.msg}"
 
 
 def _public_names(module: ModuleType) -> str:
@@ -85,7 +120,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(d) for d in text.lower().split("x"))
     except ValueError:
-        raise ValueError(f"shape {text!r} is not like 4x64x256") from None
+        raise BadValue(f"shape {text!r} is not like 4x64x256") from None
 
 
 @contextlib.contextmanager
@@ -128,31 +163,33 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
     out = Path(out)
     cache_transfer.check_output(out, update)
     if dtype is not None and dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        raise BadValue(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if preset not in (None, "auto"):
         from inductor_ext import presets
 
         if preset not in presets.PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; valid presets: auto, {', '.join(presets.PRESETS)}")
+            raise BadValue(f"unknown preset {preset!r}; valid presets: auto, {', '.join(presets.PRESETS)}")
     if interpret and preset in (None, "auto", "cpu"):
-        raise ValueError("interpret mode runs a GPU preset's kernels on CPU tensors: give that preset, "
+        raise BadValue("interpret mode runs a GPU preset's kernels on CPU tensors: give that preset, "
                          "e.g. --preset hopper (the cpu preset's own kernels need no interpreter)")
     if not inputs_spec and not shapes:
-        raise ValueError("give --inputs MODULE:FN or --shapes, e.g. --shapes 1x16x64 8x16x64")
+        raise BadValue("give --inputs MODULE:FN or --shapes, e.g. --shapes 1x16x64 8x16x64")
     make_model = load_callable(model_spec)
     make_inputs = load_callable(inputs_spec) if inputs_spec else None
     sizes = [parse_shape(s) for s in shapes]
-    model = make_model()
+    model = _user_call(model_spec, make_model)
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"{model_spec} returned a {type(model).__name__}, not a torch.nn.Module")
     if make_inputs is not None:
-        input_sets = [tuple(make_inputs())]
+        input_sets = [_input_set(inputs_spec, _user_call(inputs_spec, make_inputs))]
     else:
         param = next((p for p in model.parameters() if p.is_floating_point()), None)
         device = param.device if param is not None else torch.device("cpu")
         # inputs of the parameters' dtype: fp32 inputs to a bf16 model would fail in its first GEMM
         kind = DTYPES[dtype] if dtype else (param.dtype if param is not None else torch.float32)
         input_sets = [(torch.randn(size, device=device, dtype=kind),) for size in sizes]
+    for inputs in input_sets:  # eagerly first: a shape the model refuses is one line, not a compile's traceback
+        _runs_eagerly(model, inputs, from_shapes=make_inputs is None)
     base: dict[str, Any] = {"interpret": interpret} if interpret else {}
     if preset:
         base["preset"] = preset
@@ -178,6 +215,28 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
             raise NothingTuned(_why_nothing(ext_choices.decisions[first:], base, out))
         cache_transfer.write_cache(entries, out)  # the file alone is the whole cache, ready to copy
     return AutotuneCache(out, mode="read")
+
+
+def _input_set(spec: str, made: Any) -> tuple[Any, ...]:
+    """What ``--inputs`` returned as the model's positional arguments: a tuple or list of them,
+    or one tensor (the model's only input)."""
+    if isinstance(made, torch.Tensor):
+        return (made,)
+    if isinstance(made, (tuple, list)):
+        return tuple(made)
+    raise ValueError(f"{spec} returned a {type(made).__name__}; return the model's inputs as a tuple "
+                     "(or one tensor)")
+
+
+def _runs_eagerly(model: torch.nn.Module, inputs: tuple[Any, ...], from_shapes: bool) -> None:
+    shapes = ", ".join("x".join(map(str, t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+                       for t in inputs)
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    except Exception as e:  # the user's model refused these inputs: say which, in one line
+        message = f"the model does not run on inputs of shape {shapes}: {_one_line(e)}"
+        raise (BadValue(f"--shapes: {message}") if from_shapes else ModelFailed(message)) from e
 
 
 def _why_nothing(decisions: Sequence[Any], base: dict[str, Any], out: str | os.PathLike) -> str:

@@ -141,8 +141,11 @@ def test_demo_on_a_device_that_is_not_here_is_one_line(capsys, device):
 
 
 def test_shapes_inputs_take_the_model_dtype_or_dtype(tmp_path, capsys, monkeypatch):
-    (tmp_path / "bfmodel.py").write_text("import torch\n\ndef make():\n"
-                                         "    return torch.nn.Linear(16, 16).to(torch.bfloat16)\n")
+    (tmp_path / "bfmodel.py").write_text(  # a bf16 model that takes inputs of any float dtype
+        "import torch\n\nclass M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(16, 16).to(torch.bfloat16)\n\n"
+        "    def forward(self, x):\n        return self.lin(x.to(torch.bfloat16))\n\n"
+        "def make():\n    return M()\n")
     monkeypatch.chdir(tmp_path)
     seen = []
     monkeypatch.setattr(tune, "_compile_and_run", lambda model, inputs, options, train: seen.append(inputs[0].dtype))
@@ -202,3 +205,54 @@ def test_doctor_says_which_presets_can_compile_run_and_verify(capsys):
 def test_export_into_a_missing_folder_is_one_line(cache_db, tmp_path, capsys):
     code, _, err = _run(capsys, "tune", "export", str(cache_db), "-o", str(tmp_path / "no-dir" / "c.json"))
     assert code == 1 and "no folder" in _one_line(err) and not (tmp_path / "no-dir").exists()
+
+
+# Issue 47 item 3: a model file or factory that fails, inputs of the wrong kind or shapes the model
+# refuses end in one line (1: the user's code failed; 2: a value no build accepts), before a compile.
+_MODEL_FILES = {
+    "syntax": "def make(:\n",
+    "raises_on_import": "raise ImportError('the model needs a package that is missing')\n",
+    "factory_raises": "def make():\n    raise RuntimeError('boom in the factory')\n",
+    "linear": ("import torch\n\ndef make():\n    return torch.nn.Linear(64, 32)\n\n"
+               "def number():\n    return 3\n\ndef raises():\n    raise ValueError('no inputs today')\n"),
+}
+
+
+@pytest.mark.parametrize("model, extra, code, says", [
+    ("syntax:make", ["--shapes", "2x64"], 1, "syntax error at m_syntax.py:1: invalid syntax"),
+    ("raises_on_import:make", ["--shapes", "2x64"], 1, "raised ImportError: the model needs a package that is missing"),
+    ("factory_raises:make", ["--shapes", "2x64"], 1, "factory_raises.py:make raised RuntimeError: boom in the factory"),
+    ("linear:make", ["--inputs", "linear:number"], 1, "returned a int; return the model's inputs as a tuple"),
+    ("linear:make", ["--inputs", "linear:raises"], 1, "linear.py:raises raised ValueError: no inputs today"),
+    ("linear:make", ["--shapes", "4x65"], 2, "--shapes: the model does not run on inputs of shape 4x65"),
+    ("linear:make", ["--shapes", "1x63"], 2, "mat1 and mat2 shapes cannot be multiplied (1x63 and 64x32)"),
+    ("linear:make", ["--shapes", "4x6y"], 2, "shape '4x6y' is not like 4x64x256"),
+    ("linear:make", ["--shapes", "2x64", "--dtype", "fp8"], 2, "invalid choice: 'fp8'"),
+])
+def test_tune_build_model_mistakes_are_one_line_before_any_compile(tmp_path, capsys, model, extra, code, says):
+    name, _, fn = model.partition(":")
+    path = tmp_path / f"m_{name}.py"  # a name of its own: the file is imported under its stem
+    path.write_text(_MODEL_FILES[name])
+    extra = [f"{path}:{a.partition(':')[2]}" if a.startswith("linear:") else a for a in extra]
+    out = tmp_path / "out.db"
+    got, _, err = _run(capsys, "tune", "build", "--model", f"{path}:{fn}", *extra, "-o", str(out))
+    says = says.replace("factory_raises.py", str(path)).replace("linear.py", str(path))
+    said = [line for line in err.splitlines() if line.startswith("inductor-ext tune build")]  # after any usage
+    assert got == code and len(said) == 1 and says in said[0], err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_inputs_may_be_one_tensor_or_a_tuple_of_them():
+    import torch
+
+    x = torch.ones(2)
+    assert tune._input_set("m:f", x) == (x,)
+    assert tune._input_set("m:f", [x, x]) == (x, x)
+    with pytest.raises(ValueError, match=r"m:f returned a dict; return the model's inputs as a tuple"):
+        tune._input_set("m:f", {"x": x})
+
+
+def test_presets_show_takes_json(capsys):
+    code, out, err = _run(capsys, "presets", "show", "cpu", "--json")
+    assert code == 0 and json.loads(out)["preset"] == "cpu", err

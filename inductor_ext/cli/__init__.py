@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = actions.add_parser("show", help="one preset resolved, with the Inductor patches it implies (JSON)")
     show.add_argument("name", nargs="?", default="auto",
                       help="a preset name (see `inductor-ext presets`), or auto: the one this machine gets")
+    show.add_argument("--json", action="store_true", help="print it as JSON (what show prints in any case)")
 
     d = sub.add_parser("dumps", help="read kernel dumps written with options={'dump_dir': PATH}")
     d_actions = d.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -99,7 +99,9 @@ def _build(args: argparse.Namespace) -> int:
         cache = tune.build(args.model, args.output, inputs_spec=args.inputs, shapes=args.shapes or (),
                            dtype=args.dtype, preset=args.preset, interpret=args.interpret, train=args.train,
                            update=args.update)
-    except tune.NothingTuned as e:
+    except tune.BadValue as e:
+        raise UsageError(str(e)) from None
+    except (tune.NothingTuned, tune.ModelFailed) as e:
         raise CliError(str(e)) from None
     print(tune.format_entries(cache))
     return 0
