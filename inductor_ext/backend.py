@@ -45,7 +45,10 @@ def resolve_config(example_inputs: Sequence[Any], options: dict[str, Any] | None
                                  f"({', '.join(list_mode_options())}) or a preset ({', '.join(presets.PRESETS)})")
     if "dump_dir" not in options and os.environ.get("INDUCTOR_EXT_DUMP_DIR"):
         options["dump_dir"] = os.environ["INDUCTOR_EXT_DUMP_DIR"]
-    return presets.resolve(options, example_inputs), mode_patches
+    config = presets.resolve(options, example_inputs)
+    if config.dump_dir and (problem := dumps.dump_dir_problem(config.dump_dir)) is not None:
+        raise ExtOptionError(f"options['dump_dir'] = {config.dump_dir!r}: {problem}; give a folder you can write")
+    return config, mode_patches
 
 
 def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,

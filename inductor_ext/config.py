@@ -15,6 +15,8 @@ import difflib
 import json
 import math
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -106,15 +108,44 @@ def _inductor_patches(key: str, value: Any) -> dict[str, Any]:
         raise ExtOptionError(f"options[{key!r}] = {value!r}: expected a dict of torch._inductor.config keys")
     from torch._inductor import config as inductor_config
 
-    valid = inductor_config.get_config_copy().keys()
-    for name in value:
+    current = inductor_config.get_config_copy()
+    for name, setting in value.items():
         if not isinstance(name, str):
             raise ExtOptionError(f"options[{key!r}] has key {name!r}: Inductor config keys are strings")
-        if name not in valid:
-            close = difflib.get_close_matches(name, valid, n=1)
+        if name not in current:
+            close = difflib.get_close_matches(name, current.keys(), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ExtOptionError(f"options[{key!r}] has unknown Inductor config key {name!r}{hint}")
+        allowed_here = _allowed(inductor_config._config[name].value_type)
+        if allowed_here is not None and not allowed_here[0](setting):
+            raise ExtOptionError(f"options[{key!r}][{name!r}] = {setting!r}: Inductor's {name} takes {allowed_here[1]}")
     return dict(value)
+
+
+# Inductor never checks a patch's type: a flag given "yes" is truthy whatever the user meant. The
+# declared type of each setting (its ``value_type``) is checked where it is a plain scalar, an
+# Optional one or a Literal of strings; any other declared type is left to Inductor.
+_SCALARS: dict[Any, tuple[Callable[[Any], bool], str]] = {
+    bool: (lambda v: type(v) is bool, "True or False"),
+    int: (lambda v: type(v) is int, "an integer"),
+    float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    str: (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def _allowed(value_type: Any) -> tuple[Callable[[Any], bool], str] | None:
+    """(test, words) for values of ``value_type``, or None where it is not checked here."""
+    if value_type in _SCALARS:
+        return _SCALARS[value_type]
+    if typing.get_origin(value_type) is typing.Literal and all(isinstance(a, str) for a in typing.get_args(value_type)):
+        choices = typing.get_args(value_type)
+        return (lambda v: v in choices), f"one of {', '.join(map(repr, choices))}"
+    args = typing.get_args(value_type)
+    if isinstance(value_type, types.UnionType) and len(args) == 2 and type(None) in args:
+        inner = _allowed(next(a for a in args if a is not type(None)))
+        if inner is not None:
+            return (lambda v: v is None or inner[0](v)), f"{inner[1]} or None"
+    return None
 
 
 def _preset_name(key: str, value: Any) -> str:

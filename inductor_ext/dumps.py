@@ -274,6 +274,20 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
     return entries
 
 
+def dump_dir_problem(dump_dir: str | os.PathLike) -> str | None:
+    """Why ``dump_dir`` cannot take dumps (None when it can), checked before a compile starts: a
+    dump that fails only once its graph is compiled would lose that compile's work."""
+    place = Path(dump_dir).expanduser()
+    if place.exists() and not place.is_dir():
+        return f"{place} is a file, not a folder"
+    existing = next(p for p in (place, *place.parents) if p.exists())  # the root always exists
+    if not existing.is_dir():
+        return f"{existing} is a file, so {place} cannot be a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by you"
+    return None
+
+
 def unsafe_dump_folder(root: Path, folder: Path) -> str | None:
     """Why dumps must not be written under ``root`` (None when they may): ``root`` and ``folder``
     are created 0700 where missing; an existing one must be the user's, and neither may hold a

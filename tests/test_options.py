@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -523,3 +524,35 @@ def test_every_pass_in_the_package_has_its_entry_point():
 
 def _subclasses(cls: type) -> list[type]:
     return [c for s in cls.__subclasses__() for c in (s, *_subclasses(s))]
+
+
+# Issue 47 item 3: values Inductor would take silently, and a dump_dir that could only fail after
+# the whole compile, are refused when the options are read, naming the value and what is allowed.
+@pytest.mark.parametrize("patch, says", [
+    ({"max_autotune": "yes"}, "Inductor's max_autotune takes True or False"),
+    ({"max_autotune": 1}, "Inductor's max_autotune takes True or False"),
+    ({"compile_threads": "2"}, "Inductor's compile_threads takes an integer or None"),
+    ({"mixed_mm_choice": "fast"}, "Inductor's mixed_mm_choice takes one of 'default', 'triton', 'aten', 'heuristic'"),
+])
+def test_inductor_patches_of_the_wrong_type_are_refused(patch, says):
+    with pytest.raises(ExtOptionError, match=re.escape(says)):
+        presets.resolve({"inductor": patch})
+
+
+@pytest.mark.parametrize("patch", [{"max_autotune": True}, {"compile_threads": None}, {"compile_threads": 2},
+                                   {"mixed_mm_choice": "aten"}, {"max_autotune_gemm_backends": "ATEN,CPP"},
+                                   {"post_grad_fusion_options": {}}])
+def test_inductor_patches_of_the_declared_type_pass(patch):
+    assert presets.resolve({"inductor": patch}).inductor == patch
+
+
+def test_a_dump_dir_that_cannot_be_a_folder_is_refused_before_the_compile(tmp_path):
+    from inductor_ext import backend
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for bad, says in ((afile, "is a file, not a folder"), (afile / "sub", "is a file, so")):
+        with pytest.raises(ExtOptionError, match=re.escape(says)):
+            backend.resolve_config((), {"dump_dir": str(bad)}, None)
+    assert backend.resolve_config((), {"dump_dir": str(tmp_path / "new" / "dumps")}, None)[0].dump_dir
+    assert not (tmp_path / "new").exists()  # checking creates nothing
