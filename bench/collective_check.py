@@ -32,11 +32,8 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, backend: str, s
 
     from inductor_ext.models.llama import Llama, LlamaConfig
     from inductor_ext.comms_passes.collective_check import agree
-    from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass
     from inductor_ext.comms_passes.fsdp.data_parallel import data_parallel
-    from inductor_ext.lowering.passes import register_pass
 
-    register_pass(CollectiveCheckPass)  # until its entry point is installed
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)

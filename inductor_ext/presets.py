@@ -16,7 +16,7 @@ import torch
 from inductor_ext import codegen as codegens
 from inductor_ext import targets
 from inductor_ext.config import CORE_OPTIONS, OPTIONS, ExtConfig, ExtOptionError, validate_options
-from inductor_ext.lowering.passes import available_passes
+from inductor_ext.lowering.passes import available_passes, unknown_pass
 from inductor_ext.templates import registry
 
 PRESETS: dict[str, dict[str, Any]] = targets.presets()
@@ -97,11 +97,13 @@ def _without(passes: tuple[str, ...], disabled: tuple[str, ...], preset: str) ->
 
 
 def _check_known(fields: dict[str, Any], preset: str, target: str, passes: dict[str, Any]) -> None:
-    for kind, names, valid in (("pass", fields["passes"], passes),
-                               ("template family", fields["templates"], registry.names())):
-        for n in names:
-            if n not in valid:
-                raise ExtOptionError(f"unknown {kind} {n!r}; available: {', '.join(sorted(valid)) or 'none'}")
+    for n in fields["passes"]:
+        if n not in passes:  # says which exist, where passes are found, and any broken entry point
+            raise ExtOptionError(unknown_pass(n))
+    valid = registry.names()
+    for n in fields["templates"]:
+        if n not in valid:
+            raise ExtOptionError(f"unknown template family {n!r}; available: {', '.join(sorted(valid)) or 'none'}")
     if fields["pdl"] == "force" and not targets.has(target, targets.PDL):
         with_pdl = [n for n, t in targets.all_targets().items() if t.has(targets.PDL)]
         raise ExtOptionError(f"pdl='force' needs an NVIDIA target with programmatic dependent launch "

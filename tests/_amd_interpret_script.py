@@ -23,13 +23,6 @@ from inductor_ext.kernels.norms import rms_norm_reference
 from inductor_ext.kernels.scaled_gemm import scaled_mm_reference
 from inductor_ext.kernels.topk import topk_reference
 from inductor_ext.lowering import ext_choices
-from inductor_ext.lowering.passes import register_pass
-from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
-from inductor_ext.lowering.passes.topk_op import TopkOp
-
-# installed with the package through their entry points; this tree's may not be
-register_pass(RmsNormOp)
-register_pass(TopkOp)
 
 
 def _compile(fn, args, preset: str, family: str):

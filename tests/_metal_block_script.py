@@ -19,11 +19,8 @@ from torch._inductor.utils import run_and_get_code
 from inductor_ext import dumps
 from inductor_ext.lowering import ext_choices
 from inductor_ext.lowering.passes import base as pass_base
-from inductor_ext.lowering.passes import register_pass
-from inductor_ext.lowering.passes.vocab_softmax import VocabSoftmax
 from inductor_ext.models.metal_block import DecoderBlock
 
-register_pass(VocabSoftmax)  # the mps preset names it (an entry point once installed)
 
 METAL_FAMILIES = ["metal.scaled_mm", "metal.linear_gemv", "metal.grouped_mm", "metal.softmax"]
 

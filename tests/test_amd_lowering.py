@@ -30,17 +30,10 @@ from inductor_ext.lowering import ext_choices
 from inductor_ext.lowering.ops import FixedKernelInputs
 from inductor_ext.lowering.ops import rms_norm as rms_norm_lowering
 from inductor_ext.lowering.ops import topk as topk_lowering
-from inductor_ext.lowering.passes import register_pass
-from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
-from inductor_ext.lowering.passes.topk_op import TopkOp
 from inductor_ext.runtime.kernel_source import KernelSource
 from inductor_ext.targets import amd
 from inductor_ext.templates import registry
 from inductor_ext.testing import isa
-
-# the gfx950 preset runs them; installed through their entry points (pyproject.toml)
-register_pass(RmsNormOp)
-register_pass(TopkOp)
 
 ROCM = torch.device("cuda", 0)  # a ROCm GPU is a "cuda" device to torch
 # What a ROCm torch reports for each target (compute capability, warp size), for Inductor's codegen.

@@ -25,9 +25,7 @@ from inductor_ext.comms_passes.collective_check.fingerprint import (
     Collective, GraphCollectives, describe_graph, first_difference, user_frame,
 )
 from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass, insert_check
-from inductor_ext.lowering.passes import build_stages, register_pass
-
-register_pass(CollectiveCheckPass)  # until the entry point is installed (pyproject.toml)
+from inductor_ext.lowering.passes import build_stages
 
 
 @pytest.fixture

@@ -663,10 +663,8 @@ def _dist_worker(rank, world, port, out_dir):
     from torch.distributed.device_mesh import init_device_mesh
 
     from inductor_ext.comms_passes.collective_check import agree, flight_recorder
-    from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass
-    from inductor_ext.lowering.passes import base as pass_base, register_pass
+    from inductor_ext.lowering.passes import base as pass_base
 
-    register_pass(CollectiveCheckPass)  # until the entry point is installed (pyproject.toml)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     summary = {}

@@ -19,13 +19,10 @@ from inductor_ext import presets
 from inductor_ext.kernels import softmax_ops  # noqa: F401  (torch.ops.inductor_ext.softmax)
 from inductor_ext.lowering import ext_choices, ops
 from inductor_ext.lowering.ops import scaled_mm as scaled_mm_v2
-from inductor_ext.lowering.passes import register_pass
-from inductor_ext.lowering.passes.vocab_softmax import VocabSoftmax
 from inductor_ext.testing.metal_cpu import inductor_mps_wrapper, run_inductor_mps
 
 pytestmark = pytest.mark.metal_cpu
 
-register_pass(VocabSoftmax)  # the mps preset names it (an entry point once installed)
 ops.load()  # ext's lowerings (softmax, grouped_mm, scaled_mm v2), as the installer loads them
 
 

@@ -13,13 +13,8 @@ from _pre_grad import pre_grad_graph
 from inductor_ext import presets
 from inductor_ext.kernels.norm_ops import OP, default_eps
 from inductor_ext.kernels.norms import rms_norm_reference
-from inductor_ext.lowering.passes import available_passes, register_pass
+from inductor_ext.lowering.passes import available_passes
 from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
-from inductor_ext.lowering.passes.topk_op import TopkOp
-
-# the package registers them through their entry points (pyproject.toml); the gfx950 preset runs both
-register_pass(RmsNormOp)
-register_pass(TopkOp)
 
 
 def _rewrite(fn, *args, grad: bool = False, **options) -> tuple[torch.fx.GraphModule, int, list]:

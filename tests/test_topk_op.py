@@ -12,13 +12,8 @@ from _pre_grad import pre_grad_graph
 
 from inductor_ext import presets
 from inductor_ext.kernels.topk_ops import OP
-from inductor_ext.lowering.passes import available_passes, register_pass
-from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
+from inductor_ext.lowering.passes import available_passes
 from inductor_ext.lowering.passes.topk_op import TopkOp
-
-# the gfx950 preset runs both; the package registers them through their entry points (pyproject.toml)
-register_pass(RmsNormOp)
-register_pass(TopkOp)
 
 
 def _rewrite(fn, *args, grad: bool = False, **options) -> tuple[torch.fx.GraphModule, int, list]:

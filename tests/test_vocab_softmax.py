@@ -10,10 +10,8 @@ import torch.nn.functional as F
 
 from inductor_ext import presets
 from inductor_ext.kernels import softmax_ops
-from inductor_ext.lowering.passes import register_pass
 from inductor_ext.lowering.passes.vocab_softmax import VocabSoftmax
 
-register_pass(VocabSoftmax)  # the mps preset names it (an entry point once installed)
 OP = torch.ops.inductor_ext.softmax.default
 MPS_CPU = {"preset": "mps", "interpret": True}  # Metal families may serve CPU tensors
 

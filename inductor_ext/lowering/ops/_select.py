@@ -21,9 +21,11 @@ class FixedKernelInputs(KernelInputs):
     """An op's input nodes, scalars and fixed output layout: Inductor's ``KernelInputs`` for an op
     ext lowers itself, so ``ExtChoices.offer`` reads them like Inductor's own."""
 
-    def __init__(self, nodes: list[Any], layout: ir.Layout, scalars: dict[str, Any]) -> None:
+    def __init__(self, nodes: list[Any], layout: ir.Layout, scalars: dict[str, Any],
+                 arg_names: tuple[str, ...] | None = None) -> None:
         super().__init__(nodes, scalars=scalars)
         self._layout = layout
+        self.arg_names = arg_names  # each node's argument name, where the op binds by name (``_spec.TensorArgs``)
 
     def out_dtype(self) -> torch.dtype:
         return self._layout.dtype
@@ -57,12 +59,13 @@ def serves(op: str) -> bool:
     return asks is not None and asks(op)
 
 
-def select(op: str, aten: Any, nodes: list[Any], layout: ir.Layout, scalars: dict[str, Any]) -> tuple[Any, Any]:
+def select(op: str, aten: Any, nodes: list[Any], layout: ir.Layout, scalars: dict[str, Any],
+           names: tuple[str, ...] | None = None) -> tuple[Any, Any]:
     """Inductor's autotuned pick among ``aten`` (ATen's choice, bound to ``nodes`` and ``layout``)
-    and the choices ext's handler adds for ``op`` (``scalars`` as the families read them): the
-    node and the winning choice."""
+    and the choices ext's handler adds for ``op`` (``scalars`` as the families read them; ``names``,
+    each node's argument name, where the op binds them by name): the node and the winning choice."""
     choices = [aten]
     offer = getattr(V.choices, "offer", None)
     if offer is not None:
-        choices = offer(op, FixedKernelInputs(nodes, layout, scalars), choices)
+        choices = offer(op, FixedKernelInputs(nodes, layout, scalars, names), choices)
     return autotune_select_algorithm(op, choices, nodes, layout)

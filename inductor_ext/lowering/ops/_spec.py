@@ -136,3 +136,75 @@ def whole(op: str, kernel_inputs: Any, layout: Any, scalars: dict[str, Any],
     nodes = tuple(kernel_inputs.nodes())
     op_spec = spec(op, nodes, layout, kernel_inputs.device_type, scalars, optional=optional)
     return OpInputs(op_spec, nodes, layout)
+
+
+@dataclass(frozen=True)
+class TensorArgs:
+    """An op's tensor arguments by name, in its signature's order (``("input", "weight", "bias")``),
+    ``optional`` ones allowed to be absent at any position: the named binding an op module declares
+    once and uses on both sides of its lowering, so an absent optional input in the middle (a
+    LayerNorm without weight but with bias) keeps every other input at its own position.
+
+    - the lowering: :meth:`present` turns the call's tensors (None where absent) into the names
+      and nodes every choice takes, which it hands to ``select(..., names=...)``;
+    - the glue (``SPECS``): :func:`named` puts each node's spec at its name's position in
+      ``OpSpec.inputs``, None at an absent one's (what families read);
+    - ATen's choice: :meth:`aten_kwargs`, the absent ones as ``name=None``.
+    """
+
+    names: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [n for n in self.optional if n not in self.names]
+        if unknown or len(set(self.names)) != len(self.names):
+            raise ValueError(f"TensorArgs{self.names}: optional {unknown} not among them, or a name twice")
+
+    def present(self, **tensors: Any) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """The names and tensors given (not None), in signature order; a required one absent, or
+        a name the op does not have, is a ValueError."""
+        extra = set(tensors) - set(self.names)
+        missing = [n for n in self.names if n not in self.optional and tensors.get(n) is None]
+        if extra or missing:
+            raise ValueError(f"tensor arguments {self.names}: unknown {sorted(extra)}, required but absent {missing}")
+        given = [(n, tensors[n]) for n in self.names if tensors.get(n) is not None]
+        return tuple(n for n, _ in given), tuple(t for _, t in given)
+
+    def names_of(self, kernel_inputs: Any) -> tuple[str, ...]:
+        """The names of ``kernel_inputs``' nodes: those its lowering recorded
+        (``FixedKernelInputs.arg_names``), else the first ones of the signature (absent ones last)."""
+        names = getattr(kernel_inputs, "arg_names", None)
+        if names is None:
+            names = self.names[:len(kernel_inputs.nodes())]
+        if [n for n in self.names if n in names] != list(names) or \
+                any(n not in names and n not in self.optional for n in self.names):
+            raise ValueError(f"input names {tuple(names)} do not bind the op's tensor arguments {self.names} "
+                             f"(optional: {self.optional})")
+        return tuple(names)
+
+    def place(self, names: tuple[str, ...], values: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``values`` (one per name in ``names``) at their positions in the signature, None at
+        an absent one's."""
+        by_name = dict(zip(names, values, strict=True))
+        return tuple(by_name.get(n) for n in self.names)
+
+    def aten_kwargs(self, names: tuple[str, ...]) -> dict[str, None]:
+        """What ATen's choice (``OpChoice.bind``, tensors by position) adds for the absent ones:
+        ``{name: None}``. Positional tensors bind only while every absent one comes after every
+        present one; otherwise a ValueError (bind that op's ATen choice through a kernel taking
+        its tensors by name)."""
+        absent = [n for n in self.names if n not in names]
+        if absent and names and self.names.index(absent[0]) < self.names.index(names[-1]):
+            raise ValueError(f"ATen's choice passes tensors by position: {names[-1]!r} would take absent "
+                             f"{absent[0]!r}'s place in {self.names}")
+        return dict.fromkeys(absent)
+
+
+def named(op: str, kernel_inputs: Any, args: TensorArgs, layout: Any, scalars: dict[str, Any]) -> OpInputs:
+    """Like :func:`whole`, with ``OpSpec.inputs`` bound by name (``args``): each input's spec at
+    its position in the op's signature, None where an optional one is absent, wherever it is."""
+    nodes = tuple(kernel_inputs.nodes())
+    inputs = args.place(args.names_of(kernel_inputs), tuple(tensor_spec(n) for n in nodes))
+    base = spec(op, (), layout, kernel_inputs.device_type, scalars)
+    return OpInputs(OpSpec(op, inputs, base.out, scalars, base.device_type), nodes, layout)
+
