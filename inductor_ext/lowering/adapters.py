@@ -137,7 +137,7 @@ def _append_triton(family: Family, choices: list[Any], prepared: Prepared, confi
     triton_template(family.name).maybe_append_choice(
         choices, input_nodes=prepared.inputs, layout=prepared.layout,
         num_stages=config.num_stages, num_warps=config.num_warps,
-        **pdl_consumers.template_launch_kwargs(prepared.problem), **prepared.extra,
+        **(pdl_consumers.template_launch_kwargs(prepared.problem) if family.pdl else {}), **prepared.extra,
         **family.inductor_kwargs(prepared.problem, config, target))
     return choices[-1] if len(choices) > before else None
 

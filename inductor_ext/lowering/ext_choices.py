@@ -152,7 +152,7 @@ class ExtChoices(InductorChoices):
                          family, node, op_name, decision.problem, ready)
                 decision.reason = f"fallback: {ready}"
             else:
-                prepared[family] = self._with_pdl(ready)
+                prepared[family] = self._with_pdl(module, ready)
         if not prepared:
             return self._only(choices, decision, choices[0], decision.reason)
         decision.key = self._key(op_name, kernel_inputs, returned)
@@ -207,18 +207,19 @@ class ExtChoices(InductorChoices):
 
     def _append(self, family: Family, choices: list[Any], ready: Any, config: Any) -> Any | None:
         choice = adapters.append(family, choices, ready, config, self.config.target)
-        if choice is not None and getattr(ready.problem, "use_pdl", False):
+        if choice is not None and family.pdl and ready.problem.use_pdl:
             pdl_consumers.mark(choice)  # so the kernel after it waits (gdc_wait) and launches with PDL
         return choice
 
-    def _with_pdl(self, ready: Any) -> Any:
-        """Set the problem's use_pdl by the pdl option and pdl_policy's rule (NVIDIA only).
+    def _with_pdl(self, family: Family, ready: Any) -> Any:
+        """Set the problem's use_pdl by the pdl option and pdl_policy's rule, for a family that
+        declares PDL (``Family.pdl``) on a target that has it (NVIDIA only).
 
         The consumer is taken to read the output directly: Inductor makes only a kernel that
         reads the template's output wait on it (pdl_consumers), and a producer that releases
         its dependents early costs nothing when no dependent was launched with PDL."""
         problem = ready.problem
-        if not targets.has(self.config.target, targets.PDL) or not hasattr(problem, "use_pdl"):
+        if not family.pdl or not targets.has(self.config.target, targets.PDL):
             return ready
         use = pdl_policy.use_pdl(self.config.pdl, problem.m, problem.n, problem.k, True)
         return dataclasses.replace(ready, problem=dataclasses.replace(problem, use_pdl=use))

@@ -584,4 +584,4 @@ FAMILY = Family(
     problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
     extern_op=EXTERN_OP, extern_kwargs=extern_kwargs, config_supports=config_supports,
     config_from_tile=config_from_tile, example_problem=example_problem,
-    key_instructions=by_target(KEY_INSTRUCTIONS), compile_asm=compile_asm, module=__name__)
+    key_instructions=by_target(KEY_INSTRUCTIONS), compile_asm=compile_asm, pdl=True, module=__name__)

@@ -440,4 +440,4 @@ FAMILY = Family(
     problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
     inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
     cpu_executor=CPU_EXECUTOR, key_instructions=key_instructions, launch_values=launch_values,
-    dynamic_shapes=DYNAMIC_SHAPES, module=__name__)
+    dynamic_shapes=DYNAMIC_SHAPES, pdl=True, module=__name__)

@@ -381,4 +381,4 @@ FAMILY = Family(
     problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
     inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
     cpu_executor=CPU_EXECUTOR, example_problem=example_problem, launch_values=launch_values,
-    module=__name__)
+    pdl=True, module=__name__)

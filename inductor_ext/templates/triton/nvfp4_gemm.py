@@ -308,4 +308,4 @@ FAMILY = Family(
     problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
     inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
     cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
-    launch_values=launch_values, module=__name__)
+    launch_values=launch_values, pdl=True, module=__name__)
