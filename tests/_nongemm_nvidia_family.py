@@ -13,6 +13,7 @@ import torch
 from inductor_ext.kernels.norms import rms_norm_reference
 from inductor_ext.runtime.kernel_source import KernelSource
 from inductor_ext.templates.allowed import flag, integer, number, one_of, size
+from inductor_ext.templates.device_case import DeviceCase, DeviceOperands
 from inductor_ext.templates.family import Family, OpSpec
 
 NAME = "fake.rms_norm_rows"
@@ -73,7 +74,22 @@ def call(problem: Problem, config: Config, target: str, *tensors: torch.Tensor) 
     return rms_norm_reference(x, weight, problem.eps).to(x.dtype)
 
 
+def device_cases(target: str) -> list[DeviceCase]:
+    """One row-wise case for the device check (``bench/device_check.py``), against ATen's rms_norm."""
+
+    def operands(problem: Problem) -> DeviceOperands:
+        torch.manual_seed(0)
+        x = torch.randn(problem.rows, problem.cols, device="cuda")
+        w = torch.randn(problem.cols, device="cuda")
+        return DeviceOperands(lambda config, use_pdl: call(problem, config, target, x, w),
+                              rms_norm_reference(x.double(), w.double(), problem.eps),
+                              lambda: torch.rms_norm(x, [problem.cols], w, problem.eps))
+
+    problem = Problem(4096, 4096)
+    return [DeviceCase("rows 4096x4096", problem, lambda: operands(problem))]
+
+
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    cpu_executor=CPU_EXECUTOR, module=__name__)
+    cpu_executor=CPU_EXECUTOR, device_cases=device_cases, module=__name__)

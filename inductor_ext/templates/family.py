@@ -97,6 +97,11 @@ whose kernels are not Triton (Triton ones are compiled by ``runtime/triton_compi
 ``launch_values(problem) -> {arg: int}``, the integer launch arguments, for the specialisation
 (unit strides become constants) a real launch gets.
 
+For tier D: ``device_cases(target) -> [templates/device_case.py: DeviceCase]``, the shapes the
+device check (``bench/device_check.py``) runs on a lent GPU, each with its problem and, built on
+the device, its operands, reference and ATen call; every family that claims an NVIDIA target
+gives them (the check's ``--dry-run`` refuses one that does not).
+
 Rules every family keeps: no ``torch._inductor`` import (templates run on the lent GPU machine's
 older torch), torch imported lazily (Triton picks its interpreter at first import), ``render``
 returns plain text plus the data needed to launch it, and a refusal is a reason string, never an
@@ -224,6 +229,7 @@ class Family:
     compile_asm: Hook | None = None
     isa_many: Hook | None = None  # compile_asm for many (problem, config, target) in one run
     launch_values: Hook | None = None
+    device_cases: Hook | None = None  # (target) -> [DeviceCase]: what bench/device_check.py runs on a GPU
 
     @property
     def takes_tiles(self) -> bool:
