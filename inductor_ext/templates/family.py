@@ -152,8 +152,9 @@ class TensorSpec:
 class OpSpec:
     """One op instance as lowering sees it, in the op's own argument order.
 
-    ``op`` is the op's name as ``lowering/ops/`` and the passes spell it ("mm", "addmm", "bmm",
-    "scaled_mm", "grouped_mm", "nvfp4_gemm", "softmax", "rms_norm", "topk", "decode_attention"); ``inputs`` its tensor arguments (None where an optional one is
+    ``op`` is the op's name as ``lowering/ops/`` and the passes spell it: a key of some op
+    module's ``SPECS`` (``lowering.ops.specs()`` lists them all; e.g. "mm", "addmm",
+    "scaled_mm", "rms_norm"); ``inputs`` its tensor arguments (None where an optional one is
     absent); ``scalars`` its non-tensor arguments by name (alpha, beta, out_dtype, activation,
     dim...); ``device_type`` where the tensors live ("cuda", "mps", "xpu", "cpu").
     """
