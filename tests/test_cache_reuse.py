@@ -40,7 +40,8 @@ def seam_module(tmp_path, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "_reuse_seam", module)
-    monkeypatch.setattr(ext_choices, "_SEAM_MODULES", (*ext_choices._SEAM_MODULES, module))
+    seam = ext_choices.seam_modules()
+    monkeypatch.setattr(ext_choices, "seam_modules", lambda: (*seam, module))
     monkeypatch.setitem(policy.EFFORT_BUDGET, "quick", 1)  # one micro-kernel beside ATen: one C++ build
     return path
 

@@ -173,10 +173,29 @@ def test_pdl_option_sets_the_template_problem(preset, pdl, m, expected):
     from inductor_ext.templates.triton import gemm
 
     ready = Prepared(gemm.GemmProblem(m, 4096, 4096, "bfloat16"), (), None, {})
-    chosen = ext_choices.ExtChoices(presets.resolve({"preset": preset, "pdl": pdl}))._with_pdl(ready)
+    chosen = ext_choices.ExtChoices(presets.resolve({"preset": preset, "pdl": pdl}))._with_pdl(gemm.FAMILY, ready)
     assert chosen.problem.use_pdl is expected
     assert dataclasses.replace(chosen.problem, use_pdl=False) == ready.problem
     assert gemm.constexprs(chosen.problem, gemm.configs(chosen.problem, "sm_90a")[0], "sm_90a")["USE_PDL"] is expected
+
+
+def test_pdl_is_set_only_for_a_family_that_declares_it():
+    """PDL is the record's ``pdl`` field, not the presence of a ``use_pdl`` attribute: a family
+    whose Problem has the field but whose record does not declare PDL is left as it is."""
+    import dataclasses
+
+    from inductor_ext.lowering.prepared import Prepared
+    from inductor_ext.templates.family import FamilyError
+    from inductor_ext.templates.triton import gemm
+
+    assert gemm.FAMILY.pdl
+    undeclared = dataclasses.replace(gemm.FAMILY, pdl=False)
+    ready = Prepared(gemm.GemmProblem(1, 4096, 4096, "bfloat16"), (), None, {})
+    choices = ext_choices.ExtChoices(presets.resolve({"preset": "hopper", "pdl": "force"}))
+    assert choices._with_pdl(undeclared, ready) is ready
+    assert choices._with_pdl(gemm.FAMILY, ready).problem.use_pdl is True
+    with pytest.raises(FamilyError, match="pdl=True, but its Problem has no use_pdl field"):
+        dataclasses.replace(gemm.FAMILY, pdl=True, Problem=gemm.Config)
 
 
 def _decide_aten(timings, warm=None):

@@ -146,7 +146,7 @@ class DecodePolicy:
         self.num_sms = num_sms
 
     def applies(self, family: Family, problem: Any, target: str) -> bool:
-        return applies_to(problem, target)
+        return family.takes_tiles and applies_to(problem, target)  # a GEMM family's problem has m, n, k
 
     def propose(self, family: Family, problem: Any, target: str) -> list[Any]:
         tiles = decode_tiles(problem, target, self.num_sms, family)

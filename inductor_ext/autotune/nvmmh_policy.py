@@ -316,6 +316,8 @@ class NvMatmulHeuristicsPolicy:
         # Targets the library models; with an explicit gpu=, also NVIDIA targets ext has no
         # entry for (e.g. sm_120), never another vendor's.
         explicit = self.gpu is not None and targets.vendor(target) in (None, "nvidia")
+        if not family.takes_tiles:  # not a GEMM family: no m, n, k to ask about, no Tile to take
+            return False
         if not (targets.has(target, targets.NVMMH) or explicit):
             return False
         if resolve_gpu(target, self.gpu) is None:

@@ -44,10 +44,13 @@ class DefaultPolicy:
         return list(family.configs(problem, target))
 
 
-def default_policies(target: str) -> list[Policy]:
-    """Policies for a target, most specific first."""
+def default_policies(target: str, family: Family | None = None) -> list[Policy]:
+    """Policies for a target, most specific first; for ``family``, only those it takes: the
+    GEMM tile policies (decode, nvMatmulHeuristics: they read a GEMM problem's m, n, k) only for
+    a family that declares ``config_from_tile`` (``Family.takes_tiles``), every other family its
+    own default configs alone."""
     policies: list[Policy] = []
-    if targets.vendor(target) == "nvidia":
+    if targets.vendor(target) == "nvidia" and (family is None or family.takes_tiles):
         from inductor_ext.autotune import decode_policy, nvmmh_policy
 
         policies += [decode_policy.DecodePolicy(), nvmmh_policy.NvMatmulHeuristicsPolicy()]
@@ -66,7 +69,7 @@ def candidates(family: Family, problem: Any, target: str, effort: str,
     if budget == 0:
         return []
     proposals = [(p.name, p.propose(family, problem, target))
-                 for p in (policies if policies is not None else default_policies(target))
+                 for p in (policies if policies is not None else default_policies(target, family))
                  if p.applies(family, problem, target)]
     # Round-robin over the policies, so a small budget still tries each one's best ideas.
     merged: dict[Any, Candidate] = {}

@@ -4,8 +4,8 @@ one adapter per choice kind (``templates/family.py``), none per family.
 Families arrive as their records (``templates/family.py: Family``).
 
 - ``triton_template``: the family's ``inductor_source()`` as a ``TritonTemplate`` (Inductor
-  renders it, can fuse epilogues into it, and benchmarks it); one choice per config with the
-  family's ``inductor_kwargs``.
+  renders it, can fuse epilogues into it, and benchmarks it) launched on the family's ``grid``
+  (Inductor's GEMM grid by default); one choice per config with the family's ``inductor_kwargs``.
 - ``extern``: a compiled kernel called from the generated wrapper. Each (family, config) is an
   ``ExternKernelChoice`` named ``ext_<family op>_<config name>``, registered for every config in
   the family's ``ALL_CONFIGS`` when this module is imported, so a graph loaded from Inductor's FX
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch._inductor import ir
 from torch._inductor.kernel.mm_common import mm_grid
-from torch._inductor.select_algorithm import ExternKernelChoice, TritonTemplate
+from torch._inductor.select_algorithm import ExternKernelChoice, SymbolicGridFn, TritonTemplate
 from torch._inductor.virtualized import V
 
 from inductor_ext.lowering import cpp_gemm, pdl_consumers, subgraph
@@ -127,9 +127,11 @@ def default_config(family: Family, prepared: Prepared, target: str) -> Any | Non
 
 @functools.lru_cache(maxsize=None)
 def triton_template(family_name: str) -> TritonTemplate:
-    """One TritonTemplate per family, named ``ext_<family op>`` (e.g. ``ext_gemm``)."""
+    """One TritonTemplate per family, named ``ext_<family op>`` (e.g. ``ext_gemm``), launched on
+    the family's ``grid`` (``Family.grid``; Inductor's GEMM grid when it declares none)."""
     family = registry.get(family_name)
-    return TritonTemplate(name=f"ext_{registry.slug(family_name)}", grid=mm_grid, source=family.inductor_source())
+    grid = mm_grid if family.grid is None else SymbolicGridFn(family.grid)
+    return TritonTemplate(name=f"ext_{registry.slug(family_name)}", grid=grid, source=family.inductor_source())
 
 
 def _append_triton(family: Family, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
@@ -137,7 +139,7 @@ def _append_triton(family: Family, choices: list[Any], prepared: Prepared, confi
     triton_template(family.name).maybe_append_choice(
         choices, input_nodes=prepared.inputs, layout=prepared.layout,
         num_stages=config.num_stages, num_warps=config.num_warps,
-        **pdl_consumers.template_launch_kwargs(prepared.problem), **prepared.extra,
+        **(pdl_consumers.template_launch_kwargs(prepared.problem) if family.pdl else {}), **prepared.extra,
         **family.inductor_kwargs(prepared.problem, config, target))
     return choices[-1] if len(choices) > before else None
 

@@ -48,11 +48,31 @@ from inductor_ext.templates.family import Family
 log = logging.getLogger("inductor_ext.autotune")
 
 # The lowering seam, whose text shapes the generated code of every family or how its choices are
-# timed (part of the cache key), with the kernels Inductor compiles from plain torch (subgraph)
-# and the packed GEMMs ATen's side times; the op modules (lowering/ops/) enter as their folder.
-_SEAM_MODULES = (adapters, aten_choices, mkl_packed_ops, mkldnn_packed_ops, packed_weights, pdl_consumers,
-                 cutedsl_nvfp4, cpp_gemm, cold_timing, fresh_pages, returned_outputs, subgraph, decode_attention_kernel,
-                 cpu_library)
+# timed, is part of the cache key (``templates_hash``): this module and every lowering, kernels and
+# runtime module it reaches through module-level imports (``seam_modules``), so a module the seam
+# starts to use is hashed without a list to edit. The op modules (lowering/ops/) enter as their
+# folder, the families with the template modules they import. Two modules are imported here only
+# to be hashed: the kernels Inductor compiles from plain torch for the cpp decode-attention family
+# (its decomposition imports them lazily) and the CPU kernels' shared library helpers.
+_HASHED_ONLY = (decode_attention_kernel, cpu_library)
+_SEAM_PACKAGES = ("inductor_ext.lowering", "inductor_ext.kernels", "inductor_ext.runtime")
+
+
+@functools.cache
+def seam_modules() -> tuple[ModuleType, ...]:
+    """This module and the lowering, kernels and runtime modules it imports, transitively (by the
+    module-level names each holds: modules, or objects whose ``__module__`` is one), less the op
+    modules (hashed as their folder). Sorted by name, after this module."""
+    found: dict[str, ModuleType] = {}
+    todo = [sys.modules[__name__]]
+    while todo:
+        for value in vars(todo.pop()).values():
+            name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+            if (isinstance(name, str) and name.startswith(_SEAM_PACKAGES) and name != __name__
+                    and not name.startswith("inductor_ext.lowering.ops") and name not in found and name in sys.modules):
+                found[name] = sys.modules[name]
+                todo.append(found[name])
+    return (sys.modules[__name__], *(found[name] for name in sorted(found)))
 
 
 def available_templates() -> dict[str, Family]:
@@ -154,7 +174,7 @@ class ExtChoices(InductorChoices):
                          family, node, op_name, decision.problem, ready)
                 decision.reason = f"fallback: {ready}"
             else:
-                prepared[family] = self._with_pdl(ready)
+                prepared[family] = self._with_pdl(module, ready)
         if not prepared:
             return self._only(choices, decision, choices[0], decision.reason)
         decision.key = self._key(op_name, kernel_inputs, returned)
@@ -209,18 +229,19 @@ class ExtChoices(InductorChoices):
 
     def _append(self, family: Family, choices: list[Any], ready: Any, config: Any) -> Any | None:
         choice = adapters.append(family, choices, ready, config, self.config.target)
-        if choice is not None and getattr(ready.problem, "use_pdl", False):
+        if choice is not None and family.pdl and ready.problem.use_pdl:
             pdl_consumers.mark(choice)  # so the kernel after it waits (gdc_wait) and launches with PDL
         return choice
 
-    def _with_pdl(self, ready: Any) -> Any:
-        """Set the problem's use_pdl by the pdl option and pdl_policy's rule (NVIDIA only).
+    def _with_pdl(self, family: Family, ready: Any) -> Any:
+        """Set the problem's use_pdl by the pdl option and pdl_policy's rule, for a family that
+        declares PDL (``Family.pdl``) on a target that has it (NVIDIA only).
 
         The consumer is taken to read the output directly: Inductor makes only a kernel that
         reads the template's output wait on it (pdl_consumers), and a producer that releases
         its dependents early costs nothing when no dependent was launched with PDL."""
         problem = ready.problem
-        if not targets.has(self.config.target, targets.PDL) or not hasattr(problem, "use_pdl"):
+        if not family.pdl or not targets.has(self.config.target, targets.PDL):
             return ready
         use = pdl_policy.use_pdl(self.config.pdl, problem.m, problem.n, problem.k, True)
         return dataclasses.replace(ready, problem=dataclasses.replace(problem, use_pdl=use))
@@ -370,11 +391,11 @@ def forced_templates(config: ExtConfig) -> tuple[str, ...]:
 
 
 def templates_hash(config: ExtConfig) -> str:
-    """Source hash of this module, the lowering seam that shapes generated code, every op module
+    """Source hash of this module, the lowering seam that shapes generated code (``seam_modules``), every op module
     (``lowering/ops/``, the folder's sources), and every enabled family with every
     ``inductor_ext.templates`` module it imports (``_template_modules``), as this process first
     read them (``_loaded``)."""
-    modules = [sys.modules[__name__], *_SEAM_MODULES]
+    modules = list(seam_modules())
     for family in config.templates:
         modules += _template_modules(registry.get(family).module)
     parts = [_loaded(ops.sources_hash, "lowering/ops"), *(_loaded(module_source_hash, m) for m in modules)]

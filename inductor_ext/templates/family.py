@@ -68,9 +68,17 @@ with that reason); for "extern" families ``prebuild(pairs, target, device_type)`
 autotune decision with every (problem, config) pair about to be benchmarked and the device type of
 the tensors ("cpu" in interpret mode), so a family whose compiler has a large fixed cost per run
 (SYCL) builds them all in one run before ``call()`` needs them (a failure is logged and each
-``call()`` builds its own); ``config_from_tile(tile) -> Config | None`` lets the generic candidate
-policies (nvMatmulHeuristics, the decode policy) propose ``templates/base.py: Tile`` s to the
-family; ``cpu_executor`` names what runs its kernels on CPU tensors under
+``call()`` builds its own); ``config_from_tile(tile) -> Config | None`` declares a GEMM family: only a family
+with it takes the generic GEMM tile policies (nvMatmulHeuristics, the decode policy, which
+read the problem's m, n, k and propose ``templates/base.py: Tile`` s mapped through it); every
+other family gets its own ``configs`` alone (``autotune/policy.py: default_policies``);
+``pdl=True`` for a family whose Problem has a ``use_pdl`` field its kernels honour (programmatic
+dependent launch; lowering sets it on NVIDIA targets by the ``pdl`` option,
+``lowering/ext_choices.py``); for "triton_template" families ``grid(*output sizes, meta, *, cdiv)
+-> (x, y, z)``, the launch grid in Inductor's ``SymbolicGridFn`` form (``cdiv``, ``min``,
+``max`` are passed by name when the function takes them; None: Inductor's GEMM grid,
+``cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)`` programs), e.g. one program per row for a row-wise kernel;
+``cpu_executor`` names what runs its kernels on CPU tensors under
 ``options={"interpret": True}`` (e.g. "the Triton interpreter"; none: it runs only on its device);
 ``runs_on_cpu=True`` for a family whose kernels are CPU kernels (no interpreter needed);
 ``dynamic_shapes=True`` for a family whose kernels leave sizes to run time (Inductor renders them
@@ -89,6 +97,11 @@ whose kernels are not Triton (Triton ones are compiled by ``runtime/triton_compi
 ``launch_values(problem) -> {arg: int}``, the integer launch arguments, for the specialisation
 (unit strides become constants) a real launch gets.
 
+For tier D: ``device_cases(target) -> [templates/device_case.py: DeviceCase]``, the shapes the
+device check (``bench/device_check.py``) runs on a lent GPU, each with its problem and, built on
+the device, its operands, reference and ATen call; every family that claims an NVIDIA target
+gives them (the check's ``--dry-run`` refuses one that does not).
+
 Rules every family keeps: no ``torch._inductor`` import (templates run on the lent GPU machine's
 older torch), torch imported lazily (Triton picks its interpreter at first import), ``render``
 returns plain text plus the data needed to launch it, and a refusal is a reason string, never an
@@ -98,6 +111,7 @@ records out; adding a family is one new file.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,8 +152,9 @@ class TensorSpec:
 class OpSpec:
     """One op instance as lowering sees it, in the op's own argument order.
 
-    ``op`` is the op's name as ``lowering/ops/`` and the passes spell it ("mm", "addmm", "bmm",
-    "scaled_mm", "grouped_mm", "nvfp4_gemm", "softmax", "rms_norm", "topk", "decode_attention"); ``inputs`` its tensor arguments (None where an optional one is
+    ``op`` is the op's name as ``lowering/ops/`` and the passes spell it: a key of some op
+    module's ``SPECS`` (``lowering.ops.specs()`` lists them all; e.g. "mm", "addmm",
+    "scaled_mm", "rms_norm"); ``inputs`` its tensor arguments (None where an optional one is
     absent); ``scalars`` its non-tensor arguments by name (alpha, beta, out_dtype, activation,
     dim...); ``device_type`` where the tensors live ("cuda", "mps", "xpu", "cpu").
     """
@@ -201,7 +216,9 @@ class Family:
     extern_kwargs: Hook | None = None
     config_supports: Hook | None = None
     ruled_out: Hook | None = None
-    config_from_tile: Hook | None = None
+    config_from_tile: Hook | None = None  # set: a GEMM family, which takes the GEMM tile policies
+    pdl: bool = False  # its Problem's use_pdl field turns on programmatic dependent launch
+    grid: Hook | None = None  # triton_template: the launch grid (None: Inductor's GEMM grid)
     missing: Hook | None = None
     prebuild: Hook | None = None
     cpu_executor: str | None = None
@@ -213,6 +230,12 @@ class Family:
     compile_asm: Hook | None = None
     isa_many: Hook | None = None  # compile_asm for many (problem, config, target) in one run
     launch_values: Hook | None = None
+    device_cases: Hook | None = None  # (target) -> [DeviceCase]: what bench/device_check.py runs on a GPU
+
+    @property
+    def takes_tiles(self) -> bool:
+        """Whether the GEMM tile policies propose to it (it maps a ``Tile`` to its config)."""
+        return self.config_from_tile is not None
 
     def __post_init__(self) -> None:
         if isinstance(self.module, str):
@@ -230,5 +253,10 @@ class Family:
         if bare:
             raise FamilyError(f"{where}: fields {', '.join(bare)} declare no allowed values; declare each with "
                               "templates/allowed.py (integer, size, number, flag, one_of)")
+        if self.pdl and "use_pdl" not in {f.name for f in dataclasses.fields(self.Problem)}:
+            raise FamilyError(f"{where}: pdl=True, but its Problem has no use_pdl field for lowering to set")
+        if self.grid is not None and self.choice_kind != "triton_template":
+            raise FamilyError(f"{where}: grid is the launch grid of a triton_template family, not of a "
+                              f"{self.choice_kind!r} one")
         for name in ("ops", "targets", "all_configs"):  # a list given is kept as the tuple the type says
             object.__setattr__(self, name, tuple(getattr(self, name)))

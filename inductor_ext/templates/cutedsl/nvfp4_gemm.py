@@ -68,6 +68,7 @@ from typing import Any, Iterable
 from inductor_ext.runtime import asm_cache
 from inductor_ext.runtime import cutedsl as cutedsl_runtime
 from inductor_ext.runtime.cutedsl import CuteDslCompileError
+from inductor_ext.templates import device_case
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
 from inductor_ext.templates.family import Family, OpSpec, by_target
@@ -579,9 +580,34 @@ def _launch_quack(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, a: Any, b:
     run_gemm_epi_plan(plan, a, b, out, None, epi_values, SFA=sfa, SFB=sfb)
 
 
+def device_cases(target: str) -> list[device_case.DeviceCase]:
+    """The device check's cases: NVFP4 x NVFP4 on decode and prefill shapes, against cuBLASLt's
+    block-scaled ``torch._scaled_mm``."""
+
+    def operands(problem: Problem) -> device_case.DeviceOperands:
+        import torch
+
+        from inductor_ext.kernels import nvfp4, scaled_gemm
+
+        x, w = device_case.gemm_inputs(problem.m, problem.n, problem.k)
+        xq, wq = nvfp4.quantize_nvfp4(x), nvfp4.quantize_nvfp4(w)
+        sa, sb = nvfp4.to_blocked(xq.scales), nvfp4.to_blocked(wq.scales)
+        alpha = (xq.global_scale * wq.global_scale).float().reshape(1).cuda()
+        fp4 = torch.float4_e2m1fn_x2
+        codes = (xq.qdata.view(fp4), wq.qdata.view(fp4))
+
+        def aten() -> "torch.Tensor":  # cuBLASLt's block-scaled GEMM; alpha as one more kernel (none in its API)
+            return torch._scaled_mm(codes[0], codes[1].t(), sa, sb, out_dtype=torch.bfloat16) * alpha
+
+        return device_case.DeviceOperands(
+            lambda config, use_pdl: run(*codes, sa, sb, config, alpha=alpha, use_pdl=use_pdl),
+            scaled_gemm.scaled_mm_reference(xq, wq, out_dtype=torch.float32), aten)
+
+    return device_case.gemm_cases(example_problem, operands)
+
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
     extern_op=EXTERN_OP, extern_kwargs=extern_kwargs, config_supports=config_supports,
     config_from_tile=config_from_tile, example_problem=example_problem,
-    key_instructions=by_target(KEY_INSTRUCTIONS), compile_asm=compile_asm, module=__name__)
+    key_instructions=by_target(KEY_INSTRUCTIONS), compile_asm=compile_asm, pdl=True, device_cases=device_cases, module=__name__)

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from inductor_ext import targets
+from inductor_ext.templates import device_case
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
 from inductor_ext.templates.family import Family, OpSpec
@@ -435,9 +436,55 @@ def run(a: "torch.Tensor", b: "torch.Tensor", config: GemmConfig, bias: "torch.T
     return c
 
 
+def device_cases(target: str) -> list[device_case.DeviceCase]:
+    """The device check's cases (``templates/device_case.py``): bf16 decode and prefill against
+    ``torch.mm`` (cuBLAS), and fp32 with and without TF32, numerics only: without, as full fp32
+    (fp64 reference); with, within 10x of ATen's own error under ``allow_tf32``."""
+
+    def bf16(problem: GemmProblem) -> device_case.DeviceOperands:
+        from inductor_ext.kernels import matmul
+
+        x, w = device_case.gemm_inputs(problem.m, problem.n, problem.k)
+        a, b = x.bfloat16(), w.t().contiguous().bfloat16()
+        return device_case.DeviceOperands(lambda config, use_pdl: run(a, b, config, target=target, use_pdl=use_pdl),
+                                          matmul.mm_reference(a.double(), b.double()), lambda: torch_mm(a, b))
+
+    def fp32(problem: GemmProblem) -> device_case.DeviceOperands:
+        import torch
+
+        from inductor_ext.kernels import matmul
+
+        torch.manual_seed(0)
+        a = torch.randn(problem.m, problem.k, device="cuda")
+        b = torch.randn(problem.k, problem.n, device="cuda")
+        allow = problem.allow_tf32
+        return device_case.DeviceOperands(
+            lambda config, use_pdl: run(a, b, config, target=target, use_pdl=use_pdl, allow_tf32=allow),
+            matmul.mm_reference(a.double(), b.double()), lambda: torch_mm(a, b, allow_tf32=allow))
+
+    cases = device_case.gemm_cases(lambda m, n, k: GemmProblem(m, n, k, "bfloat16"), bf16)
+    for allow in (False, True):
+        problem = GemmProblem(256, 256, 1024, "float32", allow_tf32=allow)
+        cases.append(device_case.DeviceCase(
+            f"fp32 256x256x1024 {'tf32' if allow else 'full'}", problem, lambda p=problem: fp32(p),
+            tolerance=1e-3 if allow else 1e-4, aten_factor=10.0 if allow else None, timed=False))
+    return cases
+
+
+def torch_mm(a: "torch.Tensor", b: "torch.Tensor", allow_tf32: bool = False) -> "torch.Tensor":
+    """ATen's mm with TF32 as ``allow_tf32`` says (reset after)."""
+    import torch
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    try:
+        return torch.mm(a, b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
     inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
     cpu_executor=CPU_EXECUTOR, key_instructions=key_instructions, launch_values=launch_values,
-    dynamic_shapes=DYNAMIC_SHAPES, module=__name__)
+    dynamic_shapes=DYNAMIC_SHAPES, pdl=True, device_cases=device_cases, module=__name__)

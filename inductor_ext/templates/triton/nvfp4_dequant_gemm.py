@@ -34,6 +34,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from inductor_ext.templates import device_case
 from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
 from inductor_ext.templates.family import Family, OpSpec
@@ -376,9 +377,29 @@ def run(a: "torch.Tensor | NVFP4Tensor", b: "NVFP4Tensor", config: Nvfp4DequantG
                            scale_layout=scale_layout, target=target, use_pdl=use_pdl)
 
 
+def device_cases(target: str) -> list[device_case.DeviceCase]:
+    """The device check's cases: bf16 A x NVFP4 weight on decode and prefill shapes, against
+    ``torch.mm`` on the dequantized weight (Hopper has no FP4 tensor cores)."""
+
+    def operands(problem: Problem) -> device_case.DeviceOperands:
+        import torch
+
+        from inductor_ext.kernels import nvfp4, scaled_gemm
+
+        x, w = device_case.gemm_inputs(problem.m, problem.n, problem.k)
+        wq = nvfp4.quantize_nvfp4(w)
+        w_deq = nvfp4.dequantize_nvfp4(wq, apply_global_scale=True).to(torch.bfloat16)
+        a = x.to(torch.bfloat16)
+        return device_case.DeviceOperands(
+            lambda config, use_pdl: run(a, wq, config, target=target, use_pdl=use_pdl),
+            scaled_gemm.scaled_mm_reference(a.float(), wq, out_dtype=torch.float32), lambda: torch.mm(a, w_deq.t()))
+
+    return device_case.gemm_cases(lambda m, n, k: Problem(m, n, k, a_dtype="bfloat16", out_dtype="bfloat16",
+                                                          scale_layout="plain"), operands)
+
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
     inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
     cpu_executor=CPU_EXECUTOR, example_problem=example_problem, launch_values=launch_values,
-    module=__name__)
+    pdl=True, device_cases=device_cases, module=__name__)

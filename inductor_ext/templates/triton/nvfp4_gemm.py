@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from inductor_ext.templates import device_case
 from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
 from inductor_ext.templates.family import Family, OpSpec, by_target
@@ -303,9 +304,34 @@ def run(a: "NVFP4Tensor", b: "NVFP4Tensor", config: Nvfp4GemmConfig, *, alpha: f
                            target=target, use_pdl=use_pdl)
 
 
+def device_cases(target: str) -> list[device_case.DeviceCase]:
+    """The device check's cases: NVFP4 x NVFP4 (blocked scales) on decode and prefill shapes,
+    against cuBLASLt's block-scaled ``torch._scaled_mm``."""
+
+    def operands(problem: Problem) -> device_case.DeviceOperands:
+        import torch
+
+        from inductor_ext.kernels import nvfp4, scaled_gemm
+
+        x, w = device_case.gemm_inputs(problem.m, problem.n, problem.k)
+        xq, wq = nvfp4.quantize_nvfp4(x), nvfp4.quantize_nvfp4(w)
+        sa, sb = nvfp4.to_blocked(xq.scales), nvfp4.to_blocked(wq.scales)
+        alpha = (xq.global_scale * wq.global_scale).float().reshape(1).cuda()
+        fp4 = torch.float4_e2m1fn_x2
+        codes = (xq.qdata.view(fp4), wq.qdata.view(fp4))
+
+        def aten() -> "torch.Tensor":  # cuBLASLt's block-scaled GEMM; alpha as one more kernel (none in its API)
+            return torch._scaled_mm(codes[0], codes[1].t(), sa, sb, out_dtype=torch.bfloat16) * alpha
+
+        return device_case.DeviceOperands(
+            lambda config, use_pdl: run(xq, wq, config, scale_layout="blocked", target=target, use_pdl=use_pdl),
+            scaled_gemm.scaled_mm_reference(xq, wq, out_dtype=torch.float32), aten)
+
+    return device_case.gemm_cases(example_problem, operands)
+
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
     problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
     inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
     cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
-    launch_values=launch_values, module=__name__)
+    launch_values=launch_values, pdl=True, device_cases=device_cases, module=__name__)
