@@ -62,3 +62,59 @@ def test_the_registry_takes_only_a_record():
     with pytest.raises(FamilyError, match=r"old_family: FAMILY = 'sycl.gemm' is not a template family record; end the"):
         registry.check(old)
     assert registry.check(sycl_gemm) is sycl_gemm.FAMILY
+
+
+def _family_module(name: str, monkeypatch: pytest.MonkeyPatch, **names: object) -> str:
+    """A module holding a minimal extern family's names (plus ``names``), importable by name."""
+    import sys
+
+    @dataclasses.dataclass(frozen=True)
+    class Problem:
+        pass
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        pass
+
+    module = types.ModuleType(name)
+    vars(module).update(NAME="test.of_module", CHOICE_KIND="extern", OPS=["softmax"], TARGETS=("sm_90a",),
+                        Problem=Problem, Config=Config, ALL_CONFIGS=[Config()],
+                        problem_for=lambda spec: Problem(), supports=lambda problem: None,
+                        configs=lambda problem, target: [Config()], render=lambda p, c, t: "src",
+                        call=lambda p, c, t, *tensors: None, **names)
+    monkeypatch.setitem(sys.modules, name, module)
+    return name
+
+
+def test_of_module_gathers_data_by_upper_case_and_hooks_by_their_own_name(monkeypatch):
+    def grid(*sizes, meta):
+        return (sizes[0], 1, 1)
+
+    name = _family_module("_of_module_family", monkeypatch, CPU_EXECUTOR="the test", RUNS_ON_CPU=True,
+                          KEY_INSTRUCTIONS={"sm_90a": [("ptx", "ld")]}, missing=lambda: None,
+                          cpu_executor="a helper of the same name in lower case: not the field")
+    family = Family.of_module(name)
+    module = family.module
+    assert (family.name, family.choice_kind, family.ops, family.targets) == (
+        "test.of_module", "extern", ("softmax",), ("sm_90a",))
+    assert family.Problem is module.Problem and family.call is module.call and family.missing is module.missing
+    assert family.cpu_executor == "the test" and family.runs_on_cpu and family.all_configs == (module.Config(),)
+    assert list(family.key_instructions(None, None, "sm_90a")) == [("ptx", "ld")]  # the table, by target
+    assert family.grid is None and family.prebuild is None and not family.pdl  # absent names stay unset
+    given = Family.of_module(name, render=module.call, cpu_executor="given")
+    assert given.render is module.call and given.cpu_executor == "given"  # what is given wins
+
+
+def test_of_module_names_what_the_module_lacks(monkeypatch):
+    import sys
+
+    name = _family_module("_of_module_lacking", monkeypatch)
+    del vars(sys.modules[name])["call"], vars(sys.modules[name])["supports"]
+    with pytest.raises(FamilyError, match=r"_of_module_lacking \(family 'test.of_module'\) lacks supports, call"):
+        Family.of_module(name)
+
+
+def test_every_family_module_builds_its_record_with_of_module():
+    for family in registry.families().values():
+        source = open(family.module.__file__).read()
+        assert "FAMILY = Family.of_module(__name__" in source, family.name

@@ -1,112 +1,13 @@
-"""The template-family protocol: ``Family``, the record every family module (one DSL x one op
-family) ends with and the rest of the package reads (fields, never attribute probing); and
-``OpSpec``, the plain-data description of one op instance that lowering hands a family.
+"""The template-family record, ``Family``, and ``OpSpec``, the plain data lowering hands a family.
 
-A family is one module, e.g. ``templates/triton/gemm.py`` or ``templates/metal/scaled_mm.py``.
-It keeps its names as plain module names (``NAME``, ``TARGETS``, ``OPS``, ``CHOICE_KIND``,
-``Problem``, ``Config``, the functions) and ends with its record, built from them::
-
-    NAME = "metal.scaled_mm"             # "<dsl>.<op family>"; the name users write in options
-    ...                                  # Problem, Config, problem_for, supports, configs, ...
-    FAMILY = Family(
-        name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-        problem_for=problem_for, supports=supports, configs=configs, render=render, call=call,
-        all_configs=ALL_CONFIGS, cpu_executor=CPU_EXECUTOR, example_problem=example_problem,
-        key_instructions=key_instructions, compile_asm=compile_asm, module=__name__)
-
-Building the record checks it (:class:`FamilyError`, naming the module, the family and what it
-lacks), so a malformed family fails when its module is imported. Every record has:
-
-    name                                 # "<dsl>.<op family>"
-    targets                              # targets claimed (names in inductor_ext/targets): each
-                                         # passed tier I there (tier C for Metal and SYCL)
-    ops                                  # the ops it serves (OpSpec.op values: the lowering's
-                                         # name, "mm", "addmm", "scaled_mm", "grouped_mm", ...)
-    choice_kind                          # how lowering offers it: "triton_template" (Inductor
-                                         # renders inductor_source() and can fuse epilogues),
-                                         # "extern" (a compiled kernel called through call()) or
-                                         # "inductor_template" (one of Inductor's own templates,
-                                         # configured by this family's configs)
-    Problem, Config                      # frozen dataclasses; Config(**asdict(config)) round-trips;
-                                         # every field declares what it allows (templates/allowed.py:
-                                         # size, integer, number, flag, one_of), checked whenever one
-                                         # is rebuilt from a dict (a cache entry, a JSON)
-    problem_for(spec: OpSpec) -> Problem | str          # the problem, or why not served
-    supports(problem: Problem) -> str | None            # None, or the reason it cannot serve
-    configs(problem: Problem, target: str) -> list[Config]   # default candidates, best first
-    module                               # given as ``module=__name__``: its source is hashed into
-                                         # cache keys
-
-And, by choice kind:
-
-    "triton_template":  render(problem, config, target) -> KernelSource; inductor_source() -> str,
-                        the jinja template Inductor renders, and inductor_kwargs(problem, config,
-                        target) -> dict, its kwargs as Inductor renders them into source (strings
-                        already quoted); config has num_warps and num_stages
-    "extern":           render(...); call(problem, config, target, *tensors) -> Tensor, what the
-                        compiled graph runs (through runtime/ launchers: the device, or on CPU
-                        tensors the CPU executor), and all_configs, every config it may be called
-                        with (registered by name at import so cached graphs find them;
-                        config.name(), or else its fields, names each). A family with its own torch
-                        op sets extern_op ("ns::op") and extern_kwargs(problem, config) instead of
-                        being called through call().
-    "inductor_template": inductor_template, the name of the Inductor template that lowering
-                        configures with this family's configs and hands to Inductor's autotuning
-                        (``lowering/adapters.py`` maps names to Inductor glue, e.g.
-                        "cpp_gemm" -> ``lowering/cpp_gemm.py``, whose optional
-                        ``default_config(family, prepared, target)`` names Inductor's own pick;
-                        "subgraph" takes the family's decomposition(problem, config), the torch
-                        function and kwargs Inductor compiles); the family stays plain data.
-
-Optional (None when left out), for lowering and autotuning: ``config_supports(problem, config,
-target) -> str | None`` (a config the family cannot render for this problem); ``ruled_out(problem,
-config, target) -> str | None`` (a config it can render but that measured to lose for this problem
-on this host: autotuning neither builds nor times it, the family's default included; a cached or
-forced config still serves); ``missing() -> str |
-None`` (None when its kernels can run here, else what to install: lowering then offers ATen alone,
-with that reason); for "extern" families ``prebuild(pairs, target, device_type)``, called once per
-autotune decision with every (problem, config) pair about to be benchmarked and the device type of
-the tensors ("cpu" in interpret mode), so a family whose compiler has a large fixed cost per run
-(SYCL) builds them all in one run before ``call()`` needs them (a failure is logged and each
-``call()`` builds its own); ``config_from_tile(tile) -> Config | None`` declares a GEMM family: only a family
-with it takes the generic GEMM tile policies (nvMatmulHeuristics, the decode policy, which
-read the problem's m, n, k and propose ``templates/base.py: Tile`` s mapped through it); every
-other family gets its own ``configs`` alone (``autotune/policy.py: default_policies``);
-``pdl=True`` for a family whose Problem has a ``use_pdl`` field its kernels honour (programmatic
-dependent launch; lowering sets it on NVIDIA targets by the ``pdl`` option,
-``lowering/ext_choices.py``); for "triton_template" families ``grid(*output sizes, meta, *, cdiv)
--> (x, y, z)``, the launch grid in Inductor's ``SymbolicGridFn`` form (``cdiv``, ``min``,
-``max`` are passed by name when the function takes them; None: Inductor's GEMM grid,
-``cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)`` programs), e.g. one program per row for a row-wise kernel;
-``cpu_executor`` names what runs its kernels on CPU tensors under
-``options={"interpret": True}`` (e.g. "the Triton interpreter"; none: it runs only on its device);
-``runs_on_cpu=True`` for a family whose kernels are CPU kernels (no interpreter needed);
-``dynamic_shapes=True`` for a family whose kernels leave sizes to run time (Inductor renders them
-with symbolic sizes as values): only such a family is handed an ``OpSpec`` with symbolic dims
-(``TensorSpec.dynamic``, the sizes their hints) and its ``problem_for`` refuses the dims it cannot
-leave open; lowering refuses every other family a graph's symbolic sizes
-(``lowering/ops/_spec.py: symbolic_refusal``).
-
-Optional, for ``inductor-ext asm`` (``cli/asm.py``) and tier I: ``example_problem(m, n, k, dtype)
--> Problem | str`` (the problem for an MxNxK shape; without it, the plain "mm" of that shape);
-``key_instructions(problem, config, target) -> [(asm stage, regex), ...]``, the instructions its
-kernels must contain (none: the target's MMA instruction), ``by_target(KEY_INSTRUCTIONS)`` for a
-``{target: [...]}`` table; ``compile_asm(problem, config, target) -> {stage: text}`` for a family
-whose kernels are not Triton (Triton ones are compiled by ``runtime/triton_compile.py``), and
-``isa_many(jobs, cache=None)`` where one run compiles many (FlyDSL, Helion: one subprocess);
-``launch_values(problem) -> {arg: int}``, the integer launch arguments, for the specialisation
-(unit strides become constants) a real launch gets.
-
-For tier D: ``device_cases(target) -> [templates/device_case.py: DeviceCase]``, the shapes the
-device check (``bench/device_check.py``) runs on a lent GPU, each with its problem and, built on
-the device, its operands, reference and ATen call; every family that claims an NVIDIA target
-gives them (the check's ``--dry-run`` refuses one that does not).
-
-Rules every family keeps: no ``torch._inductor`` import (templates run on the lent GPU machine's
-older torch), torch imported lazily (Triton picks its interpreter at first import), ``render``
-returns plain text plus the data needed to launch it, and a refusal is a reason string, never an
-exception. ``templates/registry.py`` finds the modules whose ``FAMILY`` is a record and hands the
-records out; adding a family is one new file.
+A family is one module (one DSL x one op family, e.g. ``templates/triton/gemm.py``, the example to
+copy) that keeps its parts as plain module names (``NAME``, ``CHOICE_KIND``, ``OPS``, ``TARGETS``,
+``Problem``, ``Config``, ``problem_for``, ``supports``, ``configs``, ...) and ends with its record,
+``FAMILY = Family.of_module(__name__)``, which gathers them. Building the record checks it, so a
+malformed family fails at import naming what it lacks. The rest of ext reads the record's fields,
+never the module. Each hook's contract is its ``Protocol`` in ``templates/family_hooks.py``.
+Every family: no ``torch._inductor`` import (templates run on the lent GPU's older torch), torch
+imported lazily, ``render`` returns plain text, a refusal is a reason string, never an exception.
 """
 
 from __future__ import annotations
@@ -119,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from inductor_ext.templates import allowed
+from inductor_ext.templates import family_hooks as hooks
 
 CHOICE_KINDS = ("triton_template", "extern", "inductor_template")
 
@@ -170,8 +72,13 @@ class FamilyError(TypeError):
     """A template module whose ``FAMILY`` record does not follow the protocol."""
 
 
-Hook = Callable[..., Any]
 _ABSENT: Any = None  # the default of a required field, so that Family() names what is missing
+
+# The record's data fields, found in a family module under their upper-case name (NAME, OPS);
+# hooks and classes go by their own (problem_for, Problem). Family.of_module.
+_DATA = ("name", "choice_kind", "ops", "targets", "all_configs", "inductor_template", "extern_op", "pdl",
+         "cpu_executor", "runs_on_cpu", "dynamic_shapes")
+
 
 # What every record must be given, and what each choice kind adds (record field names).
 _REQUIRED = ("ops", "targets", "Problem", "Config", "problem_for", "supports", "configs", "module")
@@ -187,50 +94,71 @@ def by_target(table: Mapping[str, Sequence[tuple[str, str]]]) -> Callable[[Any, 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Family:
-    """One template family as lowering, autotuning and the CLI read it: the protocol above as
-    fields, None where the family leaves an optional hook out. Each family module builds its
-    own as its last statement, ``FAMILY = Family(...)``; construction checks it (a
-    :class:`FamilyError` naming the module, the family and what it lacks), so a malformed
-    family fails when its module is imported."""
+    """One template family as lowering, autotuning and the CLI read it; None where the family
+    leaves an optional hook out. Build it with :meth:`of_module`."""
 
-    name: str  # "<dsl>.<op family>", the module's NAME
-    choice_kind: str  # one of CHOICE_KINDS
-    ops: tuple[str, ...] = _ABSENT
-    targets: tuple[str, ...] = _ABSENT
+    name: str  # "<dsl>.<op family>", the name users write in options (NAME)
+    # how lowering offers it: "triton_template" (Inductor renders inductor_source() and can fuse
+    # epilogues), "extern" (a compiled kernel called through call()) or "inductor_template" (one of
+    # Inductor's own templates, named by inductor_template, configured by this family's configs;
+    # lowering/adapters.py maps the names to Inductor glue)
+    choice_kind: str
+    ops: tuple[str, ...] = _ABSENT  # the OpSpec.op values it serves ("mm", "rms_norm", ...)
+    targets: tuple[str, ...] = _ABSENT  # targets claimed: each passed tier I there (tier C: Metal, SYCL)
+    # frozen dataclasses; Config(**asdict(config)) round-trips; every field declares what it allows
+    # (templates/allowed.py), checked whenever one is rebuilt from a dict (a cache entry, a JSON)
     Problem: type = _ABSENT
     Config: type = _ABSENT
-    problem_for: Hook = _ABSENT
-    supports: Hook = _ABSENT
-    configs: Hook = _ABSENT
-    # the family's module, given by name (``module=__name__``) and looked up while it is imported; its
-    # source is hashed into cache keys, its imports too (lowering/ext_choices.py)
+    problem_for: hooks.ProblemFor = _ABSENT
+    supports: hooks.Supports = _ABSENT
+    configs: hooks.Configs = _ABSENT
+    # the family's module, given by name and looked up while it is imported; its source (and its
+    # imports') is hashed into cache keys
     module: ModuleType = _ABSENT
     all_configs: tuple[Any, ...] = ()  # extern: every config it may be called with
-    render: Hook | None = None
-    call: Hook | None = None  # extern
-    inductor_source: Hook | None = None  # triton_template
-    inductor_kwargs: Hook | None = None  # triton_template
-    inductor_template: str | None = None  # inductor_template
-    decomposition: Hook | None = None  # inductor_template "subgraph": the torch function and kwargs
-    extern_op: str | None = None
-    extern_kwargs: Hook | None = None
-    config_supports: Hook | None = None
-    ruled_out: Hook | None = None
-    config_from_tile: Hook | None = None  # set: a GEMM family, which takes the GEMM tile policies
+    render: hooks.Render | None = None
+    call: hooks.Call | None = None  # extern
+    inductor_source: hooks.InductorSource | None = None  # triton_template
+    inductor_kwargs: hooks.InductorKwargs | None = None  # triton_template
+    inductor_template: str | None = None  # inductor_template: "cpp_gemm", "subgraph", ...
+    decomposition: hooks.Decomposition | None = None  # inductor_template "subgraph"
+    extern_op: str | None = None  # extern with its own torch op ("ns::op")
+    extern_kwargs: hooks.ExternKwargs | None = None
+    config_supports: hooks.ConfigRefusal | None = None
+    ruled_out: hooks.ConfigRefusal | None = None
+    config_from_tile: hooks.ConfigFromTile | None = None  # set: a GEMM family, which takes the GEMM tile policies
     pdl: bool = False  # its Problem's use_pdl field turns on programmatic dependent launch
-    grid: Hook | None = None  # triton_template: the launch grid (None: Inductor's GEMM grid)
-    missing: Hook | None = None
-    prebuild: Hook | None = None
-    cpu_executor: str | None = None
-    runs_on_cpu: bool = False
-    dynamic_shapes: bool = False  # DYNAMIC_SHAPES: its kernels take sizes at run time (see the protocol)
-    example_problem: Hook | None = None
-    # (problem, config, target) -> [(asm stage, regex)]; by_target(table) when they depend on the target alone
-    key_instructions: Callable[[Any, Any, str], Sequence[tuple[str, str]]] = lambda problem, config, target: ()
-    compile_asm: Hook | None = None
-    isa_many: Hook | None = None  # compile_asm for many (problem, config, target) in one run
-    launch_values: Hook | None = None
-    device_cases: Hook | None = None  # (target) -> [DeviceCase]: what bench/device_check.py runs on a GPU
+    grid: hooks.Grid | None = None  # triton_template: the launch grid (None: Inductor's GEMM grid)
+    missing: hooks.Missing | None = None
+    prebuild: hooks.Prebuild | None = None
+    cpu_executor: str | None = None  # what runs its kernels on CPU tensors under interpret mode
+    runs_on_cpu: bool = False  # its kernels are CPU kernels (no interpreter needed)
+    # its kernels leave sizes to run time: only such a family is handed symbolic dims
+    # (lowering/ops/_spec.py: symbolic_refusal refuses the others)
+    dynamic_shapes: bool = False
+    example_problem: hooks.ExampleProblem | None = None
+    key_instructions: hooks.KeyInstructions = lambda problem, config, target: ()
+    compile_asm: hooks.CompileAsm | None = None
+    isa_many: hooks.IsaMany | None = None
+    launch_values: hooks.LaunchValues | None = None
+    device_cases: hooks.DeviceCases | None = None
+
+    @classmethod
+    def of_module(cls, module_name: str, **given: Any) -> Family:
+        """The record of the family module ``module_name`` (call it as the module's last statement,
+        ``Family.of_module(__name__)``): each field is the module's name for it, the field's own
+        name for a hook or a class (``problem_for``, ``Problem``) and its upper-case name for data
+        (``NAME``, ``OPS``, ``ALL_CONFIGS``, ``PDL``); a ``KEY_INSTRUCTIONS`` table stands for
+        ``by_target(KEY_INSTRUCTIONS)``. ``given`` fields win (a hook under another name)."""
+        names = vars(sys.modules[module_name])
+        found: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            spelling = f.name.upper() if f.name in _DATA else f.name
+            if f.name != "module" and spelling in names:
+                found[f.name] = names[spelling]
+        if "key_instructions" not in found and "KEY_INSTRUCTIONS" in names:
+            found["key_instructions"] = by_target(names["KEY_INSTRUCTIONS"])
+        return cls(**{**found, **given, "module": module_name})
 
     @property
     def takes_tiles(self) -> bool:

@@ -119,7 +119,4 @@ def decomposition(problem: DecodeAttentionProblem, config: DecodeAttentionConfig
     return function, {"scale": problem.scale, "form": config.form}
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
-    decomposition=decomposition, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES, module=__name__)
+FAMILY = Family.of_module(__name__)

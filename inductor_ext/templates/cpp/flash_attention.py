@@ -612,8 +612,4 @@ def missing() -> str | None:
     return None if toolchain.gxx() else "a C++ compiler: apt-get install g++"
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    config_supports=config_supports,
-    missing=missing, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES, module=__name__)
+FAMILY = Family.of_module(__name__)

@@ -221,8 +221,4 @@ def _cache_blocked(problem: CppGemmProblem, isas: list[str]) -> list[CppGemmConf
     return [CppGemmConfig("avx512", 16, 16, 1, *blocking) for blocking in CACHE_BLOCKINGS]
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, inductor_template=INDUCTOR_TEMPLATE,
-    config_supports=config_supports, ruled_out=ruled_out, runs_on_cpu=RUNS_ON_CPU, dynamic_shapes=DYNAMIC_SHAPES,
-    module=__name__)
+FAMILY = Family.of_module(__name__)

@@ -71,7 +71,7 @@ from inductor_ext.runtime.cutedsl import CuteDslCompileError
 from inductor_ext.templates import device_case
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
-from inductor_ext.templates.family import Family, OpSpec, by_target
+from inductor_ext.templates.family import Family, OpSpec
 
 __all__ = [
     "NAME", "FAMILY", "TARGETS", "NvFp4GemmProblem", "NvFp4GemmConfig", "CuteDslCompileError",
@@ -605,9 +605,4 @@ def device_cases(target: str) -> list[device_case.DeviceCase]:
 
     return device_case.gemm_cases(example_problem, operands)
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    extern_op=EXTERN_OP, extern_kwargs=extern_kwargs, config_supports=config_supports,
-    config_from_tile=config_from_tile, example_problem=example_problem,
-    key_instructions=by_target(KEY_INSTRUCTIONS), compile_asm=compile_asm, pdl=True, device_cases=device_cases, module=__name__)
+FAMILY = Family.of_module(__name__, pdl=True)

@@ -26,7 +26,7 @@ from typing import Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import Family, OpSpec, by_target
+from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.flydsl import common
 from inductor_ext.templates.flydsl import gemm
 from inductor_ext.templates.flydsl.gemm import ALL_CONFIGS, DTYPES, GemmConfig, GemmProblem
@@ -258,8 +258,4 @@ def call(problem: GroupedMmProblem, config: GemmConfig, target: str, a: Any, b: 
     return c
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    config_supports=config_supports, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
-    compile_asm=compile_asm, isa_many=isa_many, module=__name__)
+FAMILY = Family.of_module(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import Family, OpSpec, by_target
+from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.helion import common
 
 NAME = "helion.rmsnorm"
@@ -148,8 +148,4 @@ def call(problem: RmsNormProblem, config: RmsNormConfig, target: str, x: Any, we
     return out.reshape(x.shape)
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
-    compile_asm=compile_asm, isa_many=isa_many, module=__name__)
+FAMILY = Family.of_module(__name__)

@@ -11,7 +11,7 @@ from typing import Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import Family, OpSpec, by_target
+from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.helion import common
 from inductor_ext.templates.helion.rmsnorm import ALL_CONFIGS, DTYPES, RmsNormConfig as SoftmaxConfig
 
@@ -117,8 +117,4 @@ def call(problem: SoftmaxProblem, config: SoftmaxConfig, target: str, x: Any, *r
     return common.run(softmax_body, config.block_m, _args(problem), x.reshape(problem.rows, problem.n)).reshape(x.shape)
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
-    compile_asm=compile_asm, isa_many=isa_many, module=__name__)
+FAMILY = Family.of_module(__name__)

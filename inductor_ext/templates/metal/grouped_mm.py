@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from inductor_ext.templates.allowed import integer, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import Family, OpSpec, by_target
+from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
 
@@ -167,8 +167,4 @@ def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]
     return _msl.compile_asm(render(problem, config, target))
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
-    compile_asm=compile_asm, module=__name__)
+FAMILY = Family.of_module(__name__)

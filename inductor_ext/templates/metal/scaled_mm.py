@@ -380,8 +380,4 @@ def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]
     return _msl.compile_asm(render(problem, config, target))
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=key_instructions,
-    compile_asm=compile_asm, module=__name__)
+FAMILY = Family.of_module(__name__)

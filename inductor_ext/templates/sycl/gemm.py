@@ -444,8 +444,4 @@ def compile_asm(problem: GemmProblem, config: GemmConfig, target: str) -> dict[s
     return {"spirv": "\n".join(spirv.disassemble(image) for image in images)}
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    config_supports=config_supports, missing=missing, prebuild=prebuild, cpu_executor=CPU_EXECUTOR,
-    key_instructions=key_instructions, compile_asm=compile_asm, module=__name__)
+FAMILY = Family.of_module(__name__)

@@ -482,9 +482,4 @@ def torch_mm(a: "torch.Tensor", b: "torch.Tensor", allow_tf32: bool = False) -> 
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
-    inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
-    cpu_executor=CPU_EXECUTOR, key_instructions=key_instructions, launch_values=launch_values,
-    dynamic_shapes=DYNAMIC_SHAPES, pdl=True, device_cases=device_cases, module=__name__)
+FAMILY = Family.of_module(__name__, pdl=True)

@@ -397,9 +397,4 @@ def device_cases(target: str) -> list[device_case.DeviceCase]:
     return device_case.gemm_cases(lambda m, n, k: Problem(m, n, k, a_dtype="bfloat16", out_dtype="bfloat16",
                                                           scale_layout="plain"), operands)
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
-    inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
-    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, launch_values=launch_values,
-    pdl=True, device_cases=device_cases, module=__name__)
+FAMILY = Family.of_module(__name__, pdl=True)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from inductor_ext.templates import device_case
 from inductor_ext.templates.allowed import flag, one_of, size
 from inductor_ext.templates.base import KernelSource, Tile
-from inductor_ext.templates.family import Family, OpSpec, by_target
+from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.triton import nvfp4_common as common
 from inductor_ext.templates.triton.nvfp4_common import (  # noqa: F401  (public constants)
     ACTIVATIONS, BIAS_DTYPES, BLOCK_SIZE, OUT_DTYPES, SCALE_LAYOUTS)
@@ -329,9 +329,4 @@ def device_cases(target: str) -> list[device_case.DeviceCase]:
 
     return device_case.gemm_cases(example_problem, operands)
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
-    inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
-    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
-    launch_values=launch_values, pdl=True, device_cases=device_cases, module=__name__)
+FAMILY = Family.of_module(__name__, pdl=True)

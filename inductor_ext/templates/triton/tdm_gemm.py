@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from inductor_ext.targets import amd
 from inductor_ext.templates.base import KernelSource
 from inductor_ext.templates import linear
-from inductor_ext.templates.family import Family, OpSpec, by_target
+from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.triton import gemm
 from inductor_ext.templates.triton.gemm import GemmConfig
 from inductor_ext.templates.triton.launch import FP, PROGRAM_TILE, launch, launch_options
@@ -247,9 +247,4 @@ __all__ = ["NAME", "FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "P
            "render", "inductor_source", "inductor_kwargs", "run"]
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, inductor_source=inductor_source,
-    inductor_kwargs=inductor_kwargs, config_supports=config_supports, config_from_tile=config_from_tile,
-    cpu_executor=CPU_EXECUTOR, example_problem=example_problem, key_instructions=by_target(KEY_INSTRUCTIONS),
-    module=__name__)
+FAMILY = Family.of_module(__name__)

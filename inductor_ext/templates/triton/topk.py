@@ -29,7 +29,7 @@ from inductor_ext.runtime.triton_loader import load_kernel
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import flag, integer, one_of, size
 from inductor_ext.templates.base import KernelSource
-from inductor_ext.templates.family import Family, OpSpec, by_target
+from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.triton.launch import FP
 
 if TYPE_CHECKING:  # annotations only: the module never imports torch at load
@@ -233,8 +233,4 @@ __all__ = ["NAME", "FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "P
            "example_problem", "kernel_name", "constexprs", "render", "compile_asm", "call", "k_pad"]
 
 
-FAMILY = Family(
-    name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
-    config_supports=config_supports, cpu_executor=CPU_EXECUTOR, example_problem=example_problem,
-    key_instructions=by_target(KEY_INSTRUCTIONS), compile_asm=compile_asm, module=__name__)
+FAMILY = Family.of_module(__name__)
