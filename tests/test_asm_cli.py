@@ -129,3 +129,19 @@ def test_a_missing_toolchain_is_a_failure_not_a_usage_mistake(capsys, monkeypatc
     assert main(["asm", "triton.gemm", "--target", "sm_90a"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == "inductor-ext asm: ptxas was not found: pip install inductor-ext[nvidia]"
+
+
+def test_tritons_fp_fusion_notice_stays_out_of_the_output(tmp_path):
+    """Triton 3.9 warns once per process that TRITON_DEFAULT_FP_FUSION is unset: a fresh process
+    with that variable unset and a cold ISA cache compiles, and its output is the kernel alone."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_DEFAULT_FP_FUSION", "TRITON_INTERPRET")}
+    env["INDUCTOR_EXT_ISA_CACHE"] = str(tmp_path / "isa")  # cold: Triton compiles here
+    done = subprocess.run([sys.executable, "-m", "inductor_ext.cli", "asm", "triton.gemm", "--target", "sm_90a",
+                           "--shape", "64x64x64"], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "wgmma" in done.stdout and (tmp_path / "isa").exists()
+    assert "FP_FUSION" not in done.stdout + done.stderr, done.stderr
