@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch._inductor import list_mode_options
 from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+from torch._dynamo.utils import counters
 from torch._inductor.virtualized import V
 
 from inductor_ext import codegen as codegens
@@ -21,6 +22,7 @@ from inductor_ext.config import ExtConfig, ExtOptionError
 from inductor_ext.autotune import cache_layers
 from inductor_ext.lowering import ext_choices, frozen_params, install
 from inductor_ext.lowering.ext_choices import ExtChoices, decisions
+from inductor_ext.logs import autotune_log
 from inductor_ext.runtime.interpret import enable_triton_interpreter
 
 log = logging.getLogger("inductor_ext")
@@ -101,8 +103,19 @@ def _compile(config: ExtConfig, codegen: DeviceCodegen | None, gm: torch.fx.Grap
     stack.enter_context(install.freezing_context(patches))  # ext's C++ GEMMs serve the linears
     # Our handler for the whole compile: Inductor would otherwise create one lazily from the
     # patched inductor_choices_class and keep it for every later compile in this thread.
+    hits = counters["aot_autograd"]["autograd_cache_hit"]
     with stack, V.set_choices_handler(ExtChoices(config)):
-        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
+        compiled = compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
+    if counters["aot_autograd"]["autograd_cache_hit"] > hits:  # inner compile never ran: say why
+        _served_cached("AOTAutograd's cache")
+    return compiled
+
+
+def _served_cached(cache: str) -> None:
+    """One line (``TORCH_LOGS=ext_autotune``) for a graph whose compile made no decision because
+    a cache of Inductor's handed back the whole compiled graph: its choices came with it."""
+    autotune_log.info("ext: graph served by %s: its kernel choices were made when it was first compiled "
+                      "and are cached with it (no ext decision now)", cache)
 
 
 def device_codegen(config: ExtConfig) -> DeviceCodegen | None:
@@ -136,7 +149,10 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
         stack.enter_context(cache_layers.graph_scope(ext_choices.graph_dims(gm, example_inputs)))
         if codegen is not None:
             stack.enter_context(codegen.install(config))
+        hits = counters["inductor"]["fxgraph_cache_hit"]
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+    if counters["inductor"]["fxgraph_cache_hit"] > hits and len(decisions) == first:
+        _served_cached("Inductor's FX graph cache")
     tracing.kernels(lambda: dumps.parse_output_code(getattr(compiled, "source_code", None) or ""))  # tlparse
     if not config.dump_dir:
         return compiled

@@ -41,3 +41,30 @@ def test_force_disable_caches_also_bypasses_ext_autotune_cache(tmp_path, monkeyp
     assert len(uncached) == len(cold)
     assert all(d.reason != "cache" for d in uncached), [d.reason for d in uncached]  # timed again
     assert written() == before  # and nothing written
+
+
+def test_a_graph_served_by_inductors_caches_says_so_under_ext_autotune(tmp_path, monkeypatch, caplog):
+    """A compile Inductor's FX graph cache (or AOTAutograd's) serves makes no decision: one line per
+    graph says its choices came with the cached graph, where there used to be silence."""
+    import logging
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # cold, then warm
+    monkeypatch.setitem(policy.EFFORT_BUDGET, "quick", 1)
+    options = {"preset": "cpu", "autotune": "quick", "autotune_cache": str(tmp_path / "autotune.db")}
+    layer, x = torch.nn.Linear(24, 16).eval(), torch.randn(2, 24)
+
+    def compile_once() -> list[str]:
+        torch._dynamo.reset()
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="inductor_ext.autotune"), torch.no_grad():
+            torch.compile(layer, backend="ext", options=options)(x)
+        return [r.getMessage() for r in caplog.records if "served by" in r.getMessage()]
+
+    first = len(ext_choices.decisions)
+    assert compile_once() == [] and len(ext_choices.decisions) > first  # decided, not served
+    # the autotune cache gained the winners, which keys a new graph: decided again, from that cache
+    assert compile_once() == [] and {d.reason for d in ext_choices.decisions[first:]} > {"cache"}
+    first = len(ext_choices.decisions)
+    served = compile_once()  # nothing changed since: Inductor hands back the whole graph
+    assert len(ext_choices.decisions) == first
+    assert len(served) == 1 and "cache" in served[0] and "made when it was first compiled" in served[0], served
