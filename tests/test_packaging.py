@@ -157,3 +157,10 @@ def test_the_installed_distribution_says_its_license_and_who_made_it() -> None:
     assert meta["Author"] or meta["Author-email"]
     assert "torch.compile" in (meta["Keywords"] or "")
     assert any(c.startswith("Operating System :: MacOS") for c in meta.get_all("Classifier") or [])
+
+
+def test_the_license_is_in_the_installed_metadata() -> None:
+    import importlib.metadata
+
+    meta = importlib.metadata.metadata("inductor-ext")
+    assert meta["License-Expression"] == "BSD-3-Clause" and "LICENSE" in meta.get_all("License-File")
