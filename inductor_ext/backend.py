@@ -62,7 +62,7 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     if install.uses_triton_interpreter(config, codegen is not None):
         enable_triton_interpreter()
     patches = {**mode_patches, **install.inductor_patches(config, codegen is not None, mode_patches)}
-    if config.dump_dir:
+    if config.dump_dir or tracing.enabled():  # a dump or a TORCH_TRACE shows each kernel's FX nodes
         patches["trace.provenance_tracking_level"] = 1  # kernel -> FX nodes and user lines
     log.info("ext: preset %s, target %s, passes %s, templates %s, autotune %s",
              config.preset, config.target, list(config.passes), list(config.templates), config.autotune)
@@ -153,7 +153,8 @@ def _inner_compile(config: ExtConfig, gm: torch.fx.GraphModule, example_inputs: 
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
     if counters["inductor"]["fxgraph_cache_hit"] > hits and len(decisions) == first:
         _served_cached("Inductor's FX graph cache")
-    tracing.kernels(lambda: dumps.parse_output_code(getattr(compiled, "source_code", None) or ""))  # tlparse
+    tracing.kernels(lambda: dumps.traced_kernels(getattr(compiled, "source_code", None) or "",
+                                                 dumps.provenance_since(seen)))  # tlparse
     if not config.dump_dir:
         return compiled
     kind = "backward" if kwargs.get("is_backward") else ("inference" if kwargs.get("is_inference") else "forward")

@@ -215,6 +215,23 @@ def gpu_asm(compiled_module_globals: dict[str, Any]) -> dict[str, dict[str, str]
     return found
 
 
+def _provenance_of(kernel: dict[str, Any], provenance: dict[str, tuple[list[str], list[str]]] | None
+                   ) -> tuple[list[str], list[str]]:
+    """(FX nodes, user file:line) Inductor recorded for a parsed kernel, or empty lists."""
+    handle = kernel["properties"].get("provenance")  # an extern call's own debug handle
+    return next((v for key, v in (provenance or {}).items()
+                 if key == handle or key.rsplit(":", 1)[0] == kernel["kernel"]), ([], []))
+
+
+def traced_kernels(code: str, provenance: dict[str, tuple[list[str], list[str]]]) -> list[dict[str, Any]]:
+    """The kernels of an output module as the trace records them: ``parse_output_code``'s, each
+    with the FX nodes it computes (from its header, else from Inductor's provenance)."""
+    kernels = parse_output_code(code)
+    for k in kernels:
+        k["fx_nodes"] = k["fx_nodes"] or _provenance_of(k, provenance)[0]
+    return kernels
+
+
 def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.GraphModule,
           decisions: Iterable[Any], provenance: dict[str, tuple[list[str], list[str]]] | None = None,
           asm: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
@@ -239,9 +256,7 @@ def write(dump_dir: str | os.PathLike, graph_name: str, code: str, gm: torch.fx.
             _write(asm_path, text)
             k["asm_files"].append(str(asm_path.relative_to(root)))
         k["graph"] = graph_name
-        handle = k["properties"].get("provenance")  # an extern call's own debug handle
-        nodes, locations = next((v for key, v in (provenance or {}).items()
-                                 if key == handle or key.rsplit(":", 1)[0] == k["kernel"]), ([], []))
+        nodes, locations = _provenance_of(k, provenance)
         k["fx_nodes"] = k["fx_nodes"] or nodes
         k["user_source"] = locations or sorted({loc for n in k["fx_nodes"] for loc in where.get(n, [])})
         k["modules"] = _modules_of(k["fx_nodes"], modules)

@@ -67,6 +67,7 @@ def test_passes_are_in_the_trace(trace: dict[str, Any]) -> None:
 def test_kernels_are_in_the_trace(trace: dict[str, Any]) -> None:
     listed = json.loads(trace["artifacts"]["inductor_ext_kernels"][0])
     assert [k["template"] for k in listed] == ["cpp.gemm"]
+    assert all(k["fx_nodes"] for k in listed), listed  # which FX nodes each kernel computes, with no dump_dir
     for kernel in listed:
         (source,) = trace["artifacts"][f"inductor_ext_kernel_{kernel['kernel']}"]
         assert source.lstrip().startswith("// inductor_ext template: cpp.gemm") and "#include" in source
