@@ -6,6 +6,7 @@ shared with tests/test_packaging.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -77,9 +78,20 @@ def test_tlparse_shows_them_beside_inductors(trace: dict[str, Any]) -> None:
     tlparse = shutil.which("tlparse")
     assert tlparse, "tlparse is not installed: pip install -e '.[dev]' brings it"
     out = trace["tmp"] / "tl_out"
+    # The README's command, on a trace folder holding several logs (one per process run): an older
+    # run's log beside the compile's, and the newest is parsed.
     (log,) = trace["dir"].glob("*.log")
-    subprocess.run([tlparse, str(log), "-o", str(out), "--no-browser", "--overwrite"], check=True,
-                   capture_output=True, timeout=120)
+    runs = trace["tmp"] / "several_runs"
+    runs.mkdir()
+    older = runs / "dedicated_log_torch_trace_older.log"
+    shutil.copy(log, older)
+    os.utime(older, (0, 0))  # an older run's log, whatever the file system's timestamp granularity
+    shutil.copy(log, runs / log.name)
+    readme = next(line for line in (Path(__file__).parents[1] / "README.md").read_text().splitlines()
+                  if line.startswith("tlparse "))
+    command = readme.split("#")[0].replace("/tmp/trace", str(runs)).replace("tl_out", str(out)) + " --overwrite"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
     (folder,) = {p.parent for p in out.rglob("inductor_output_code_*")}  # the compile's own folder
     names = {p.name.rsplit("_", 1)[0] for p in folder.iterdir() if p.name.startswith("inductor_ext_")}
     assert {"inductor_ext_decision", "inductor_ext_pass", "inductor_ext_kernels"} <= names
