@@ -41,7 +41,7 @@ PRESETS = {
     "hopper": {
         "description": "NVIDIA Hopper (sm_90a): Triton GEMM templates (wgmma) against cuBLAS",
         "target": "sm_90a",
-        "passes": ["nvfp4_alpha_fold", "layer_norm_op"], "templates": ["triton.gemm", "triton.nvfp4_dequant_gemm", "triton.layer_norm"],
+        "passes": ["nvfp4_alpha_fold"], "templates": ["triton.gemm", "triton.nvfp4_dequant_gemm"],
         "autotune": "quick", "pdl": "auto", "template_margin": 0.02,
     },
     "blackwell": {
