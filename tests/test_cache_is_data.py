@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-import types
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -45,11 +44,11 @@ def attack(marker: Path) -> str:
 # ------------------------------------------------------------------ what families produce
 
 
-def example_problems(module: types.ModuleType) -> Iterator[Any]:
+def example_problems(family: registry.Family) -> Iterator[Any]:
     """Problems built from the Problem's own declarations: every size field at a few sizes, with
     each declared choice and flag tried once (the other fields at their defaults)."""
-    rules = allowed.declared(module.Problem)
-    fields = {f.name: f for f in dataclasses.fields(module.Problem)}
+    rules = allowed.declared(family.Problem)
+    fields = {f.name: f for f in dataclasses.fields(family.Problem)}
     base = {}
     for name, rule in rules.items():
         if fields[name].default is not dataclasses.MISSING:
@@ -70,27 +69,29 @@ def example_problems(module: types.ModuleType) -> Iterator[Any]:
         ints = {name: min(max(size, rule.low or 1), rule.high or size) for name, rule in rules.items()
                 if rule.kind == "int"}
         for variant in variants:
-            yield module.Problem(**{**base, **ints, **variant})
+            yield family.Problem(**{**base, **ints, **variant})
 
 
-def produced_configs(module: types.ModuleType) -> list[Any]:
-    """Every config the family can hand to a compile: ALL_CONFIGS, its module-level config tables,
-    and what the candidate policies (its own configs(), nvMatmulHeuristics, the decode rules on
-    NVIDIA targets) propose for each served example problem on each target it claims."""
-    found = dict.fromkeys(getattr(module, "ALL_CONFIGS", ()))
-    for value in vars(module).values():  # tables: a config, a tuple or list of them, a dict of them
+def produced_configs(family: registry.Family) -> list[Any]:
+    """Every config the family can hand to a compile: its ``all_configs``, the config tables of its
+    module, and what the candidate policies (its own configs(), nvMatmulHeuristics, the decode
+    rules on NVIDIA targets) propose for each served example problem on each target it claims.
+    Read from the record (``templates/family.py``), never from the module's names: a family may
+    take its Problem, Config or hooks from another module (``Problem = gemm.GemmProblem``)."""
+    found = dict.fromkeys(family.all_configs)
+    for value in vars(family.module).values():  # tables: a config, a tuple or list of them, a dict of them
         items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else (value,)
-        found.update(dict.fromkeys(item for item in items if isinstance(item, module.Config)))
-    for problem in example_problems(module):
-        if module.supports(problem) is None:
-            for target in module.TARGETS:
-                found.update(dict.fromkeys(c.config for c in policy.candidates(module.FAMILY, problem, target, "full")))
+        found.update(dict.fromkeys(item for item in items if isinstance(item, family.Config)))
+    for problem in example_problems(family):
+        if family.supports(problem) is None:
+            for target in family.targets:
+                found.update(dict.fromkeys(c.config for c in policy.candidates(family, problem, target, "full")))
     return list(found)
 
 
 @pytest.fixture(scope="module")
 def configs() -> dict[str, list[Any]]:
-    return {name: produced_configs(registry.get(name).module) for name in FAMILIES}
+    return {name: produced_configs(registry.get(name)) for name in FAMILIES}
 
 
 def test_every_field_of_every_family_declares_what_it_allows():

@@ -12,7 +12,8 @@ more with ``force_template`` for it, so that the template itself runs; every com
 equals eager within a tolerance tied to its dtype.
 
 Presets, families and ops come from the registry: a new family or op joins with no edit here
-except, for a new op, one builder in ``BUILDERS`` (an op without one fails loudly). Each test
+except, for a new op, its builder: one new file ``tests/conformance_ops/<op>.py`` (``_conformance_kit.py``
+says what it defines; an op without one fails loudly). Each test
 draws ``INDUCTOR_EXT_CONFORMANCE_EXAMPLES`` cases (default 1); derandomized, so a run is repeatable.
 """
 
@@ -29,13 +30,14 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
+import _conformance_kit as kit
 from _logs import ext_log_lines
 from inductor_ext import targets
 from inductor_ext.kernels import (decode_attention_ops, norm_ops, nvfp4, nvfp4_ops, prefill_attention_ops,  # noqa: F401
                                   softmax_ops, topk_ops)
 from inductor_ext.lowering import ext_choices
 from inductor_ext.templates import registry
-from inductor_ext.templates.family import OpSpec, TensorSpec
+from inductor_ext.templates.family import OpSpec
 
 pytestmark = pytest.mark.conformance
 
@@ -77,50 +79,8 @@ GRID = grid()
 # --------------------------------------------------------------------------- cases and builders
 
 
-@dataclass(frozen=True)
-class Case:
-    """One drawn shape; each op's builder reads the fields it needs."""
-
-    m: int  # rows (GEMM M, softmax/norm/topk rows, attention batch)
-    n: int
-    k: int
-    dtype: torch.dtype
-    layout: str  # "contiguous", "sliced" (rows with padding), "transposed", "3d"
-    bias: bool
-    variant: int  # an op's own choice (scaling, out dtype, query tokens, ...)
-
-
-@dataclass
-class Built:
-    """A callable with its inputs, the eager result to match, and the op's inputs as the lowering
-    will describe them (to ask a family beforehand whether it accepts them)."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    want: Any
-    spec: OpSpec
-    compare: Callable[[Any, Any], None] | None = None  # default: allclose by the output dtype
-
-
-def _tensor_spec(t: torch.Tensor, constant: bool = False) -> TensorSpec:
-    return TensorSpec(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."), constant)
-
-
-def _spec(op: str, inputs: tuple[torch.Tensor | None, ...], out: torch.Tensor, scalars: dict[str, Any],
-          constants: tuple[int, ...] = ()) -> OpSpec:
-    return OpSpec(op, tuple(None if t is None else _tensor_spec(t, i in constants) for i, t in enumerate(inputs)),
-                  _tensor_spec(out.contiguous()), scalars, "cpu")
-
-
-def _rows(case: Case, k: int, dtype: torch.dtype) -> torch.Tensor:
-    """An [M, K] input in the case's layout ("3d": [1, M, K])."""
-    if case.layout == "sliced":
-        return torch.randn(case.m, k + 8).to(dtype)[:, :k]
-    if case.layout == "transposed":
-        return torch.randn(k, case.m).to(dtype).t()
-    if case.layout == "3d":
-        return torch.randn(1, case.m, k).to(dtype)
-    return torch.randn(case.m, k).to(dtype)
+Case, Built, _tensor_spec, _spec, _rows, _last_dim_input = (kit.Case, kit.Built, kit.tensor_spec, kit.spec,
+                                                           kit.rows, kit.last_dim_input)
 
 
 def _linear(op: str, case: Case, freezing: bool) -> Built:
@@ -209,15 +169,6 @@ def _grouped_mm(case: Case, freezing: bool) -> Built:
                  _spec("grouped_mm", (a, b, offs, None), ref, {"out_dtype": str(case.dtype).removeprefix("torch.")}))
 
 
-def _last_dim_input(case: Case, n: int) -> torch.Tensor:
-    x = torch.randn(case.m, n) * 3
-    if case.layout == "sliced":
-        x = (torch.randn(case.m, n + 8) * 3)[:, :n]
-    elif case.layout == "3d":
-        x = torch.randn(1, case.m, n) * 3
-    return x.to(case.dtype)
-
-
 def _softmax(case: Case, freezing: bool) -> Built:
     """inductor_ext::softmax over the last dimension (what vocab_softmax makes), rows of 64..4096."""
     n = (64, 1536, 4099)[case.variant % 3]
@@ -301,7 +252,8 @@ def _prefill_attention_causal(case: Case, freezing: bool) -> Built:
         "prefill_attention_causal", (q, k, v, None), want, {"scale": scale}))
 
 
-# Op name (templates' OPS, lowering/ops/) -> how to build one case of it.
+# Op name (templates' OPS, lowering/ops/) -> how to build one case of it: these, and one file per op in
+# tests/conformance_ops/ (``_conformance_kit.op_modules``), where a new op's builder goes.
 BUILDERS: dict[str, Callable[[Case, bool], Built]] = {
     "mm": lambda case, freezing: _linear("mm", case, freezing),
     "addmm": lambda case, freezing: _linear("addmm", case, freezing),
@@ -309,11 +261,15 @@ BUILDERS: dict[str, Callable[[Case, bool], Built]] = {
     "softmax": _softmax, "rms_norm": _rms_norm, "topk": _topk, "decode_attention": _decode_attention,
     "prefill_attention": _prefill_attention, "prefill_attention_causal": _prefill_attention_causal,
 }
+_OWN_FILES = kit.op_modules()
+assert not set(_OWN_FILES) & set(BUILDERS), f"ops built both here and in {kit.OPS_FOLDER}: {set(_OWN_FILES) & set(BUILDERS)}"
+BUILDERS.update({op: module.build for op, module in _OWN_FILES.items()})
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 # Per op: the dtypes drawn (GEMMs also fp64, which no GEMM family takes; the out dtype of the
 # scaled GEMMs).
 _DTYPES = {op: _FLOATS + (torch.float64,) for op in ("mm", "addmm", "bmm", "scaled_mm", "nvfp4_gemm")}
+_DTYPES.update({op: tuple(module.DTYPES) for op, module in _OWN_FILES.items() if hasattr(module, "DTYPES")})
 
 
 @st.composite
@@ -373,7 +329,7 @@ def family_candidates(decision: ext_choices.Decision, family: str) -> list[dict[
 def test_every_op_a_family_claims_has_a_builder():
     """A new op must come with its builder here: a grid that silently skipped it would prove nothing."""
     missing = sorted({op for _, op, _ in GRID} - set(BUILDERS))
-    assert not missing, f"no conformance builder for op(s) {missing}: add one to BUILDERS in {__file__}"
+    assert not missing, f"no conformance builder for op(s) {missing}: add tests/conformance_ops/<op>.py (see {kit.__file__})"
 
 
 def test_the_grid_covers_every_preset_with_a_cpu_executor():
