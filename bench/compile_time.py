@@ -183,7 +183,7 @@ def run_arm(arm: str, model_name: str, cache_db: str, quick: bool) -> dict[str, 
     import torch
     from torch._dynamo.utils import compilation_time_metrics
 
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
     model, args = make_model(model_name, quick)
     clock = install_clock()
@@ -202,10 +202,10 @@ def run_arm(arm: str, model_name: str, cache_db: str, quick: bool) -> dict[str, 
     phases = {p: round(clock.seconds.get(p, 0.0), 3) for p in PHASES}
     phases["rest"] = round(total - sum(phases.values()), 3)
     timed = {key: round(sum(v), 3) for key, v in compilation_time_metrics.items()}
-    reasons = collections.Counter(re.split(r"[:;]", d.reason)[0] for d in ext_choices.decisions)
+    reasons = collections.Counter(re.split(r"[:;]", d.reason)[0] for d in decision_record.decisions)
     return {"seconds": round(total, 3), "phases": phases, "builds": dict(clock.builds),
             "dynamo_timed": dict(sorted(timed.items(), key=lambda kv: -kv[1])[:12]),
-            "decisions": len(ext_choices.decisions), "decision_reasons": dict(reasons)}
+            "decisions": len(decision_record.decisions), "decision_reasons": dict(reasons)}
 
 
 # ---------------------------------------------------------------------------------- the driver

@@ -206,14 +206,14 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, 
 def build_ext(shape: Shape, all_cases: list[Case], path: str) -> dict[str, Any]:
     """ext's decisions for every case, into the cache at ``path`` (the cpu preset's effort; a
     cache hit skips the benchmarks)."""
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
-    first, t0 = len(ext_choices.decisions), time.perf_counter()
+    first, t0 = len(decision_record.decisions), time.perf_counter()
     for dtype in dict.fromkeys(c.dtype for c in all_cases):
         compiled = compile_arm("ext", make_model(shape, getattr(torch, dtype)), path)
         for case in (c for c in all_cases if c.dtype == dtype):
             first_call("ext", compiled, case.inputs(shape))
-    made = ext_choices.decisions[first:]
+    made = decision_record.decisions[first:]
     return {"seconds": time.perf_counter() - t0, "decisions": len(made),
             "templates_won": sum(d.winner.startswith("cpp_") for d in made),
             "winners": sorted({f"{d.op} {d.problem['shapes']} {d.problem['dtype']}: {d.winner} ({d.reason})"
@@ -230,7 +230,7 @@ def clear_kv_caches(fn: Callable[..., Any]) -> None:
 
 
 def measure_speed(shape: Shape, all_cases: list[Case], reps: int, ext_cache: str) -> dict[str, Any]:
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
     results: dict[str, Any] = {}
     for dtype in dict.fromkeys(c.dtype for c in all_cases):
@@ -241,10 +241,10 @@ def measure_speed(shape: Shape, all_cases: list[Case], reps: int, ext_cache: str
             args = case.inputs(shape)
             for fn in fns.values():
                 clear_kv_caches(fn)
-            first = len(ext_choices.decisions)
+            first = len(decision_record.decisions)
             outs = {arm: first_call(arm, fn, args)[0].float() for arm, fn in fns.items()}
             # the ext arms compile cache-only from the build: a miss would serve ATen, unnoticed
-            misses = sum(d.reason.startswith("fallback: cache-only") for d in ext_choices.decisions[first:])
+            misses = sum(d.reason.startswith("fallback: cache-only") for d in decision_record.decisions[first:])
             scale = outs["eager"].abs().max().item()
             errors = {arm: (out - outs["eager"]).abs().max().item() / scale for arm, out in outs.items()}
             timings = time_interleaved({arm: (lambda fn=fn: fn(*args)) for arm, fn in fns.items()}, reps)

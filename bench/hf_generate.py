@@ -279,13 +279,13 @@ def split_call(run: Callable[[], Any]) -> dict[str, float]:
 
 
 def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float) -> dict[str, Any]:
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
     torch._dynamo.reset()
     base = build(row, w)
     outs, compile_s, fns, models = {}, {}, {}, {}
     splits: dict[str, list[tuple[float, float, float]]] = {}  # per arm and call: seconds in all, forward, graphs
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     time_compiled_graphs()
     for arm in args.arms:
         model = models[arm] = compile_arm(arm, copy.deepcopy(base))
@@ -306,7 +306,7 @@ def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float)
         compile_s[arm] = round(time.perf_counter() - t0, 2)
         fns[arm] = run
         print(f"  {row.name} {arm}: first call {compile_s[arm]:.1f} s", file=sys.stderr)
-    made = ext_choices.decisions[first:]
+    made = decision_record.decisions[first:]
     timings = interleaved(fns, args.reps, lead_in=1)
     result: dict[str, Any] = {"row": asdict(row), "compile_s": compile_s, "arms": {}}
     for arm, t in timings.items():

@@ -21,8 +21,9 @@ from inductor_ext.codegen import DeviceCodegen
 from inductor_ext.config import ExtConfig, ExtOptionError
 from inductor_ext.autotune import cache_layers
 from inductor_ext.lowering import ext_choices, frozen_params, install
-from inductor_ext.lowering.ext_choices import ExtChoices, decisions
 from inductor_ext.logs import autotune_log
+from inductor_ext.lowering.decision_record import decisions
+from inductor_ext.lowering.ext_choices import ExtChoices
 from inductor_ext.runtime.interpret import enable_triton_interpreter
 
 log = logging.getLogger("inductor_ext")

@@ -58,7 +58,7 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
         reps: int = 20, out: Callable[[str], None] = print, size: dict[str, int] | None = None) -> dict[str, Any]:
     from inductor_ext import dumps, presets, progress
     from inductor_ext.autotune import decision_text
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
     from inductor_ext.lowering.passes import base as pass_base
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -71,7 +71,7 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
     out(f"device      {device} ({device_description(device)})")
     out(f"preset      {config.preset} (target {config.target}, autotune {config.autotune}, templates {list(config.templates)})")
 
-    first_decision, first_pass = len(ext_choices.decisions), len(pass_base.applied)
+    first_decision, first_pass = len(decision_record.decisions), len(pass_base.applied)
     with torch.no_grad():
         expected = model(x)
         _warm_up(device)
@@ -95,7 +95,7 @@ def run(device: str | None = None, dump_dir: str | None = None, interpret: bool 
     out(f"kernels     {len(index['kernels'])} (dumps in {options['dump_dir']}):")
     for line in dumps.format_table(index).splitlines():
         out("  " + line)
-    gemms = ext_choices.decisions[first_decision:]
+    gemms = decision_record.decisions[first_decision:]
     for d in gemms:
         out(f"gemm        {decision_text.decision_line(d.node, d.problem, d.winner, d.reason, d.candidates)}")
     if not gemms:

@@ -72,7 +72,7 @@ def autotune_progress(total: int | None = None, desc: str = "autotune", enabled:
     end the line shows what was decided (``n/n``)."""
     from tqdm import tqdm
 
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
     bar = tqdm(total=total, desc=desc, unit="decision", disable=not enabled, file=sys.stderr, dynamic_ncols=True)
     graphs: dict[int, int] = {}  # graph id -> its estimated count (when total is estimated)
@@ -89,12 +89,12 @@ def autotune_progress(total: int | None = None, desc: str = "autotune", enabled:
         if bar.total is not None and bar.n > bar.total:
             bar.total = bar.n
 
-    ext_choices.listeners.append(advance)
+    decision_record.listeners.append(advance)
     try:
         with quiet_inductor_stats():
             yield bar
     finally:
-        ext_choices.listeners.remove(advance)
+        decision_record.listeners.remove(advance)
         if total is None:
             bar.total = bar.n
             bar.refresh()

@@ -42,7 +42,7 @@ def _artifact(name: str, payload: Callable[[], str], encoding: str = "json") -> 
 
 
 def decision(record: Any) -> None:
-    """One autotune decision (``lowering/ext_choices.Decision``, or any dataclass or dict holding
+    """One autotune decision (``lowering/decision_record.Decision``, or any dataclass or dict holding
     node, op, problem, candidates, winner, reason)."""
     if not enabled():
         return

@@ -158,7 +158,7 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
     cache; ``out`` is written only at the end, whole (``cache_transfer.write_cache``), so a failed
     build leaves nothing behind. Returns ``out`` opened read-only."""
     from inductor_ext import progress as autotune_progress
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
     out = Path(out)
     cache_transfer.check_output(out, update)
@@ -200,19 +200,19 @@ def build(model_spec: str, out: str | os.PathLike, *, inputs_spec: str | None = 
         if update and out.exists():  # its entries are reused, not tuned again
             tuned.merge_from(out)
         # Pass 1: list the problems without benchmarking (cache-only: the scratch cache is only read).
-        first = len(ext_choices.decisions)
+        first = len(decision_record.decisions)
         for inputs in input_sets:
             _compile_and_run(model, inputs, {**base, "autotune": "cache-only"}, train)
-        total = len(ext_choices.decisions) - first
+        total = len(decision_record.decisions) - first
         # Pass 2: full autotuning, one progress step per decided problem (Inductor's stats kept off the line).
-        first = len(ext_choices.decisions)
+        first = len(decision_record.decisions)
         with autotune_progress.autotune_progress(total, desc="tune", enabled=progress):
             for inputs in input_sets:
                 _compile_and_run(model, inputs, {**base, "autotune": "full"}, train)
         entries = tuned.entries()
         tuned.close()
         if not entries:
-            raise NothingTuned(_why_nothing(ext_choices.decisions[first:], base, out))
+            raise NothingTuned(_why_nothing(decision_record.decisions[first:], base, out))
         cache_transfer.write_cache(entries, out)  # the file alone is the whole cache, ready to copy
     return AutotuneCache(out, mode="read")
 

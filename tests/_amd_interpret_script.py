@@ -22,19 +22,19 @@ from torch._inductor.utils import run_and_get_code
 from inductor_ext.kernels.norms import rms_norm_reference
 from inductor_ext.kernels.scaled_gemm import scaled_mm_reference
 from inductor_ext.kernels.topk import topk_reference
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 
 
 def _compile(fn, args, preset: str, family: str):
     # only the family under test beside ATen: each choice is benchmarked in the interpreter
     options = {"preset": preset, "interpret": True, "templates": [family], "force_template": family,
                "inductor": {"fx_graph_cache": False}}
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     torch._dynamo.reset()
     with torch.no_grad():
         got, codes = run_and_get_code(torch.compile(fn, backend="ext", options=options), *args)
     decisions = [{"op": d.op, "winner": d.winner, "reason": d.reason,
-                  "families": sorted({c["family"] for c in d.candidates})} for d in ext_choices.decisions[first:]]
+                  "families": sorted({c["family"] for c in d.candidates})} for d in decision_record.decisions[first:]]
     return got, "\n".join(codes), decisions
 
 

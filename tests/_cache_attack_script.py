@@ -23,7 +23,7 @@ import torch
 from inductor_ext import cli, tune
 from inductor_ext.autotune import cache_layers
 from inductor_ext.autotune.cache import SCHEMA_VERSION, AutotuneCache, Entry
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 
 VALID = {"block_m": 16, "block_n": 16, "block_k": 16, "group_m": 8, "num_warps": 4, "num_stages": 2}
 
@@ -67,7 +67,7 @@ def main(out: Path) -> dict:
     x = torch.randn(8, 24)
     options = {"preset": "hopper", "interpret": True, "autotune": "cache-only", "templates": ["triton.gemm"],
                "autotune_cache": str(db)}
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with warnings.catch_warnings(record=True) as caught, tune.fresh_inductor_caches(), torch.no_grad():
         warnings.simplefilter("always")
         got = torch.compile(copy.deepcopy(model), backend="ext", options=options)(x)
@@ -77,7 +77,7 @@ def main(out: Path) -> dict:
         "shipped": shipped,
         "markers": {name: path.exists() for name, path in markers.items()},
         "max_err": (got - want).abs().max().item(),
-        "decisions": [{"winner": d.winner, "reason": d.reason} for d in ext_choices.decisions[first:]],
+        "decisions": [{"winner": d.winner, "reason": d.reason} for d in decision_record.decisions[first:]],
         "import_output": import_output.getvalue(),
         "warnings": [str(w.message) for w in caught if "autotune cache" in str(w.message)],
         "invalid_on_lookup": layer.skipped,

@@ -13,7 +13,7 @@ import json
 import torch
 from torch._inductor.utils import run_and_get_code
 
-from inductor_ext.lowering import cutedsl_nvfp4, ext_choices
+from inductor_ext.lowering import cutedsl_nvfp4, decision_record
 from inductor_ext.templates import registry
 from inductor_ext.templates.cutedsl import nvfp4_gemm as template
 from test_cutedsl_lowering import _fake_launch_quack
@@ -46,14 +46,14 @@ def main() -> dict:
             want = layer(x)
         finally:
             torch._scaled_mm = real
-        first = len(ext_choices.decisions)
+        first = len(decision_record.decisions)
         got, codes = run_and_get_code(torch.compile(layer, backend="ext", options=options), x)
     return {
         "max_err": (got.float() - want.float()).abs().max().item(),
         "max_ref": want.float().abs().max().item(),
         "code": "\n".join(codes),
         "decisions": [{"op": d.op, "winner": d.winner, "reason": d.reason,
-                       "candidates": [c["name"] for c in d.candidates]} for d in ext_choices.decisions[first:]],
+                       "candidates": [c["name"] for c in d.candidates]} for d in decision_record.decisions[first:]],
         "quack_calls": len(_fake_launch_quack.calls),
         "quack_use_pdl": sorted({c["use_pdl"] for c in _fake_launch_quack.calls}),
     }

@@ -12,7 +12,7 @@ import sys
 import torch
 
 from inductor_ext import dumps
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 
 
 class MLP(torch.nn.Module):
@@ -38,7 +38,7 @@ def step(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[to
 
 
 def run(options: dict) -> dict:
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     eager = mlp()
     compiled_model = copy.deepcopy(eager)
     x = torch.randn(37, 70)
@@ -49,7 +49,7 @@ def run(options: dict) -> dict:
         "max_err": (got - want).abs().max().item(),
         "max_grad_err": max((g - w).abs().max().item() for g, w in zip(got_grads, want_grads)),
         "decisions": [{"node": d.node, "op": d.op, "winner": d.winner, "reason": d.reason,
-                       "candidates": d.candidates} for d in ext_choices.decisions[first:]],
+                       "candidates": d.candidates} for d in decision_record.decisions[first:]],
         "kernels": [{"kernel": k["kernel"], "template": k["template"], "graph": k["graph"],
                      "fx_nodes": k["fx_nodes"], "user_source": k["user_source"], "file": k["file"],
                      "config": k["config"]} for k in index["kernels"]],

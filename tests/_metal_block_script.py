@@ -17,7 +17,7 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 from inductor_ext import dumps
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 from inductor_ext.lowering.passes import base as pass_base
 from inductor_ext.models.metal_block import DecoderBlock
 
@@ -32,7 +32,7 @@ def options(dump_dir: str | None = None) -> dict:
 
 def decisions_since(first: int) -> list[dict]:
     return [{"op": d.op, "node": d.node, "winner": d.winner, "reason": d.reason,
-             "candidates": [c["name"] for c in d.candidates]} for d in ext_choices.decisions[first:]]
+             "candidates": [c["name"] for c in d.candidates]} for d in decision_record.decisions[first:]]
 
 
 def decode(dump_dir: str) -> dict:
@@ -41,7 +41,7 @@ def decode(dump_dir: str) -> dict:
     model, x = DecoderBlock(torch.bfloat16, fp8=True).eval(), torch.randn(1, 4, 64, dtype=torch.bfloat16)
     reference = copy.deepcopy(model).float()  # the same weights in fp32: the truth
     reference.out_e4m3 = model.out_e4m3  # .float() widened the FP8 codes too
-    first, passes = len(ext_choices.decisions), len(pass_base.applied)
+    first, passes = len(decision_record.decisions), len(pass_base.applied)
     with torch.no_grad():
         want, truth = model(x), reference(x.float())
         got, codes = run_and_get_code(torch.compile(model, backend="ext", options=options(dump_dir)), x)
@@ -57,7 +57,7 @@ def train() -> dict:
     model, x = DecoderBlock(torch.float32, fp8=False), torch.randn(1, 4, 64)
     compiled_model = copy.deepcopy(model)
     weights = torch.linspace(-1, 1, 2048)  # a loss that weighs every probability differently
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     want = model(x)
     (want * weights).sum().backward()
     got = torch.compile(compiled_model, backend="ext", options=options())(x)

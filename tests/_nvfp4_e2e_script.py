@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from inductor_ext.kernels import nvfp4, nvfp4_ops
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 from inductor_ext.lowering.passes import base as pass_base
 
 FP4 = torch.float4_e2m1fn_x2
@@ -64,7 +64,7 @@ def main(family: str | None) -> dict:
                    "inductor": {"fx_graph_cache": False}}
         if family:
             options["force_template"] = family
-        first = len(ext_choices.decisions)
+        first = len(decision_record.decisions)
         got = torch.compile(copy.deepcopy(model), backend="ext", options=options)(x)
         first_got = torch.compile(copy.deepcopy(model[0]), backend="ext", options=options)(x)
     return {
@@ -74,7 +74,7 @@ def main(family: str | None) -> dict:
         "first_layer_close": bool(torch.allclose(first_got.float(), first_want.float(), rtol=2**-7, atol=1e-2)),
         "first_layer_err": (first_got.float() - first_want.float()).abs().max().item(),
         "passes": [p for p in pass_base.applied],
-        "decisions": [{"op": d.op, "winner": d.winner, "reason": d.reason} for d in ext_choices.decisions[first:]],
+        "decisions": [{"op": d.op, "winner": d.winner, "reason": d.reason} for d in decision_record.decisions[first:]],
     }
 
 

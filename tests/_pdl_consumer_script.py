@@ -16,7 +16,7 @@ from torch._inductor.codegen.triton import TritonKernel
 from torch._inductor.graph import GraphLowering
 from torch._inductor.utils import run_and_get_code
 
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 
 _real_enable_pdl_codegen = TritonKernel._enable_pdl_codegen
 
@@ -52,7 +52,7 @@ def main() -> dict:
         options = {"preset": "hopper", "interpret": True, "pdl": pdl, "templates": ["triton.gemm"],
                    "force_template": "triton.gemm", "autotune": "quick", "inductor": {"fx_graph_cache": False}}
         got, codes = run_and_get_code(torch.compile(f, backend="ext", options=options), x, w)
-        result[pdl] = {"max_err": (got - want).abs().max().item(), "winner": ext_choices.decisions[-1].winner,
+        result[pdl] = {"max_err": (got - want).abs().max().item(), "winner": decision_record.decisions[-1].winner,
                        "kernels": kernels("\n".join(codes))}
     return result
 

@@ -20,7 +20,7 @@ import torch
 
 from inductor_ext import tune
 from inductor_ext.autotune import policy
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 
 
 def model() -> torch.nn.Module:
@@ -46,7 +46,7 @@ def run(autotune: str, caches: list[str], shared: bool) -> dict:
     policy.EFFORT_BUDGET["quick"] = 1  # one micro-kernel beside ATen: one C++ build
     handler = _Lines()
     logging.getLogger("inductor_ext").addHandler(handler)
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     layer, x = model(), example()
     inductor = (torch._inductor.config.patch(fx_graph_cache=True) if shared else tune.fresh_inductor_caches())
     with warnings.catch_warnings(record=True) as caught, inductor, torch.no_grad():
@@ -55,7 +55,7 @@ def run(autotune: str, caches: list[str], shared: bool) -> dict:
                    "autotune_cache": caches[0] if len(caches) == 1 else caches}
         got = torch.compile(layer, backend="ext", options=options)(x)
     return {
-        "decisions": [{"op": d.op, "winner": d.winner, "reason": d.reason} for d in ext_choices.decisions[first:]],
+        "decisions": [{"op": d.op, "winner": d.winner, "reason": d.reason} for d in decision_record.decisions[first:]],
         "max_err": (got - layer(x)).abs().max().item(),
         "warnings": [str(w.message) for w in caught if "inductor_ext" in str(w.message)] + handler.lines,
     }

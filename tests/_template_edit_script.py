@@ -11,20 +11,20 @@ import torch
 
 from inductor_ext import tune
 from inductor_ext.autotune.cache import AutotuneCache
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record, template_keys
 from inductor_ext.templates.triton import gemm
 
 
 def compile_once(options: dict) -> list[dict]:
     torch._dynamo.reset()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     torch.manual_seed(0)
     layer, x = torch.nn.Linear(24, 16), torch.randn(8, 24)
     with tune.fresh_inductor_caches(), torch.no_grad():  # lowering runs every time
         got = torch.compile(layer, backend="ext", options=options)(x)
     assert (got - layer(x)).abs().max().item() < 1e-4
     return [{"winner": d.winner, "served": served(d), "reason": d.reason, "key": d.key.digest() if d.key else None}
-            for d in ext_choices.decisions[first:]]
+            for d in decision_record.decisions[first:]]
 
 
 def served(decision) -> list:
@@ -39,12 +39,12 @@ def served(decision) -> list:
 if __name__ == "__main__":
     cache = str(Path(sys.argv[1]) / "autotune.db")
     base = {"preset": "hopper", "interpret": True, "templates": ["triton.gemm"], "autotune_cache": cache}
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     results = {"tuned": compile_once({**base, "autotune": "quick"}),
                "reused": compile_once({**base, "autotune": "cache-only"})}
     # ATen usually wins this small GEMM: a cache naming one of the timed Triton configs instead
     # (as a build on another machine may) is served as that config, through the same path.
-    decision = ext_choices.decisions[first]
+    decision = decision_record.decisions[first]
     template = next(c for c in decision.candidates if c["kind"] == "template")
     with AutotuneCache(cache) as entries:
         (entry,) = entries.entries()
@@ -57,8 +57,8 @@ if __name__ == "__main__":
     results["other_host"] = compile_once({**base, "autotune": "cache-only"})
     torch.set_num_threads(threads)
     # Edit-equivalent: the template module's source hash changes, nothing else does.
-    original = ext_choices.module_source_hash
-    ext_choices.module_source_hash = lambda m: "edited" + original(m) if m is gemm else original(m)
+    original = template_keys.module_source_hash
+    template_keys.module_source_hash = lambda m: "edited" + original(m) if m is gemm else original(m)
     results["edited"] = compile_once({**base, "autotune": "cache-only"})
     results["edited_tuned"] = compile_once({**base, "autotune": "quick"})
     print(json.dumps(results))

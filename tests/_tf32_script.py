@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 
 
 class MLP(torch.nn.Module):
@@ -30,7 +30,7 @@ class MLP(torch.nn.Module):
 
 def run(model: torch.nn.Module, x: torch.Tensor, want: torch.Tensor, precision: str, dump: Path) -> dict:
     torch._dynamo.reset()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     options = {"preset": "hopper", "interpret": True, "autotune": "quick", "force_template": "triton.gemm",
                "dump_dir": str(dump)}
     torch.set_float32_matmul_precision(precision)
@@ -40,7 +40,7 @@ def run(model: torch.nn.Module, x: torch.Tensor, want: torch.Tensor, precision: 
     finally:
         torch.set_float32_matmul_precision("highest")
     sources = "".join(p.read_text() for p in dump.rglob("*.py"))
-    decisions = ext_choices.decisions[first:]
+    decisions = decision_record.decisions[first:]
     return {
         "max_rel_err": ((got - want).abs().max() / want.abs().max()).item(),
         "input_precisions": sorted(set(re.findall(r"INPUT_PRECISION : tl.constexpr = '(\w+)'", sources))),

@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 
 from inductor_ext import tune
 from inductor_ext.autotune.cache import AutotuneCache
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 
 
 class MLP(torch.nn.Module):
@@ -38,14 +38,14 @@ def inputs() -> tuple[torch.Tensor]:
 def compile_once(options: dict) -> dict:
     torch._dynamo.reset()
     counters.clear()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     m, (x,) = model(), inputs()
     with tune.fresh_inductor_caches(), torch.no_grad():
         got = torch.compile(copy.deepcopy(m), backend="ext", options=options)(x)
     return {
         "max_err": (got - m(x)).abs().max().item(),
         "benchmarks": counters["inductor"]["select_algorithm_autotune"],
-        "decisions": [{"op": d.op, "winner": d.winner, "reason": d.reason} for d in ext_choices.decisions[first:]],
+        "decisions": [{"op": d.op, "winner": d.winner, "reason": d.reason} for d in decision_record.decisions[first:]],
     }
 
 

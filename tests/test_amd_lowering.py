@@ -25,8 +25,8 @@ from torch._inductor.select_algorithm import realize_inputs
 from torch._inductor.virtualized import V
 
 from _logs import records_of
-from inductor_ext import presets
-from inductor_ext.lowering import ext_choices
+from inductor_ext import presets, targets
+from inductor_ext.lowering import decision_record, ext_choices
 from inductor_ext.lowering.ops import FixedKernelInputs
 from inductor_ext.lowering.ops import rms_norm as rms_norm_lowering
 from inductor_ext.lowering.ops import topk as topk_lowering
@@ -48,7 +48,7 @@ def _pretend_rocm(mp: pytest.MonkeyPatch, target: str) -> None:
     mp.setattr(DeviceProperties, "create", classmethod(
         lambda cls, device: cls("hip", 0, 256, target, major, 65536, 2048, 1024, warp)))
     mp.setattr(torch.utils._triton, "triton_hash_with_backend", lambda: f"hip-{target}-stand-in")
-    mp.setattr(ext_choices, "_device_name", lambda device: f"AMD Instinct {name}")
+    mp.setattr(targets, "device_name", lambda device: f"AMD Instinct {name}")
 
 
 @pytest.fixture
@@ -161,7 +161,7 @@ def test_each_family_is_offered_beside_aten_with_its_configs(rocm, case: str) ->
     target, op, make, families = OFFERS[case]
     kernel_inputs, aten = make()
     _, offered = rocm(target, op, kernel_inputs, aten)
-    decision = ext_choices.decisions[-1]
+    decision = decision_record.decisions[-1]
     assert decision.reason == "benchmark" and offered[0] is aten[0]
     kinds = [c["family"] for c in decision.candidates]
     assert kinds[0] == "aten" and list(dict.fromkeys(kinds[1:])) == families, kinds
@@ -193,7 +193,7 @@ def test_a_refusal_is_logged_with_its_reason(rocm, caplog, case, target, op, mak
     kernel_inputs, aten = make()
     with records_of(caplog, ext_choices.log.name):
         _, offered = rocm(target, op, kernel_inputs, aten)
-    decision = ext_choices.decisions[-1]
+    decision = decision_record.decisions[-1]
     assert family not in {c["family"] for c in decision.candidates}
     lines = [r.getMessage() for r in caplog.records if f"ext: {family} not offered" in r.getMessage()]
     assert len(lines) == 1 and why in lines[0] and "ATen serves it" in lines[0], lines
@@ -207,7 +207,7 @@ def test_cached_winner_comes_back_as_the_one_choice(rocm, case: str) -> None:
     target, op, make, _ = OFFERS[case]
     kernel_inputs, aten = make()
     choices, offered = rocm(target, op, kernel_inputs, aten)
-    decision = ext_choices.decisions[-1]
+    decision = decision_record.decisions[-1]
     winner = next(c for c, cand in zip(offered, decision.candidates)
                   if cand["family"].startswith(("flydsl", "helion", "triton.topk")))
     timings = {c: 1.0 for c in offered} | {winner: 0.25}
@@ -217,7 +217,7 @@ def test_cached_winner_comes_back_as_the_one_choice(rocm, case: str) -> None:
     assert entry.winner == family and entry.aten_time_us == 1000.0
     _, again = rocm(target, op, kernel_inputs, aten)
     assert [c.name for c in again] == [winner.name]
-    assert ext_choices.decisions[-1].reason == "cache" and ext_choices.decisions[-1].winner == winner.name
+    assert decision_record.decisions[-1].reason == "cache" and decision_record.decisions[-1].winner == winner.name
 
 
 def test_a_cached_aten_win_keeps_aten(rocm) -> None:
@@ -226,7 +226,7 @@ def test_a_cached_aten_win_keeps_aten(rocm) -> None:
     timings = {c: 0.5 for c in offered} | {offered[0]: 0.1}
     choices.override_best_choice(offered[0], timings)
     _, again = rocm("gfx1250", "mm", kernel_inputs, aten)
-    assert again == [aten[0]] and ext_choices.decisions[-1].reason == "cache"
+    assert again == [aten[0]] and decision_record.decisions[-1].reason == "cache"
 
 
 def test_flydsl_is_not_offered_for_cpu_tensors_even_in_interpret_mode() -> None:

@@ -224,7 +224,7 @@ QUICK_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     from test_backend_models import MLP, _randn
     import inductor_ext.backend as backend
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record, ext_choices
 
     torch._inductor.config.fx_graph_cache = False
     torch._functorch.config.enable_autograd_cache = False
@@ -252,7 +252,7 @@ QUICK_SCRIPT = textwrap.dedent("""
         "forward_match": torch.allclose(out, expected, rtol=1e-4, atol=1e-5),
         "grads_match": grads_match,
         "decisions": [{"op": d.op, "winner": d.winner, "reason": d.reason,
-                       "kinds": [c["kind"] for c in d.candidates]} for d in ext_choices.decisions],
+                       "kinds": [c["kind"] for c in d.candidates]} for d in decision_record.decisions],
     }))
 """)
 
@@ -295,10 +295,10 @@ def test_second_compile_uses_its_own_options():
     with torch._inductor.config.patch(fx_graph_cache=False), \
             torch._functorch.config.patch(enable_autograd_cache=False), torch.no_grad():
         torch.compile(_Second(), backend="ext")(x)  # autotune "off"; V.choices now exists
-        n = len(ext_choices.decisions)
+        n = len(decision_record.decisions)
         torch.compile(_Second(), backend="ext", options={"autotune": "quick"})(x)
-        assert len(ext_choices.decisions) > n  # the quick compile considered templates
+        assert len(decision_record.decisions) > n  # the quick compile considered templates
         assert not isinstance(V.choices, ext_choices.ExtChoices)  # and put Inductor's back
-        n = len(ext_choices.decisions)
+        n = len(decision_record.decisions)
         torch.compile(_Second(), backend="inductor")(x)
-        assert len(ext_choices.decisions) == n  # plain Inductor never sees ext
+        assert len(decision_record.decisions) == n  # plain Inductor never sees ext

@@ -1,7 +1,7 @@
 """A compile answers every decision from the cache an earlier compile filled (issue 29, item 3).
 
 The autotune cache key holds the source hash of the code that decides and generates the kernels
-(``ext_choices.templates_hash``). That hash is of the code this process loaded: a source file
+(``template_keys.templates_hash``). That hash is of the code this process loaded: a source file
 edited on disk while the process runs (a shared checkout, a branch switch) used to move the key
 mid-process: a compile timed again problems the process had just decided, under a hash of code it
 does not run (bench/compile_time.py's cold compile of the cpu bench model, run while a seam module
@@ -19,16 +19,16 @@ import torch
 
 from inductor_ext import tune
 from inductor_ext.autotune import policy
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record, template_keys
 
 
-def _compile(layer: torch.nn.Module, x: torch.Tensor, options: dict) -> list[ext_choices.Decision]:
+def _compile(layer: torch.nn.Module, x: torch.Tensor, options: dict) -> list[decision_record.Decision]:
     torch._dynamo.reset()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with tune.fresh_inductor_caches(), torch.no_grad():  # lowering (and so deciding) runs every time
         got = torch.compile(layer, backend="ext", options=options)(x)
     torch.testing.assert_close(got, layer(x), rtol=1e-5, atol=1e-5)  # fp32: a bf16 slip fails this
-    return ext_choices.decisions[first:]
+    return decision_record.decisions[first:]
 
 
 @pytest.fixture
@@ -40,8 +40,8 @@ def seam_module(tmp_path, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "_reuse_seam", module)
-    seam = ext_choices.seam_modules()
-    monkeypatch.setattr(ext_choices, "seam_modules", lambda: (*seam, module))
+    seam = template_keys.seam_modules()
+    monkeypatch.setattr(template_keys, "seam_modules", lambda: (*seam, module))
     monkeypatch.setitem(policy.EFFORT_BUDGET, "quick", 1)  # one micro-kernel beside ATen: one C++ build
     return path
 

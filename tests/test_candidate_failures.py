@@ -13,7 +13,7 @@ import torch
 import _broken_family
 from _logs import ext_log_lines
 from inductor_ext.autotune import decide
-from inductor_ext.lowering import candidate_guard, ext_choices
+from inductor_ext.lowering import candidate_guard, decision_record
 from inductor_ext.templates import registry
 
 
@@ -24,12 +24,12 @@ def test_mps_prefill_linear_falls_back_to_aten_with_the_familys_reason():
     torch._dynamo.reset()
     torch.manual_seed(0)
     layer, x = torch.nn.Linear(64, 192), torch.randn(2, 9, 64)
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with ext_log_lines() as lines, torch.no_grad():
         got = torch.compile(layer, backend="ext", options={"preset": "mps", "interpret": True})(x)
         want = layer(x)
     torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-5)
-    (decision,) = [d for d in ext_choices.decisions[first:] if d.op == "addmm"]
+    (decision,) = [d for d in decision_record.decisions[first:] if d.op == "addmm"]
     assert decision.winner == "addmm" and decision.reason == "fallback: M=18 > 4: not a gemv (decode) shape"
     assert [c["kind"] for c in decision.candidates] == ["aten"]  # nothing of the family was offered
     refused = [line for line in lines if line.startswith("ext: metal.linear_gemv not offered")]
@@ -53,7 +53,7 @@ def test_a_candidate_that_fails_while_benchmarked_is_dropped_and_never_picked(br
     layer, x = torch.nn.Linear(24, 16), torch.randn(8, 24)
     options = {"templates": [broken.NAME], "autotune": "quick", "force_template": broken.NAME,
                "autotune_cache": str(tmp_path / "cache.db"), "inductor": {"fx_graph_cache": False}}
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with ext_log_lines() as lines, torch.no_grad():
         compiled = torch.compile(layer, backend="ext", options=options)
         got = compiled(x)
@@ -64,7 +64,7 @@ def test_a_candidate_that_fails_while_benchmarked_is_dropped_and_never_picked(br
     assert len(broken.calls) == benchmarked, "the compiled code called a dropped candidate"
     torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-5)
     torch.testing.assert_close(again, want, rtol=1.3e-6, atol=1e-5)
-    (decision,) = ext_choices.decisions[first:]
+    (decision,) = decision_record.decisions[first:]
     winner = next(c for c in decision.candidates if c["name"] == decision.winner)
     # ATen serves: its addmm or, under no_grad, its MKL-packed addmm, whichever timed faster
     assert winner["kind"] == "aten" and decision.winner in ("addmm", "ext_mkl_packed_addmm"), winner
@@ -120,11 +120,11 @@ def test_force_template_is_not_overridden_by_a_cached_winner(monkeypatch, tmp_pa
     winners = []
     for extra in ({"template_margin": 1e6}, {"force_template": fake.NAME}):  # ATen wins and is cached; then forced
         torch._dynamo.reset()
-        first = len(ext_choices.decisions)
+        first = len(decision_record.decisions)
         with torch.no_grad():
             got = torch.compile(layer, backend="ext", options={**options, **extra})(x)
             torch.testing.assert_close(got, layer(x), rtol=1.3e-6, atol=1e-5)
-        (decision,) = ext_choices.decisions[first:]
+        (decision,) = decision_record.decisions[first:]
         winners.append((decision.winner, decision.reason))
     # ATen won the first compile (its addmm, or MKL's packed GEMM on the frozen weight), by its timing
     # or (the template faster) by the margin, or on a machine busy enough that the OS preempted every
@@ -152,11 +152,11 @@ def test_a_policy_config_outside_the_declared_values_is_refused_before_it_is_off
     db = tmp_path / "cache.db"
     options = {"templates": [fake.NAME], "autotune": "quick", "autotune_cache": str(db),
                "inductor": {"fx_graph_cache": False}}
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with ext_log_lines() as lines, torch.no_grad():
         got = torch.compile(layer, backend="ext", options=options)(x)
     torch.testing.assert_close(got, layer(x), rtol=1.3e-6, atol=1e-5)
-    (decision,) = ext_choices.decisions[first:]
+    (decision,) = decision_record.decisions[first:]
     assert [c["config_dict"] for c in decision.candidates if c["kind"] == "template"] == [{"split": 1}]
     refused = [line for line in lines if line.startswith("ext: fake.mm config Config(split=3) not offered")]
     assert len(refused) == 1 and "fake.mm Config.split = 3 is not allowed" in refused[0], lines

@@ -35,7 +35,7 @@ from _logs import ext_log_lines
 from inductor_ext import targets
 from inductor_ext.kernels import (decode_attention_ops, norm_ops, nvfp4, nvfp4_ops, prefill_attention_ops,  # noqa: F401
                                   softmax_ops, topk_ops)
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 from inductor_ext.templates import registry
 from inductor_ext.templates.family import OpSpec
 
@@ -297,18 +297,18 @@ def refusal(family: Any, spec: OpSpec) -> str | None:
 @dataclass
 class Compiled:
     got: Any
-    decisions: list[ext_choices.Decision]
+    decisions: list[decision_record.Decision]
     lines: list[str]
 
 
 def compile_and_run(built: Built, options: dict[str, Any], cache: str) -> Compiled:
     torch._dynamo.reset()
     options = {**options, "interpret": True, "autotune_cache": cache, "inductor": {"fx_graph_cache": False}}
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with ext_log_lines() as lines, torch.no_grad():
         got = torch.compile(built.fn, backend="ext", options=options)(*built.args)
     torch._dynamo.reset()
-    return Compiled(got, ext_choices.decisions[first:], lines)
+    return Compiled(got, decision_record.decisions[first:], lines)
 
 
 def check_numbers(built: Built, got: Any, what: str) -> None:
@@ -319,7 +319,7 @@ def check_numbers(built: Built, got: Any, what: str) -> None:
     torch.testing.assert_close(got, built.want, **TOLERANCES[built.want.dtype], msg=lambda m: f"{what}: {m}")
 
 
-def family_candidates(decision: ext_choices.Decision, family: str) -> list[dict[str, Any]]:
+def family_candidates(decision: decision_record.Decision, family: str) -> list[dict[str, Any]]:
     return [c for c in decision.candidates if c["family"] == family]
 
 

@@ -26,7 +26,7 @@ from inductor_ext.autotune.cache import AutotuneCache
 from inductor_ext.kernels import decode_attention as kernel
 from inductor_ext.kernels.attention import attention_reference
 from inductor_ext.kernels.decode_attention_ops import OP
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 from inductor_ext.lowering.passes.decode_attention_op import DecodeAttentionOp
 from inductor_ext.templates import registry
 from inductor_ext.templates.cpp import decode_attention as family
@@ -317,11 +317,11 @@ def _compile(m, options, *calls):
     of ``calls`` in turn: the outputs, the decisions made and the benchmarks run."""
     torch._dynamo.reset()
     counters.clear()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with tune.fresh_inductor_caches(), torch.no_grad():
         compiled = torch.compile(m, backend="ext", options=options)
         outs = [compiled(*args) for args in calls]
-    return outs, ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+    return outs, decision_record.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
 
 
 def _code(dump_dir):

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from _pre_grad import pre_grad_graph
 from inductor_ext import presets, tune
 from inductor_ext.kernels.prefill_attention_ops import OP
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 from inductor_ext.lowering.passes.prefill_attention_op import PrefillAttentionOp
 from inductor_ext.runtime import cpu_library, toolchain
 from inductor_ext.templates import registry
@@ -350,10 +350,10 @@ class Prefill(torch.nn.Module):
 
 def _compile(m, options, x):
     torch._dynamo.reset()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with tune.fresh_inductor_caches(), torch.no_grad():
         got = torch.compile(m, backend="ext", options=options)(x)
-    return got, [d for d in ext_choices.decisions[first:] if d.op == "prefill_attention"]
+    return got, [d for d in decision_record.decisions[first:] if d.op == "prefill_attention"]
 
 
 @pytest.fixture(scope="module", params=[pytest.param(torch.float32, marks=needs[torch.float32]),
@@ -400,9 +400,9 @@ def test_the_is_causal_flag_is_served_and_keyed_apart():
     m, x = CausalFlag().eval(), torch.randn(2, 77, 128)
     with torch.no_grad():
         want = copy.deepcopy(m).double()(x.double())
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     got, _ = _compile(m, {"preset": "cpu", "force_template": "cpp.flash_attention"}, x)
-    (decision,) = [d for d in ext_choices.decisions[first:] if d.op.startswith("prefill_attention")]
+    (decision,) = [d for d in decision_record.decisions[first:] if d.op.startswith("prefill_attention")]
     assert (decision.op, decision.winner) == ("prefill_attention_causal", "ext_cpp_flash_attention_formavx512") \
         or "avx512" not in family.host_forms("float32"), decision
     assert decision.key.op == "prefill_attention_causal"  # never the cached decision of a maskless call
@@ -450,13 +450,13 @@ def test_a_prompt_of_another_length_keeps_the_kernel():
     torch.manual_seed(0)
     m = Prefill().eval()
     torch._dynamo.reset()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     compiled = torch.compile(m, backend="ext", options={"preset": "cpu", "force_template": "cpp.flash_attention"})
     with tune.fresh_inductor_caches(), torch.no_grad():
         for tokens in (40, 77, 100):
             x = torch.randn(1, tokens, 128)
             torch.testing.assert_close(compiled(x), m(x), **TOL[torch.float32])
-    decisions = [d for d in ext_choices.decisions[first:] if d.op == "prefill_attention"]
+    decisions = [d for d in decision_record.decisions[first:] if d.op == "prefill_attention"]
     assert [bool(d.problem.get("dynamic")) for d in decisions] == [False, True], [d.problem for d in decisions]
     assert all(d.winner == "ext_cpp_flash_attention_formavx512" for d in decisions), decisions
 

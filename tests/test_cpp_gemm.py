@@ -31,7 +31,8 @@ from inductor_ext import dumps, presets, tune
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry
 from inductor_ext.kernels import mkldnn_packed_ops
-from inductor_ext.lowering import cold_timing, cpp_gemm, ext_choices, frozen_params, jinja_templates, opaque_constants
+from inductor_ext.lowering import (cold_timing, cpp_gemm, decision_record, ext_choices, frozen_params, jinja_templates,
+                                   opaque_constants)
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.runtime import fresh_pages
 from inductor_ext.templates import registry
@@ -337,11 +338,11 @@ def inputs() -> tuple[torch.Tensor]:
 def _compile(m, args, options):
     torch._dynamo.reset()
     counters.clear()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with tune.fresh_inductor_caches(), torch.no_grad():
         compiled = torch.compile(m, backend="ext", options=options)
         out = compiled(*args)
-    return compiled, out, ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+    return compiled, out, decision_record.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
 
 
 @pytest.fixture(scope="module")
@@ -387,7 +388,7 @@ def built(tmp_path_factory, fewer_configs):
         if entry.key.op == "mm":  # ...but MKL's packed sgemm, the ATen side's own choice, for the mm
             forced.put(dataclasses.replace(entry, winner="aten", config={"name": "ext_mkl_packed_mm"}))
             continue
-        decision = next(d for d in ext_choices.decisions if d.key == entry.key)
+        decision = next(d for d in decision_record.decisions if d.key == entry.key)
         config = next(c["config_dict"] for c in decision.candidates if c["kind"] == "template")
         forced.put(dataclasses.replace(entry, winner="cpp.gemm", config=config))
     m, args = model(), inputs()
@@ -455,7 +456,7 @@ def test_build_renders_its_cpp_kernels_from_templates_compiled_once(built):
 
 def test_build_also_times_every_candidate_warm(built):
     keys = {e.key for e in built["cache"].entries()}
-    made = [d for d in ext_choices.decisions if d.key in keys and d.reason != "cache"]
+    made = [d for d in decision_record.decisions if d.key in keys and d.reason != "cache"]
     timed = [c for d in made for c in d.candidates if c["time_us"] is not None]
     assert timed and all(c.get("warm_time_us") is not None for c in timed), timed
 
@@ -464,7 +465,7 @@ def test_inductors_own_micro_kernel_is_timed_as_the_default(built):
     """Another micro-kernel must beat Inductor's pick by the margin (ext_choices), so the pick is
     always timed, even beyond the effort's budget (two configs in this module)."""
     keys = {e.key for e in built["cache"].entries()}
-    made = [d for d in ext_choices.decisions if d.key in keys and d.reason != "cache"]
+    made = [d for d in decision_record.decisions if d.key in keys and d.reason != "cache"]
     assert len(made) == 3, made
     for d in made:
         defaults = [c for c in d.candidates if c.get("default")]
@@ -509,9 +510,9 @@ def test_a_graph_compiled_before_the_build_is_not_reused_after_it(built, tmp_pat
                     for entry in AutotuneCache(built["dir"] / "template.db").entries():
                         late.put(entry)
             torch._dynamo.reset()
-            first = len(ext_choices.decisions)
+            first = len(decision_record.decisions)
             torch.compile(copy.deepcopy(m), backend="ext", options=options)(*args)
-            reasons.append(sorted(d.reason for d in ext_choices.decisions[first:]))
+            reasons.append(sorted(d.reason for d in decision_record.decisions[first:]))
     assert reasons == [["fallback: cache-only and no cache entry"] * 3, ["cache"] * 3]
 
 
@@ -522,7 +523,7 @@ def _compile_unpicklable(m, args, cache, dump, caplog):
     why instead. The output, the decisions and the benchmarks run."""
     torch._dynamo.reset()
     counters.clear()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with records_of(caplog, opaque_constants.INDUCTOR_CACHE_LOGGER, logging.WARNING), ext_log_lines() as ext_lines, \
             fresh_cache(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
         got = torch.compile(copy.deepcopy(m), backend="ext", options={
@@ -530,7 +531,7 @@ def _compile_unpicklable(m, args, cache, dump, caplog):
     assert counters["inductor"]["fxgraph_cache_pickle_error"] == 1
     assert opaque_constants.UNSERIALIZABLE not in [r.getMessage() for r in caplog.records]
     assert any(line.startswith("graph not saved in Inductor's FX graph cache") for line in ext_lines), ext_lines
-    return got, ext_choices.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+    return got, decision_record.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
 
 
 def test_a_linear_with_its_bias_served_by_mkls_packed_gemm_adds_the_bias(built, tmp_path, caplog):

@@ -17,7 +17,7 @@ import torch
 
 from inductor_ext import dumps, tune
 from inductor_ext.autotune.cache import AutotuneCache
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 from inductor_ext.templates import registry
 from inductor_ext.templates.allowed import InvalidField
 from inductor_ext.templates.cpp import gemm
@@ -107,10 +107,10 @@ class Head(torch.nn.Module):
 
 def _compile(m, x, options):
     torch._dynamo.reset()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with tune.fresh_inductor_caches(), torch.no_grad():
         got = torch.compile(m, backend="ext", options=options)(x)
-    return got, ext_choices.decisions[first:]
+    return got, decision_record.decisions[first:]
 
 
 @pytest.mark.skipif("avx512" not in gemm.host_isas(), reason="the cache-blocked candidates are AVX-512 micro-kernels; "

@@ -20,7 +20,7 @@ from inductor_ext import tune
 from inductor_ext.autotune.cache import AutotuneCache
 from inductor_ext.kernels import prefill_attention_ops  # noqa: F401  (registers inductor_ext::prefill_attention)
 from inductor_ext.kernels.attention import attention_reference
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 
 LENGTHS = (37, 90)  # the cache's length at the first call, and a later one the same graph serves
 
@@ -43,13 +43,13 @@ Q = torch.randn(1, 6, 1, 48, generator=torch.Generator().manual_seed(0))
 def _compile(tmp, options):
     """Compile under the C++ wrapper; outputs at every length, decisions, the dumped code."""
     torch._dynamo.reset()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     dump = tmp / "dump"
     with tune.fresh_inductor_caches(), torch._inductor.config.patch(cpp_wrapper=True), torch.no_grad():
         compiled = torch.compile(attend, backend="ext", options={**options, "dump_dir": str(dump)})
         outs = {n: (compiled(Q, *_kv(n)), attend(Q, *_kv(n))) for n in LENGTHS}
     code = "\n".join(p.read_text() for p in dump.rglob("output_code.py"))
-    return {"outs": outs, "decisions": ext_choices.decisions[first:], "code": code}
+    return {"outs": outs, "decisions": decision_record.decisions[first:], "code": code}
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +103,12 @@ def test_a_family_called_from_python_is_refused_and_aten_serves(tmp_path):
     """``cpp.flash_attention`` is called from Python (ctypes): the C++ wrapper has no name for it.
     Forced, it was still offered and Inductor's codegen failed ("Expected name is not None")."""
     torch._dynamo.reset()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     q = torch.randn(1, 2, 40, 64, generator=torch.Generator().manual_seed(1))
     options = {"preset": "cpu", "force_template": "cpp.flash_attention", "autotune_cache": str(tmp_path / "c.db")}
     with tune.fresh_inductor_caches(), torch._inductor.config.patch(cpp_wrapper=True), torch.no_grad():
         got = torch.compile(prefill, backend="ext", options=options)(q)
-    (decision,) = [d for d in ext_choices.decisions[first:] if d.op == "prefill_attention"]
+    (decision,) = [d for d in decision_record.decisions[first:] if d.op == "prefill_attention"]
     assert decision.winner == "prefill_attention_aten", decision
     assert "called from Python" in decision.reason and "C++ wrapper" in decision.reason, decision.reason
     torch.testing.assert_close(got, F.scaled_dot_product_attention(q, q, q, scale=0.125) * 2)

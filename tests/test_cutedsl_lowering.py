@@ -11,10 +11,10 @@ from torch._inductor import ir
 from torch._inductor.graph import GraphLowering
 from torch._inductor.virtualized import V
 
-from inductor_ext import dumps, presets
+from inductor_ext import dumps, presets, targets
 from inductor_ext.kernels import nvfp4_ops
 from inductor_ext.kernels.nvfp4 import e2m1_to_float, from_blocked, quantize_nvfp4, to_blocked, unpack_e2m1
-from inductor_ext.lowering import adapters, cutedsl_nvfp4, ext_choices
+from inductor_ext.lowering import adapters, cutedsl_nvfp4, decision_record, ext_choices
 from inductor_ext.lowering.ops import FixedKernelInputs
 from inductor_ext.lowering.ops import nvfp4_gemm as nvfp4_lowering
 from inductor_ext.templates import registry
@@ -56,7 +56,7 @@ def _aten(nodes, layout):
 
 
 def _offer(monkeypatch, tmp_path, kernel_inputs, nodes, layout, **options):
-    monkeypatch.setattr(ext_choices, "_device_name", lambda device: "NVIDIA B200")  # no GPU to ask
+    monkeypatch.setattr(targets, "device_name", lambda device: "NVIDIA B200")  # no GPU to ask
     config = presets.resolve({"preset": "blackwell", "templates": [FAMILY],
                               "autotune_cache": str(tmp_path / "cache.db"), **options})
     choices = ext_choices.ExtChoices(config)
@@ -71,7 +71,7 @@ def test_blackwell_preset_offers_it():
 def test_offered_beside_aten_on_sm100(graph, monkeypatch, tmp_path, bias):
     kernel_inputs, nodes, layout = _inputs(bias=bias)
     _, offered = _offer(monkeypatch, tmp_path, kernel_inputs, nodes, layout)
-    decision = ext_choices.decisions[-1]
+    decision = decision_record.decisions[-1]
     assert offered[0].name == "nvfp4_gemm_aten"
     ours = offered[1:]
     assert ours and all(c.name.startswith("ext_cutedsl_nvfp4_gemm_") for c in ours)
@@ -104,11 +104,11 @@ def test_prepare_refuses_what_it_cannot_serve(graph, case, why):
 
 def test_not_offered_off_sm100(graph, monkeypatch, tmp_path):
     kernel_inputs, nodes, layout = _inputs()
-    monkeypatch.setattr(ext_choices, "_device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(targets, "device_name", lambda device: "NVIDIA H200")
     config = presets.resolve({"preset": "hopper", "templates": [FAMILY], "autotune_cache": str(tmp_path / "c.db")})
     offered = ext_choices.ExtChoices(config).offer("nvfp4_gemm", kernel_inputs, [_aten(nodes, layout)])
     assert [c.name for c in offered] == ["nvfp4_gemm_aten"]
-    assert ext_choices.decisions[-1].reason == "fallback: verified for sm_100a, not target sm_90a"
+    assert decision_record.decisions[-1].reason == "fallback: verified for sm_100a, not target sm_90a"
 
 
 @pytest.mark.parametrize("cutedsl_ms, winner", [(0.5, "cutedsl"), (0.99, "aten")])
@@ -120,7 +120,7 @@ def test_margin_counts_it_as_a_template_not_as_aten(graph, monkeypatch, tmp_path
     timings = {aten: 1.0, ours: cutedsl_ms, **{c: float("inf") for c in offered[2:]}}
     chosen = choices.override_best_choice(min(timings, key=timings.get), timings)
     assert chosen is (ours if winner == "cutedsl" else aten)
-    entry = ext_choices.cache_for(choices.config).get(ext_choices.decisions[-1].key)
+    entry = ext_choices.cache_for(choices.config).get(decision_record.decisions[-1].key)
     assert entry.winner == (FAMILY if winner == "cutedsl" else "aten")
 
 
@@ -132,7 +132,7 @@ def test_cached_winner_comes_back_as_the_one_choice(graph, monkeypatch, tmp_path
     _, again = _offer(monkeypatch, tmp_path, kernel_inputs, nodes, layout)
     assert [c.name for c in again] == [offered[2].name]
     assert again[0].kwargs == offered[2].kwargs
-    assert ext_choices.decisions[-1].reason == "cache"
+    assert decision_record.decisions[-1].reason == "cache"
 
 
 def test_op_says_it_needs_a_gpu():

@@ -28,7 +28,7 @@ import _fake_extern_family as fake
 from inductor_ext import tune
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 from inductor_ext.lowering.ops._spec import symbolic_refusal
 from inductor_ext.templates import registry
 from inductor_ext.templates.cpp import gemm as cpp_gemm
@@ -81,7 +81,7 @@ def _run(m: torch.nn.Module, options: dict, sizes: tuple[int, ...]) -> dict:
     size; the decisions and log lines are the first compile's, ``graphs`` counts the compiles."""
     torch._dynamo.reset()
     counters.clear()
-    first, lines = len(ext_choices.decisions), _Lines()
+    first, lines = len(decision_record.decisions), _Lines()
     log = logging.getLogger("inductor_ext.autotune")
     log.addHandler(lines)
     level = log.level
@@ -99,7 +99,7 @@ def _run(m: torch.nn.Module, options: dict, sizes: tuple[int, ...]) -> dict:
                 graphs[n] = counters["stats"]["unique_graphs"]
                 if n == sizes[0]:
                     log.removeHandler(lines)
-                    decisions = ext_choices.decisions[first:]
+                    decisions = decision_record.decisions[first:]
     finally:
         log.removeHandler(lines)
         log.setLevel(level)
@@ -296,7 +296,7 @@ def triton_interpreted():
     """triton.gemm in the hopper preset's interpret mode, M and K symbolic, K's hint a multiple of
     every tile's BLOCK_K."""
     torch._dynamo.reset()
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     options = {"preset": "hopper", "interpret": True, "force_template": "triton.gemm", "autotune": "quick"}
     got, want = {}, {}
     with tune.fresh_inductor_caches(), torch.no_grad(), fx_config.patch(backed_size_oblivious=True):
@@ -309,7 +309,7 @@ def triton_interpreted():
                 torch._dynamo.mark_dynamic(a, 1)
                 torch._dynamo.mark_dynamic(b, 0)
             got[(m, k)], want[(m, k)] = compiled(a, b), a @ b
-    return {"got": got, "want": want, "decisions": ext_choices.decisions[first:]}
+    return {"got": got, "want": want, "decisions": decision_record.decisions[first:]}
 
 
 def test_triton_gemm_serves_symbolic_m_and_k_in_the_interpreter(triton_interpreted):

@@ -4,7 +4,7 @@ import pytest
 from torch._inductor.select_algorithm import ExternKernelCaller
 
 from inductor_ext import presets
-from inductor_ext.lowering import cold_timing, ext_choices
+from inductor_ext.lowering import cold_timing, decision_record, ext_choices
 
 
 class FakeAten(ExternKernelCaller):
@@ -22,14 +22,14 @@ def _decide(timings_by_name, default=None, families=None, warm=None, **options):
     cold_timing._warm.clear()
     cold_timing._warm.update({id(choices[n]): ms for n, ms in (warm or {}).items()})  # as a CPU compile times them
     timings = {choices[n]: t for n, t in timings_by_name.items()}
-    decision = ext_choices.Decision(node="mm", op="mm", problem={})
+    decision = decision_record.Decision(node="mm", op="mm", problem={})
     decision.candidates = [{"name": n, "kind": "aten" if n == "aten" else "template",
                             "family": "aten" if n == "aten" else (families or {}).get(n, "triton.gemm"),
                             "time_us": None, "default": n == default}
                            for n in timings_by_name]
     for i, c in enumerate(choices.values()):
         decision.track(c, i)
-    ext_choices.decisions.append(decision)
+    decision_record.decisions.append(decision)
     config = presets.resolve({"preset": "hopper", **options})
     best = min(timings, key=timings.get)
     try:
@@ -203,11 +203,11 @@ def _decide_aten(timings, warm=None):
     choices = {n: FakeAten(n) for n in timings}
     cold_timing._warm.clear()
     cold_timing._warm.update({id(choices[n]): ms for n, ms in (warm or {}).items()})
-    decision = ext_choices.Decision(node="mm", op="mm", problem={})
+    decision = decision_record.Decision(node="mm", op="mm", problem={})
     decision.candidates = [{"name": n, "kind": "aten", "family": "aten", "time_us": None} for n in timings]
     for i, c in enumerate(choices.values()):
         decision.track(c, i)
-    ext_choices.decisions.append(decision)
+    decision_record.decisions.append(decision)
     by_choice = {choices[n]: t for n, t in timings.items()}
     try:
         chosen = ext_choices.ExtChoices(presets.resolve({"preset": "cpu"})).override_best_choice(

@@ -12,18 +12,18 @@ from torch._inductor import config as inductor_config
 
 from inductor_ext import tune
 from inductor_ext.autotune import policy
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import decision_record
 
 
-def _decide(options: dict) -> list[ext_choices.Decision]:
+def _decide(options: dict) -> list[decision_record.Decision]:
     torch._dynamo.reset()
     torch.manual_seed(0)
     layer, x = torch.nn.Linear(24, 16).eval(), torch.randn(2, 24)
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     with tune.fresh_inductor_caches(), torch.no_grad():
         got = torch.compile(layer, backend="ext", options=options)(x)
     torch.testing.assert_close(got, layer(x), rtol=1e-5, atol=1e-5)
-    return ext_choices.decisions[first:]
+    return decision_record.decisions[first:]
 
 
 def test_force_disable_caches_also_bypasses_ext_autotune_cache(tmp_path, monkeypatch):
@@ -60,11 +60,11 @@ def test_a_graph_served_by_inductors_caches_says_so_under_ext_autotune(tmp_path,
             torch.compile(layer, backend="ext", options=options)(x)
         return [r.getMessage() for r in caplog.records if "served by" in r.getMessage()]
 
-    first = len(ext_choices.decisions)
-    assert compile_once() == [] and len(ext_choices.decisions) > first  # decided, not served
+    first = len(decision_record.decisions)
+    assert compile_once() == [] and len(decision_record.decisions) > first  # decided, not served
     # the autotune cache gained the winners, which keys a new graph: decided again, from that cache
-    assert compile_once() == [] and {d.reason for d in ext_choices.decisions[first:]} > {"cache"}
-    first = len(ext_choices.decisions)
+    assert compile_once() == [] and {d.reason for d in decision_record.decisions[first:]} > {"cache"}
+    first = len(decision_record.decisions)
     served = compile_once()  # nothing changed since: Inductor hands back the whole graph
-    assert len(ext_choices.decisions) == first
+    assert len(decision_record.decisions) == first
     assert len(served) == 1 and "cache" in served[0] and "made when it was first compiled" in served[0], served

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent("""
     import copy, json, sys
     import torch
     from torch._dynamo.utils import counters
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
     torch.manual_seed(0)
     x = torch.randn(6, 70)
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""
         # a fresh copy (Dynamo compiles it anew); the error against eager; linears Inductor packed;
         # the GEMMs that reached ext's choices
         torch._dynamo.reset()
-        first, before = len(ext_choices.decisions), packed()
+        first, before = len(decision_record.decisions), packed()
         m = copy.deepcopy(base)
         if backend == "ext":
             options = {"autotune": "cache-only", "autotune_cache": sys.argv[1]}
@@ -44,7 +44,7 @@ SCRIPT = textwrap.dedent("""
         with patch, torch.no_grad():
             err = (fn(x) - want).abs().max().item()
         return {"backend": backend, "err": err, "packed": packed() - before,
-                "ext_ops": sorted(d.op for d in ext_choices.decisions[first:])}
+                "ext_ops": sorted(d.op for d in decision_record.decisions[first:])}
 
     print(json.dumps([run(b) for b in sys.argv[2:]]))
 """)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import _nongemm_nvidia_family as rows
 from inductor_ext.autotune import policy
-from inductor_ext.lowering import adapters, ext_choices
+from inductor_ext.lowering import adapters, decision_record
 from inductor_ext.lowering.passes import register_pass
 from inductor_ext.lowering.passes.rms_norm_op import RmsNormOp
 from inductor_ext.templates import registry
@@ -55,12 +55,12 @@ def test_a_non_gemm_family_on_nvidia_compiles_and_is_timed_against_aten(families
     options = {"preset": "hopper", "interpret": True, "templates": [rows.NAME], "passes": ["rms_norm_op"],
                "autotune": "quick", "autotune_cache": str(tmp_path / "cache.db"),
                "inductor": {"fx_graph_cache": False}}
-    first = len(ext_choices.decisions)
+    first = len(decision_record.decisions)
     rows.calls.clear()
     with torch.no_grad():
         got = torch.compile(fn, backend="ext", options=options)(x, w)
     torch.testing.assert_close(got, fn(x, w), rtol=1e-5, atol=1e-5)
-    (decision,) = [d for d in ext_choices.decisions[first:] if d.op == "rms_norm"]
+    (decision,) = [d for d in decision_record.decisions[first:] if d.op == "rms_norm"]
     assert decision.reason != "autotune off" and not decision.reason.startswith("fallback"), decision.reason
     timed = {(c["kind"], c["family"]): c for c in decision.candidates if c["time_us"] is not None}
     assert ("aten", "aten") in timed and ("template", rows.NAME) in timed, decision.candidates

@@ -431,9 +431,9 @@ def test_the_users_cache_folder_is_made_private(tmp_path):
 
 def test_a_stored_candidate_error_is_cut_to_what_the_validator_reads():
     from inductor_ext.autotune.cache_entry import MAX_TEXT
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
-    stored = ext_choices._cache_candidate({"name": "c", "time_us": None, "policy": "p", "error": "x" * (MAX_TEXT + 9)})
+    stored = decision_record.cache_candidate({"name": "c", "time_us": None, "policy": "p", "error": "x" * (MAX_TEXT + 9)})
     assert len(stored["error"]) == MAX_TEXT
 
 

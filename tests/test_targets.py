@@ -114,14 +114,13 @@ def test_the_host_cpu_is_named_by_model_isa_and_threads(monkeypatch):
 def test_gpu_records_name_the_gpu_not_the_device_type(monkeypatch):
     """XPU and MPS records are keyed by the GPU's name, as CUDA's are: one GPU's decisions do not
     serve another model's."""
-    from inductor_ext.lowering import ext_choices
     from inductor_ext.targets import apple
 
     monkeypatch.setattr(torch.xpu, "get_device_name", lambda device=None: "Intel(R) Data Center GPU Max 1550")
-    assert ext_choices._device_name(torch.device("xpu")) == "Intel(R) Data Center GPU Max 1550"
+    assert targets.device_name(torch.device("xpu")) == "Intel(R) Data Center GPU Max 1550"
     apple.chip_name.cache_clear()
     monkeypatch.setattr(apple.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0, stdout="Apple M2 Pro\n"))
-    assert ext_choices._device_name(torch.device("mps")) == "Apple M2 Pro"
+    assert targets.device_name(torch.device("mps")) == "Apple M2 Pro"
     apple.chip_name.cache_clear()
     monkeypatch.setattr(apple.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=1, stdout=""))
     assert apple.chip_name() == "mps"  # macOS did not say: the device type, as before

@@ -1,5 +1,6 @@
 """ext's InductorChoices: offers our templates beside ATen, consults the autotune cache, and
-decides the winner (a template must beat ATen by the configured margin).
+decides the winner (a template must beat ATen by the configured margin). What it records of each
+decision is ``decision_record.py``; the source hash in its cache keys, ``template_keys.py``.
 
 The backend installs one instance per compile (``V.set_choices_handler``); the same factory is
 also set as ``inductor_choices_class`` so its uuid() enters the FX graph cache key.
@@ -12,104 +13,38 @@ import functools
 import hashlib
 import logging
 import math
-import sys
-from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, Callable
 
 import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
-from torch._inductor.select_algorithm import ExternKernelCaller, ExternKernelChoice
+from torch._inductor.select_algorithm import ExternKernelChoice
 from torch._inductor.virtualized import V
 
 from inductor_ext import targets
 from inductor_ext.autotune import decide, decision_text, pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey
-from inductor_ext.autotune.cache_entry import MAX_TEXT
 from inductor_ext.autotune import cache_layers
 from inductor_ext.autotune.cache_layers import DecisionSources
 from inductor_ext.config import ExtConfig
-from inductor_ext.kernels import decode_attention as decode_attention_kernel
-from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, packed_weights
-from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, cpp_gemm, cutedsl_nvfp4, ops,
-                                   parallel_builds, pdl_consumers, returned_outputs, subgraph)
-from inductor_ext import tracing
+from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, ops, parallel_builds,
+                                   pdl_consumers, returned_outputs)
 from inductor_ext.logs import autotune_log
+from inductor_ext.lowering.decision_record import (Decision, announce, cache_candidate, candidate_record,
+                                                   decision_of, decisions, dropped, problem_text, rule_candidate)
 from inductor_ext.lowering.ops._spec import symbolic_indices
-from inductor_ext.runtime import cpu_library, extras, fresh_pages
-from inductor_ext.targets import apple as apple_target
-from inductor_ext.targets import cpu as cpu_target
-from inductor_ext.targets import intel as intel_target
+from inductor_ext.lowering.template_keys import templates_hash
+from inductor_ext.runtime import extras, fresh_pages
 from inductor_ext.templates import registry
-from inductor_ext.templates.base import module_source_hash
 from inductor_ext.templates.family import Family
 
 log = logging.getLogger("inductor_ext.autotune")
-
-# The lowering seam, whose text shapes the generated code of every family or how its choices are
-# timed, is part of the cache key (``templates_hash``): this module and every lowering, kernels and
-# runtime module it reaches through module-level imports (``seam_modules``), so a module the seam
-# starts to use is hashed without a list to edit. The op modules (lowering/ops/) enter as their
-# folder, the families with the template modules they import. Two modules are imported here only
-# to be hashed: the kernels Inductor compiles from plain torch for the cpp decode-attention family
-# (its decomposition imports them lazily) and the CPU kernels' shared library helpers.
-_HASHED_ONLY = (decode_attention_kernel, cpu_library)
-_SEAM_PACKAGES = ("inductor_ext.lowering", "inductor_ext.kernels", "inductor_ext.runtime")
-
-
-@functools.cache
-def seam_modules() -> tuple[ModuleType, ...]:
-    """This module and the lowering, kernels and runtime modules it imports, transitively (by the
-    module-level names each holds: modules, or objects whose ``__module__`` is one), less the op
-    modules (hashed as their folder). Sorted by name, after this module."""
-    found: dict[str, ModuleType] = {}
-    todo = [sys.modules[__name__]]
-    while todo:
-        for value in vars(todo.pop()).values():
-            name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
-            if (isinstance(name, str) and name.startswith(_SEAM_PACKAGES) and name != __name__
-                    and not name.startswith("inductor_ext.lowering.ops") and name not in found and name in sys.modules):
-                found[name] = sys.modules[name]
-                todo.append(found[name])
-    return (sys.modules[__name__], *(found[name] for name in sorted(found)))
 
 
 def available_templates() -> dict[str, Family]:
     """Every template family by name (``templates/registry.py``)."""
     return registry.families()
 
-
-@dataclass
-class Decision:
-    """What happened to one GEMM problem: the candidates, their timings and the winner."""
-
-    node: str  # FX node being lowered
-    op: str
-    problem: dict[str, Any]
-    candidates: list[dict[str, Any]] = field(default_factory=list)
-    winner: str = "aten"
-    reason: str = "autotune off"
-    key: ProblemKey | None = None  # set when the result should go into the autotune cache
-
-    def track(self, choice: Any, index: int) -> None:
-        """Mark ``choice`` as this decision's candidate ``index``: Inductor hands the timings back
-        keyed by its choices (``override_best_choice``), and the mark leads from them to here."""
-        setattr(choice, _TAG, (self, index))
-
-    def index_of(self, choice: Any) -> int | None:
-        """The index of ``choice`` among this decision's candidates, or None when not one of them."""
-        tag = getattr(choice, _TAG, None)
-        return tag[1] if tag is not None and tag[0] is self else None
-
-
-_TAG = "_inductor_ext_candidate"  # (Decision, candidate index) on each choice a decision offered
-
-
-# Decisions made in this process, in order; dumps and the demo take what a compile added.
-decisions: list[Decision] = []
-# Called with each decision once its winner is known (offline builds show progress with it).
-listeners: list[Callable[[Decision], None]] = []
 
 def sources_for(config: ExtConfig) -> DecisionSources:
     """Where this compile's decisions are looked up (read-only layers named by ``autotune_cache``,
@@ -160,10 +95,10 @@ class ExtChoices(InductorChoices):
             return choices
         node = V.graph.current_node.name if V.graph.current_node is not None else "?"
         returned = self._times_returned_output(kernel_inputs)
-        decision = Decision(node=node, op=op_name, problem=_problem_text(op_name, kernel_inputs, returned))
+        decision = Decision(node=node, op=op_name, problem=problem_text(op_name, kernel_inputs, returned))
         decisions.append(decision)
         aten_choices.extend(self.config, op_name, kernel_inputs, choices)
-        decision.candidates = [_candidate(c, "aten", "aten", None, None) for c in choices]
+        decision.candidates = [candidate_record(c, "aten", "aten", None, None) for c in choices]
         prepared = {}
         for family in families:
             module = registry.get(family)
@@ -213,10 +148,11 @@ class ExtChoices(InductorChoices):
                     log.warning("ext: dropped %s config %s for %s: %s", family, cand.config, node, why)
                     continue
                 offered.append(cand.config)
-                decision.candidates.append(_candidate(choice, "template", family, cand.policy,
-                                                      registry.config_to_dict(cand.config), cand.config == default))
+                decision.candidates.append(candidate_record(choice, "template", family, cand.policy,
+                                                            registry.config_to_dict(cand.config),
+                                                            cand.config == default))
                 # a failure while Inductor builds or times it drops it (inf), never the compile
-                candidate_guard.guard(choice, functools.partial(_dropped, decision, len(decision.candidates) - 1))
+                candidate_guard.guard(choice, functools.partial(dropped, decision, len(decision.candidates) - 1))
             if module.choice_kind == "extern":
                 adapters.prebuild_extern(module, ready.problem, offered, self.config.target, kernel_inputs.device_type)
         for i, choice in enumerate(choices):  # one candidate per choice, in order
@@ -253,7 +189,7 @@ class ExtChoices(InductorChoices):
         decision.key = None
         autotune_log.debug("%s", decision_text.decision_line(decision.node, decision.problem, choice.name, reason,
                                                              decision.candidates))
-        _announce(decision)
+        announce(decision)
         return [choice]
 
     def _from_cache(self, entry: Entry, choices: list[Any], prepared: dict[str, Any], decision: Decision) -> list[Any]:
@@ -267,7 +203,7 @@ class ExtChoices(InductorChoices):
         chosen = self._append(module, [], prepared[entry.winner], registry.config_from_dict(module, entry.config))
         if chosen is None:
             return self._only(choices, decision, choices[0], "fallback: cached config could not be generated")
-        decision.candidates.append(_candidate(chosen, "template", entry.winner, "cache", entry.config))
+        decision.candidates.append(candidate_record(chosen, "template", entry.winner, "cache", entry.config))
         return self._only(choices, decision, chosen, "cache")
 
     def _times_returned_output(self, kernel_inputs: Any) -> bool:
@@ -282,7 +218,7 @@ class ExtChoices(InductorChoices):
         dtypes = tuple(str(n.get_dtype()).removeprefix("torch.") for n in kernel_inputs.nodes())
         return ProblemKey(
             op=op_name, shapes=kernel_inputs.shapes_hinted(), strides=kernel_inputs.strides_hinted(),
-            dtypes=dtypes, device_name=_device_name(kernel_inputs.device()), arch=self.config.target,
+            dtypes=dtypes, device_name=targets.device_name(kernel_inputs.device()), arch=self.config.target,
             versions={"torch": torch.__version__, "triton": extras.installed_version("triton")},
             template_hash=templates_hash(self.config), preset=self.config.preset,
             fp32_precision=ops.problem_fp32_precision(op_name, dtypes),
@@ -292,12 +228,12 @@ class ExtChoices(InductorChoices):
     def override_best_choice(self, best_choice: Any, timings: dict[Any, float]) -> Any:
         """Inductor's fastest ``best_choice`` through ext's rules (``autotune/decide.py``); the
         decision records every time and the winner, and the cache remembers it."""
-        decision = _decision_of(timings)
+        decision = decision_of(timings)
         for choice in timings if decision is not None else ():  # Inductor's own from a call ext offered
             if decision.index_of(choice) is None:  # nothing in (max-autotune's Triton addmm): baseline too
-                decision.candidates.append(_candidate(choice, "aten", "aten", None, None))
+                decision.candidates.append(candidate_record(choice, "aten", "aten", None, None))
                 decision.track(choice, len(decision.candidates) - 1)
-        records = [(choice, _record(choice, t, decision)) for choice, t in timings.items()]
+        records = [(choice, rule_candidate(choice, t, decision)) for choice, t in timings.items()]
         choice_of = {id(record): choice for choice, record in records}
         best = next(r for c, r in records if c is best_choice)
         forced_families = forced_templates(self.config)
@@ -317,7 +253,7 @@ class ExtChoices(InductorChoices):
                                                              decision.candidates))
         if decision.key is not None and decide.uses_cache(bool(forced_families)):
             self._remember(decision, winner, *decide.decided_times([r for _, r in records], picked))
-        _announce(decision)
+        announce(decision)
         return chosen
 
     def _remember(self, decision: Decision, winner: dict[str, Any], winner_ms: float, aten_time_ms: float | None,
@@ -331,7 +267,7 @@ class ExtChoices(InductorChoices):
             config={"name": winner["name"]} if is_aten else winner["config_dict"],
             winner_time_us=round(winner_ms * 1000, 3) if math.isfinite(winner_ms) else 0.0,
             aten_time_us=None if aten_time_ms is None else round(aten_time_ms * 1000, 3),
-            candidates=[_cache_candidate(c) for c in decision.candidates],
+            candidates=[cache_candidate(c) for c in decision.candidates],
             # margin or not, a benchmark decided it (the dumps keep the detailed reason), unless the OS set a time
             reason=f"fallback: {flag}" if flag else "benchmark", device_name=decision.key.device_name)
         try:
@@ -388,133 +324,6 @@ def forced_templates(config: ExtConfig) -> tuple[str, ...]:
     """The families ``force_template`` names (one name or several)."""
     force = config.force_template
     return () if force is None else (force,) if isinstance(force, str) else tuple(force)
-
-
-def templates_hash(config: ExtConfig) -> str:
-    """Source hash of this module, the lowering seam that shapes generated code (``seam_modules``), every op module
-    (``lowering/ops/``, the folder's sources), and every enabled family with every
-    ``inductor_ext.templates`` module it imports (``_template_modules``), as this process first
-    read them (``_loaded``)."""
-    modules = list(seam_modules())
-    for family in config.templates:
-        modules += _template_modules(registry.get(family).module)
-    parts = [_loaded(ops.sources_hash, "lowering/ops"), *(_loaded(module_source_hash, m) for m in modules)]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
-
-
-# Source hashes as first read in this process, by hashing function and module: the key names the
-# code this process runs. Both functions read the files on disk, so a checkout edited while a
-# process compiled (another worker's edit, a branch switched) moved the keys of that process's
-# later decisions: it timed a problem it had just decided again, under a hash of code it does not
-# run. (A later process that loads the edited code misses rightly.) By function too, so a test
-# that swaps the hashing function, as an edit would change the hash, sees its function used.
-_source_hashes: dict[tuple[Callable[..., str], ModuleType | str], str] = {}
-
-
-def _loaded(hasher: Callable[..., str], what: ModuleType | str) -> str:
-    key = (hasher, what)  # a module by identity: two test modules may share a name
-    if key not in _source_hashes:
-        _source_hashes[key] = hasher() if isinstance(what, str) else hasher(what)
-    return _source_hashes[key]
-
-
-def _is_template_module(name: object) -> bool:
-    return isinstance(name, str) and (name == "inductor_ext.templates" or name.startswith("inductor_ext.templates."))
-
-
-def _template_modules(module: ModuleType) -> list[ModuleType]:
-    """``module``, then the ``inductor_ext.templates`` modules it imports, transitively and by
-    name: those its globals are, or whose objects (``__module__``) it holds. Their text renders
-    into its kernels (e.g. ``nvfp4_common``'s shared body and epilogue), so it is part of the key."""
-    found: dict[str, ModuleType] = {}
-    todo = [module]
-    while todo:
-        for value in vars(todo.pop()).values():
-            name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
-            if _is_template_module(name) and name != module.__name__ and name not in found and name in sys.modules:
-                found[name] = sys.modules[name]
-                todo.append(found[name])
-    return [module] + [found[name] for name in sorted(found)]
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    if device.type == "cpu":
-        return cpu_target.host_name()  # model, ISA and threads: every CPU is not the same "cpu"
-    if device.type == "xpu":
-        return intel_target.device_name(device)
-    if device.type == "mps":
-        return apple_target.chip_name()
-    return device.type
-
-
-def _problem_text(op_name: str, kernel_inputs: Any, returned: bool = False) -> dict[str, Any]:
-    shapes = kernel_inputs.shapes_hinted()
-    # the last input's dtype (a GEMM's B), passing over a boolean mask (decode attention's)
-    dtypes = [node.get_dtype() for node in kernel_inputs.nodes()]
-    dtype = str(next((d for d in reversed(dtypes) if d != torch.bool), dtypes[-1])).removeprefix("torch.")
-    text = {"op": op_name, "shapes": [list(s) for s in shapes], "dtype": dtype}
-    if precision := ops.problem_fp32_precision(op_name, (dtype,)):
-        text["fp32_precision"] = precision  # which precision ATen and the fp32 templates ran
-    if dynamic := symbolic_indices(kernel_inputs.nodes()):
-        text["dynamic"] = [list(d) for d in dynamic]  # symbolic dims per input: "shapes" are their hints
-    if returned:
-        text["returned"] = True  # the graph returns the output: timed writing fresh pages
-    return text
-
-
-def _candidate(choice: Any, kind: str, family: str, proposer: str | None, config: dict[str, Any] | None,
-               default: bool = False) -> dict[str, Any]:
-    return {"name": choice.name, "kind": kind, "family": family, "policy": proposer,
-            "config": getattr(choice, "description", ""), "config_dict": config, "time_us": None,
-            "default": default}
-
-
-def _cache_candidate(candidate: dict[str, Any]) -> dict[str, Any]:
-    """A candidate as the cache stores it: Inductor times a choice that failed to compile or
-    run as inf, which is stored as no time with an error."""
-    time_us = candidate["time_us"]
-    failed = time_us is not None and not math.isfinite(time_us)
-    error = candidate.get("error") or ("failed to compile or run while autotuning" if failed else None)
-    return {"name": candidate["name"], "time_us": None if failed else time_us, "policy": candidate["policy"],
-            "error": None if error is None else error[:MAX_TEXT]}  # a long traceback is cut, as the validator reads it
-
-
-def _dropped(decision: Decision, index: int, why: str) -> None:
-    """One candidate of ``decision`` failed while built or timed: one log line, and its record says why."""
-    candidate = decision.candidates[index]
-    candidate["error"] = why
-    log.warning("ext: dropped %s config %s for %s: %s", candidate["family"], candidate["config"], decision.node, why)
-
-
-def _announce(decision: Decision) -> None:
-    tracing.decision(decision)  # TORCH_TRACE / tlparse
-    for listener in listeners:
-        listener(decision)
-
-
-def _decision_of(timings: dict[Any, float]) -> Decision | None:
-    """The decision whose choices Inductor timed (by the mark ``Decision.track`` left on them)."""
-    for choice in timings:
-        tag = getattr(choice, _TAG, None)
-        if tag is not None:
-            return tag[0]
-    return None
-
-
-def _record(choice: Any, time_ms: float, decision: Decision | None) -> decide.Candidate:
-    """``choice`` as the decision rules read it: by its decision's record (ext's CuTeDSL choices are
-    extern kernels too), else ATen's or not by its type, of no known family."""
-    i = decision.index_of(choice) if decision is not None else None
-    packed = choice.name in aten_choices.PACKED_NAMES
-    if i is None:
-        kind = "aten" if isinstance(choice, ExternKernelCaller) else "template"
-        return decide.Candidate(choice.name, time_ms, cold_timing.warm_ms(choice), kind, None, False, packed,
-                                cold_timing.disturbed(choice))
-    candidate = decision.candidates[i]
-    return decide.Candidate(choice.name, time_ms, cold_timing.warm_ms(choice), candidate["kind"], candidate["family"],
-                            bool(candidate.get("default")), packed, cold_timing.disturbed(choice))
 
 
 def graph_dims(gm: torch.fx.GraphModule, example_inputs: Any) -> frozenset[int]:

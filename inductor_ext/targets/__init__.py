@@ -19,7 +19,8 @@ from inductor_ext.targets.base import (
 
 __all__ = [
     "Datasheet", "Target", "Vendor", "PDL", "TF32", "NVFP4_MMA", "MX_MMA", "TDM", "NVMMH", "INTERPRETER",
-    "vendors", "all_targets", "get", "datasheets", "datasheet", "presets", "detect", "triton_targets",
+    "vendors", "all_targets", "get", "datasheets", "datasheet", "presets", "detect", "device_name",
+    "triton_targets",
 ]
 
 log = logging.getLogger("inductor_ext")
@@ -111,3 +112,23 @@ def detect(device: Any) -> str:
             return preset
     log.info("ext: no preset for device type %r; using 'aten'", device.type)
     return "aten"
+
+
+def device_name(device: Any) -> str:
+    """The name a decision is keyed by for ``device``: the GPU's model, or the CPU's model, ISA and
+    threads, so one machine's decisions do not serve another's."""
+    import torch  # on use, as the vendor modules import it: importing targets stays light
+
+    from inductor_ext.targets import apple as apple_target
+    from inductor_ext.targets import cpu as cpu_target
+    from inductor_ext.targets import intel as intel_target
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        return cpu_target.host_name()  # model, ISA and threads: every CPU is not the same "cpu"
+    if device.type == "xpu":
+        return intel_target.device_name(device)
+    if device.type == "mps":
+        return apple_target.chip_name()
+    return device.type

@@ -112,8 +112,8 @@ class Family:
     problem_for: hooks.ProblemFor = _ABSENT
     supports: hooks.Supports = _ABSENT
     configs: hooks.Configs = _ABSENT
-    # the family's module, given by name and looked up while it is imported; its source (and its
-    # imports') is hashed into cache keys
+    # the family's module, given by name and looked up while it is imported; its source (with the
+    # resource files it reads, and its imports') is hashed into cache keys (lowering/template_keys.py)
     module: ModuleType = _ABSENT
     all_configs: tuple[Any, ...] = ()  # extern: every config it may be called with
     render: hooks.Render | None = None

@@ -93,16 +93,16 @@ def compile_ext(model: torch.nn.Module, options: dict[str, Any]) -> torch.nn.Mod
 
 def served_since(first: int) -> set[str]:
     """The template families (not ATen) that won a GEMM in the decisions made after the first ``first``."""
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
-    return {c["family"] for d in ext_choices.decisions[first:] for c in d.candidates
+    return {c["family"] for d in decision_record.decisions[first:] for c in d.candidates
             if c["name"] == d.winner and c["kind"] == "template"}
 
 
 def _decisions() -> int:
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record
 
-    return len(ext_choices.decisions)
+    return len(decision_record.decisions)
 
 
 def assert_close(got: torch.Tensor, want: torch.Tensor, what: str, tol: dict[str, float] = FP32_TOL) -> None:

@@ -9,7 +9,7 @@ the shared helpers, not ops. An op not in any module's ``SPECS`` is offered to n
 
 ``load()`` imports every op module once per process; the installer (``lowering/install.py``)
 calls it before a compile, and ``op_inputs`` on first use. ``sources_hash()`` is the folder's part
-of the template hash (``ext_choices.templates_hash``): a new op needs no list edited.
+of the template hash (``template_keys.templates_hash``): a new op needs no list edited.
 """
 
 from __future__ import annotations
