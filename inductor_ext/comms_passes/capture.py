@@ -3,7 +3,7 @@
 them), Inductor's post-grad passes on a copy (``post_grad``) and the kernel order its scheduler
 would produce (``scheduled_order``, with the analytical cost model as its runtime estimate).
 
-The comms report (``cli/comms_report.py``), the FSDP benches and tests/test_comms.py judge
+The comms report (``schedule_comparison.py``), the FSDP benches and tests/test_comms.py judge
 communication schedules on these graphs with the cost model (``cost_model.py``).
 """
 

@@ -2,7 +2,7 @@
 makespan, collectives, peak bytes in flight and peak memory of graphs run in a given node order,
 and whether the order reads a bucket buffer before its copy-out), ``unhideable_ms`` (what no
 schedule of those graphs hides) and ``add_arm_to_trace`` (the timeline as a Chrome/Perfetto
-trace). The comms report (``cli/comms_report.py``) and tests/test_comms.py compare schedules
+trace). The comms report (``schedule_comparison.py``) and tests/test_comms.py compare schedules
 with them; every figure comes from the analytical model (``cost_model.py``), not a measurement.
 """
 
