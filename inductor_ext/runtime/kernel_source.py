@@ -5,6 +5,7 @@ Templates render it (``render() -> KernelSource``); runtime compiles, caches and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ class KernelSource:
     def suffix(self) -> str:
         return SUFFIXES.get(self.language, ".txt")
 
-    @property
+    @functools.cached_property
     def source_hash(self) -> str:
+        """Hash of ``source``, taken once per kernel (a launcher asks it on every call)."""
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]

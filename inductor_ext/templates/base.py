@@ -6,11 +6,13 @@ claim are those of ``inductor_ext/targets``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.resources
 import inspect
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any, Callable
 
 from inductor_ext.runtime.kernel_source import KernelSource  # noqa: F401  (what render() returns)
 
@@ -23,6 +25,15 @@ def module_source_hash(module: ModuleType) -> str:
     if read:  # a module that reads none keeps the hash of its source alone
         source += "".join(f"\0{name}\0{text}" for name, text in sorted(read.items()))
     return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1024)
+def rendered(render: Callable[..., KernelSource], problem: Any, config: Any, target: str) -> KernelSource:
+    """``render(problem, config, target)``, once per (family's render, problem, config, target) in a
+    process: an extern family's ``call()`` runs on every call of the compiled graph, and rendering
+    its kernel (and hashing the source to find it loaded) each time cost ~33 us. Problems and
+    configs are frozen dataclasses, so they key the cache."""
+    return render(problem, config, target)
 
 
 # Resource files (the text of each, by name) read by each template module (by its name); what

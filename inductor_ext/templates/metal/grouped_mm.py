@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from inductor_ext.templates.allowed import integer, one_of, size
-from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.base import KernelSource, rendered
 from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
@@ -148,7 +148,7 @@ def call(problem: Problem, config: Config, target: str, a: "torch.Tensor", b: "t
 
     if a.stride(1) != 1 or b.stride(1) != 1:
         raise ValueError(f"gemv needs a and b contiguous along K; strides {a.stride()} and {b.stride()}")
-    ks = render(problem, config, target)
+    ks = rendered(render, problem, config, target)  # once per problem and config
     out = torch.empty(problem.rows, problem.n, dtype=getattr(torch, problem.result_dtype), device=a.device)
     args: list[Any] = [out, a, b, offs, problem.groups, problem.n, problem.k, a.stride(0), b.stride(0), b.stride(2),
                        out.stride(0)]

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from inductor_ext.templates.allowed import flag, integer, one_of, size
-from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.base import KernelSource, rendered
 from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
@@ -158,7 +158,7 @@ def call(problem: Problem, config: Config, target: str, *tensors: "torch.Tensor"
     if len(tensors) != 2 + problem.bias:
         raise ValueError(f"{NAME}: expected {'(bias, x, b)' if problem.bias else '(x, b)'}, got {len(tensors)} tensors")
     bias, x, b = tensors if problem.bias else (None, *tensors)
-    ks = render(problem, config, target)
+    ks = rendered(render, problem, config, target)  # once per problem and config
     if x.stride(1) != 1 or b.stride(0) != 1:
         raise ValueError(f"gemv needs x and b contiguous along K; strides {x.stride()} and {b.stride()}")
     out = torch.empty(problem.m, problem.n, dtype=x.dtype, device=x.device)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from inductor_ext.targets.apple import THREADGROUP_MEMORY_BYTES
 from inductor_ext.templates.allowed import flag, integer, one_of, size
-from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.base import KernelSource, rendered
 from inductor_ext.templates.family import Family, OpSpec, TensorSpec
 from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
@@ -339,7 +339,7 @@ def call(problem: Problem, config: Config, target: str, a: "torch.Tensor", b: "t
 
     from inductor_ext.runtime import metal
 
-    ks = render(problem, config, target)
+    ks = rendered(render, problem, config, target)  # once per problem and config
     if config.path == "gemv" and (a.stride(1) != 1 or b.stride(0) != 1):
         raise ValueError(f"the gemv path needs a and b contiguous along K; strides {a.stride()} and {b.stride()}")
     out = torch.empty(problem.m, problem.n, dtype=getattr(torch, problem.out_dtype), device=a.device)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from inductor_ext.templates.allowed import integer, one_of, size
-from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.base import KernelSource, rendered
 from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.lang.msl import MSL
 from inductor_ext.templates.metal import _msl
@@ -222,7 +222,7 @@ def call(problem: Problem, config: Config, target: str, x: "torch.Tensor") -> "t
     x2 = x.reshape(problem.rows, problem.n) if x.dim() != 2 else x
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
-    ks = render(problem, config, target)
+    ks = rendered(render, problem, config, target)  # once per problem and config
     out = torch.empty(problem.rows, problem.n, dtype=getattr(torch, problem.result_dtype), device=x.device)
     grid, tg = ks.launch["kernels"][0]["grid"], ks.launch["kernels"][0]["threadgroup"]
     if config.chunks == 1:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from inductor_ext.runtime.triton_loader import load_kernel
 from inductor_ext.targets import amd
 from inductor_ext.templates.allowed import flag, integer, one_of, size
-from inductor_ext.templates.base import KernelSource
+from inductor_ext.templates.base import KernelSource, rendered
 from inductor_ext.templates.family import Family, OpSpec
 from inductor_ext.templates.triton.launch import FP
 
@@ -221,7 +221,7 @@ def call(problem: TopkProblem, config: TopkConfig, target: str, x: "torch.Tensor
         raise ValueError(f"{NAME}: input of shape {tuple(x.shape)} is not {problem.rows} rows of {problem.n}")
     rows = x.reshape(problem.rows, problem.n)  # a view when it can be; strides go to the kernel
     out = torch.empty((problem.rows, problem.k), dtype=torch.int64, device=x.device)
-    ks = render(problem, config, target)
+    ks = rendered(render, problem, config, target)  # once per problem and config
     grid = ((problem.rows + config.block_m - 1) // config.block_m,)
     load_kernel(ks)[grid](rows, out, problem.rows, problem.n, rows.stride(0), rows.stride(1), out.stride(0),
                           **ks.constexprs, **ks.launch)
