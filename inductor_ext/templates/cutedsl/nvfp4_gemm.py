@@ -1,5 +1,10 @@
 """CuTeDSL block-scaled NVFP4 GEMM for Blackwell (sm_100a), built on quack-kernels.
 
+It stays one module past 600 lines on purpose: the quack parameters it picks feed both the tier-I
+compile (``_build``) and the launch (``_launch_quack``), so the kernel proven is the one launched,
+and the ISA cache key hashes this file's bytes as the kernel's code (``_cache_key``); split, the
+compile and the launch could drift apart and the key would have to name every piece.
+
     out[m, n] = bf16( alpha * sum_k (qa[m, k] * sa[m, k // 16]) * (qb[n, k] * sb[n, k // 16]) + bias[n] )
 
 ``qa``/``qb`` are e2m1 (fp4) values, two per byte (``torch.float4_e2m1fn_x2``, K-major: A is
