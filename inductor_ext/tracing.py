@@ -50,7 +50,9 @@ def decision(record: Any) -> None:
     def payload() -> str:
         fields = ({f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
                   if dataclasses.is_dataclass(record) else dict(record))
-        key = fields.pop("key", None)  # the autotune cache's key (None: not cached)
+        # the autotune cache's key: the one it is written under, or the one it was served from
+        key = fields.pop("key", None) or fields.pop("cached_under", None)
+        fields.pop("cached_under", None)
         first = {k: fields.pop(k) for k in ("node", "op", "winner", "reason") if k in fields}  # what a reader looks for
         return _json({**first, **fields, "cache_key": dataclasses.asdict(key) if dataclasses.is_dataclass(key) else key})
 

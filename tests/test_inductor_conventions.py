@@ -32,7 +32,10 @@ def test_force_disable_caches_also_bypasses_ext_autotune_cache(tmp_path, monkeyp
     options = {"preset": "cpu", "autotune": "quick", "autotune_cache": str(db)}
     cold = _decide(options)
     assert cold and all(d.reason != "cache" for d in cold), [d.reason for d in cold]
-    assert [d.reason for d in _decide(options)] == ["cache"] * len(cold)  # the cache serves them
+    cached = _decide(options)
+    assert [d.reason for d in cached] == ["cache"] * len(cold)  # the cache serves them
+    # under the key they were found by (the trace's cache_key), and nothing is written again
+    assert [d.cached_under for d in cached] == [d.key for d in cold] and all(d.key is None for d in cached)
     wal = db.with_name(db.name + "-wal")
     written = lambda: (db.read_bytes(), wal.read_bytes() if wal.exists() else b"")  # noqa: E731
     before = written()
@@ -68,3 +71,22 @@ def test_a_graph_served_by_inductors_caches_says_so_under_ext_autotune(tmp_path,
     served = compile_once()  # nothing changed since: Inductor hands back the whole graph
     assert len(decision_record.decisions) == first
     assert len(served) == 1 and "cache" in served[0] and "made when it was first compiled" in served[0], served
+
+
+def test_a_cached_decision_carries_its_cache_key_into_the_trace(monkeypatch):
+    import json
+
+    from inductor_ext import tracing
+    from inductor_ext.autotune.cache_entry import ProblemKey
+    from inductor_ext.lowering.decision_record import Decision
+
+    key = ProblemKey(op="mm", shapes=[[8, 16], [16, 32]], strides=[[16, 1], [32, 1]], dtypes=["float32"] * 2,
+                     device_name="cpu", arch="cpu")
+    written = []
+    monkeypatch.setattr(tracing, "enabled", lambda: True)
+    monkeypatch.setattr(tracing, "_artifact", lambda name, payload, encoding="json": written.append(json.loads(payload())))
+    tracing.decision(Decision(node="mm", op="mm", problem={}, winner="mm", reason="cache", cached_under=key))
+    tracing.decision(Decision(node="mm", op="mm", problem={}, winner="mm", reason="benchmark", key=key))
+    tracing.decision(Decision(node="mm", op="mm", problem={}, winner="mm", reason="fallback: off"))
+    assert [w["cache_key"] and w["cache_key"]["op"] for w in written] == ["mm", "mm", None]
+    assert all("cached_under" not in w for w in written)

@@ -37,6 +37,7 @@ class Decision:
     winner: str = "aten"
     reason: str = "autotune off"
     key: ProblemKey | None = None  # set when the result should go into the autotune cache
+    cached_under: ProblemKey | None = None  # the key a decision the cache served was found under
 
     def track(self, choice: Any, index: int) -> None:
         """Mark ``choice`` as this decision's candidate ``index``: Inductor hands the timings back

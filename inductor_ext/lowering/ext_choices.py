@@ -186,7 +186,9 @@ class ExtChoices(InductorChoices):
         """Hand Inductor a single choice: it then uses it without benchmarking anything."""
         decision.winner, decision.reason = choice.name, reason
         decision.track(choice, next(i for i, c in enumerate(decision.candidates) if c["name"] == choice.name))
-        decision.key = None
+        if reason == "cache":
+            decision.cached_under = decision.key
+        decision.key = None  # nothing was timed: nothing to write
         autotune_log.debug("%s", decision_text.decision_line(decision.node, decision.problem, choice.name, reason,
                                                              decision.candidates))
         announce(decision)
@@ -316,7 +318,7 @@ def _ruled_out(family: Family, problem: Any, target: str, node: str, config: Any
     """The family's reason to leave ``config`` untimed (``ruled_out``), logged; None to time it."""
     why = family.ruled_out(problem, config, target) if family.ruled_out is not None else None
     if why:
-        log.info("ext: %s config %s not timed for %s: %s", family.name, config, node, why)
+        autotune_log.info("ext: %s config %s not timed for %s: %s", family.name, config, node, why)
     return why
 
 
