@@ -256,3 +256,25 @@ def test_inputs_may_be_one_tensor_or_a_tuple_of_them():
 def test_presets_show_takes_json(capsys):
     code, out, err = _run(capsys, "presets", "show", "cpu", "--json")
     assert code == 0 and json.loads(out)["preset"] == "cpu", err
+
+
+def test_comms_report_takes_its_options(capsys, monkeypatch):
+    """Issue 47 item 3: argparse.REMAINDER swallowed nothing that starts with '-': every option of
+    `comms report` was "unrecognized"."""
+    from inductor_ext.cli import comms_report
+
+    code, out, _ = _run(capsys, "comms", "report", "--help")
+    assert code == 0 and "--layers" in out and "--json" in out
+    seen = {}
+
+    def run_report(**kw):
+        seen.update(kw)
+        return {"arms": {}}
+
+    monkeypatch.setattr(comms_report, "run_report", run_report)
+    code, out, err = _run(capsys, "comms", "report", "--json", "--layers", "1")
+    assert code == 0 and seen["layers"] == 1 and json.loads(out)["arms"] == {}, err
+    for argv, says in ((["--layers", "x"], "argument --layers: invalid int value: 'x'"),
+                       (["--bogus"], "unrecognized arguments: --bogus")):
+        code, _, err = _run(capsys, "comms", "report", *argv)
+        assert code == 2 and says in err.splitlines()[-1] and "Traceback" not in err

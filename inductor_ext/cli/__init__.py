@@ -81,9 +81,18 @@ def _check_device(device: str | None) -> None:
 
 
 def _comms(args: argparse.Namespace) -> int:
+    return _comms_report(args.rest)
+
+
+def _comms_report(argv: list[str]) -> int:
+    """``comms report`` with its own parser (imported only when it runs: it loads torch and the
+    passes); a usage mistake exits 2 with argparse's one line, as every other command."""
     from inductor_ext.cli import comms_report
 
-    return comms_report.main(args.rest)
+    try:
+        return comms_report.main(argv)
+    except SystemExit as e:  # --help (0) and usage mistakes (2)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -163,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:2] == ["comms", "report"]:  # its own parser reads every option (argparse.REMAINDER cannot)
+        return _comms_report(given[2:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
