@@ -32,7 +32,7 @@ from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry
 from inductor_ext.kernels import mkldnn_packed_ops
 from inductor_ext.lowering import (cold_timing, cpp_gemm, decision_record, ext_choices, frozen_params, jinja_templates,
-                                   opaque_constants)
+                                   opaque_constants, refusals)
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.runtime import fresh_pages
 from inductor_ext.templates import registry
@@ -140,13 +140,13 @@ def test_bf16_prefill_leaves_every_vector_micro_kernel_to_onednn_only_where_it_h
 
 def test_where_each_family_runs():
     on_cpu = presets.resolve({"templates": ["triton.gemm", "cpp.gemm"], "interpret": True})
-    assert ext_choices.unusable_reason(on_cpu, gemm.FAMILY, "cpu") is None
+    assert refusals.here(on_cpu, gemm.FAMILY, "cpu") is None
     # Triton kernels run on CPU tensors only as a GPU preset's, interpreted: the message says how.
-    why = ext_choices.unusable_reason(on_cpu, registry.get("triton.gemm"), "cpu")
+    why = refusals.here(on_cpu, registry.get("triton.gemm"), "cpu").reason
     assert "options={'preset': 'hopper', 'interpret': True}" in why, why
     hopper = presets.resolve({"preset": "hopper", "interpret": True})
-    assert ext_choices.unusable_reason(hopper, registry.get("triton.gemm"), "cpu") is None
-    assert ext_choices.unusable_reason(hopper, gemm.FAMILY, "cpu") == "verified for cpu, not target sm_90a"
+    assert refusals.here(hopper, registry.get("triton.gemm"), "cpu") is None
+    assert refusals.here(hopper, gemm.FAMILY, "cpu") == refusals.Refusal("here", "cpp.gemm", "verified for cpu, not target sm_90a")
 
 
 @pytest.mark.skipif(not gemm.host_isas(), reason="this CPU has neither AVX2 nor AVX-512: Inductor has no vector "
@@ -707,7 +707,7 @@ def test_prefill_gemm_builds_and_times_only_the_micro_kernel_not_ruled_out(tmp_p
     # Inductor's own pick (8x48 here) is ruled out too: it is neither built nor timed
     assert [(c["config_dict"]["block_m"], c["config_dict"]["block_n"]) for c in templates] == [(16, 16)], templates
     assert templates[0]["time_us"] is not None and not templates[0].get("default")
-    assert "not timed" in caplog.text and "ran 1.1-2.1x faster" in caplog.text, caplog.text
+    assert "(measured: " in caplog.text and "ran 1.1-2.1x faster" in caplog.text, caplog.text
     assert "block_m=8, block_n=48" in caplog.text, caplog.text  # Inductor's pick, ruled out
 
 

@@ -117,13 +117,21 @@ def test_a_family_called_from_python_is_refused_and_aten_serves(tmp_path):
 def test_a_family_with_an_op_of_its_own_is_called_through_the_dispatcher():
     """An extern family with a ``torch.library`` op (``cutedsl.nvfp4_gemm``) is an ``OpChoice``:
     under the C++ wrapper Inductor's FallbackKernel calls the op, never a C shim it lacks."""
-    from inductor_ext.lowering import adapters
+    from inductor_ext import presets
+    from inductor_ext.lowering import adapters, refusals
     from inductor_ext.lowering.ops._select import OpChoice
     from inductor_ext.templates import registry
 
+    def wrapper_says(name: str, cpp_wrapper: bool) -> str | None:
+        family = registry.get(name)  # a config whose target and device it claims: only the wrapper is left
+        preset = next(p for p, d in presets.PRESETS.items() if d["target"] in family.targets)
+        config = presets.resolve({"preset": preset, "interpret": family.cpu_executor is not None})
+        why = refusals.here(config, family, config.device_type, cpp_wrapper)
+        return None if why is None or "C++ wrapper" not in why.reason else why.reason
+
     family = registry.get("cutedsl.nvfp4_gemm")
-    assert adapters.wrapper_refusal(family, cpp_wrapper=True) is None
+    assert wrapper_says("cutedsl.nvfp4_gemm", cpp_wrapper=True) is None
     assert isinstance(adapters.extern_choice(family, family.all_configs[0]), OpChoice)
     for name in ("cpp.flash_attention", "metal.linear_gemv", "sycl.gemm", "flydsl.gemm"):
-        assert "C++ wrapper" in adapters.wrapper_refusal(registry.get(name), cpp_wrapper=True)
-        assert adapters.wrapper_refusal(registry.get(name), cpp_wrapper=False) is None
+        assert "C++ wrapper" in wrapper_says(name, cpp_wrapper=True)
+        assert wrapper_says(name, cpp_wrapper=False) is None

@@ -29,7 +29,7 @@ from inductor_ext import tune
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey
 from inductor_ext.lowering import decision_record
-from inductor_ext.lowering.ops._spec import symbolic_refusal
+from inductor_ext.lowering import refusals
 from inductor_ext.templates import registry
 from inductor_ext.templates.cpp import gemm as cpp_gemm
 from inductor_ext.templates.family import OpSpec, TensorSpec
@@ -275,12 +275,14 @@ def test_cpp_gemm_takes_a_symbolic_m_and_batch_but_not_n_or_k():
 
 def test_families_that_build_for_fixed_sizes_are_refused_symbolic_dims():
     spec = _mm((7, 16), (16, 8), a_dynamic=(True, False))
-    why = symbolic_refusal(fake.FAMILY, spec)
-    assert why == (f"{fake.NAME} builds its kernels for fixed sizes and input 0 dim 0 (hint 7) is symbolic "
+    why = refusals.problem(fake.FAMILY, spec)
+    assert isinstance(why, refusals.Refusal) and why.stage == "problem" and why.reason == (f"{fake.NAME} builds its kernels for fixed sizes and input 0 dim 0 (hint 7) is symbolic "
                    "(dynamic shapes): ATen serves every size"), why
-    assert symbolic_refusal(fake.FAMILY, _mm((7, 16), (16, 8))) is None  # static: its own problem_for decides
-    for name in ("cpp.gemm", "cpp.decode_attention", "triton.gemm"):
-        assert symbolic_refusal(registry.get(name), spec) is None, name
+    # static: its own problem_for decides
+    assert not isinstance(refusals.problem(fake.FAMILY, _mm((7, 16), (16, 8))), refusals.Refusal)
+    for name in ("cpp.gemm", "cpp.decode_attention", "triton.gemm"):  # they leave sizes open: asked themselves
+        got = refusals.problem(registry.get(name), spec)
+        assert not isinstance(got, refusals.Refusal) or "symbolic (dynamic shapes)" not in got.reason, name
 
 
 def test_triton_gemm_masks_k_when_k_is_symbolic():

@@ -23,7 +23,8 @@ from inductor_ext import backend, dumps, presets
 from inductor_ext.autotune.cache import AutotuneCache
 from inductor_ext.codegen.sycl import CODEGEN
 from inductor_ext.config import ExtOptionError
-from inductor_ext.lowering.ext_choices import decisions, unusable_reason
+from inductor_ext.lowering import refusals
+from inductor_ext.lowering.ext_choices import decisions
 from inductor_ext.runtime import sycl
 from inductor_ext.runtime.sycl import wheels
 from inductor_ext.templates.sycl import gemm
@@ -260,7 +261,7 @@ def test_asking_for_sycl_without_the_wheels_says_what_to_install(monkeypatch: py
         backend.device_codegen(presets.resolve({"preset": "xpu", "xpu_codegen": "sycl"}))
     # the template then steps aside for ATen with the same reason
     assert 'pip install "inductor-ext[sycl]"' in gemm.missing()
-    reason = unusable_reason(presets.resolve({"preset": "xpu"}), gemm.FAMILY, "xpu")
+    reason = refusals.here(presets.resolve({"preset": "xpu"}), gemm.FAMILY, "xpu").reason
     assert reason.startswith("sycl.gemm cannot run here") and "inductor-ext[sycl]" in reason
 
 

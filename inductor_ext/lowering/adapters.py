@@ -38,33 +38,24 @@ from torch._inductor.virtualized import V
 from inductor_ext.lowering import cpp_gemm, pdl_consumers, subgraph
 from inductor_ext.lowering.ops import op_inputs
 from inductor_ext.lowering.ops._select import OpChoice
-from inductor_ext.lowering.ops._spec import symbolic_refusal
+from inductor_ext.lowering import refusals
 from inductor_ext.lowering.prepared import Prepared
-from inductor_ext.templates import allowed, registry
+from inductor_ext.lowering.refusals import Refusal
+from inductor_ext.templates import registry
 from inductor_ext.templates.family import Family
 
 log = logging.getLogger("inductor_ext.autotune")
 
 
-def prepare(family: Family, kernel_inputs: Any, op: str) -> Prepared | str:
-    """The family's problem for this op instance with every choice's inputs, or why not."""
+def prepare(family: Family, kernel_inputs: Any, op: str) -> Prepared | Refusal:
+    """The family's problem for this op instance with every choice's inputs, or why not (the
+    problem stage: ``refusals.py``)."""
     inputs = op_inputs(op, kernel_inputs)
     if isinstance(inputs, str):
-        return inputs
-    symbolic = symbolic_refusal(family, inputs.spec)  # a kernel built for the hints fits no other size
-    if symbolic is not None:
-        return symbolic
-    wrapper = wrapper_refusal(family, bool(getattr(V.graph, "cpp_wrapper", False)))
-    if wrapper is not None:
-        return wrapper
-    problem = family.problem_for(inputs.spec)
-    if isinstance(problem, str):
+        return Refusal("problem", family.name, inputs)
+    problem = refusals.problem(family, inputs.spec)
+    if isinstance(problem, Refusal):
         return problem
-    # problem_for describes the op; supports() is the family's word on serving it (render
-    # refuses what supports refuses, so a refused problem must never become a choice)
-    reason = family.supports(problem)
-    if reason:
-        return reason
     nodes, extra = inputs.nodes, {}
     if family.choice_kind == "triton_template":
         nodes, extra = _pointers(nodes), inputs.triton_extra
@@ -72,7 +63,7 @@ def prepare(family: Family, kernel_inputs: Any, op: str) -> Prepared | str:
     if family.choice_kind == "inductor_template":
         reason = inductor_glue(family).unusable(prepared)
         if reason is not None:
-            return reason
+            return Refusal("problem", family.name, reason)
     return prepared
 
 
@@ -86,22 +77,10 @@ def _pointers(nodes: tuple[Any, ...]) -> tuple[Any, ...]:
                  and V.graph.is_unspec_arg(n.get_name()) else n for n in nodes)
 
 
-def config_refusal(family: Family, problem: Any, config: Any, target: str) -> str | None:
-    """Why the family cannot render ``config`` for ``problem``, or None: a value outside what the
-    Config declares (``templates/allowed.py``; the autotune cache would refuse to store the winner),
-    or the family's own ``config_supports``."""
-    try:
-        registry.config_from_dict(family, registry.config_to_dict(config))
-    except allowed.InvalidField as e:
-        return f"outside its declared values: {e}"
-    check = family.config_supports
-    return check(problem, config, target) if check is not None else None
-
-
 def append(family: Family, choices: list[Any], prepared: Prepared, config: Any, target: str) -> Any | None:
     """Append the choice for ``config``; returns it, or None when the family (or Inductor)
     cannot generate it."""
-    if config_refusal(family, prepared.problem, config, target):
+    if refusals.config(family, prepared.problem, config, target) is not None:
         return None
     kind = family.choice_kind
     if kind == "triton_template":
@@ -160,18 +139,6 @@ def inductor_glue(family: Family) -> ModuleType:
 
 
 # ------------------------------------------------------------------------------------ extern
-
-
-def wrapper_refusal(family: Family, cpp_wrapper: bool) -> str | None:
-    """Why the graph's wrapper cannot call ``family``'s kernels, or None. Inductor's C++ wrapper
-    (``cpp_wrapper=True``) calls an extern kernel by a C name (a shim only ATen's ops have) or, for
-    a ``torch.library`` op, through the dispatcher; a family with no op of its own is called from
-    Python (``_call_family``), which the C++ wrapper cannot name (Inductor's codegen failed with
-    "Expected name is not None")."""
-    if cpp_wrapper and family.choice_kind == "extern" and family.extern_op is None:
-        return (f"{family.name}'s kernels are called from Python and Inductor's C++ wrapper is on "
-                "(cpp_wrapper=True)")
-    return None
 
 
 def extern_choice(family: Family, config: Any) -> ExternKernelChoice:

@@ -33,6 +33,8 @@ from inductor_ext.logs import autotune_log
 from inductor_ext.lowering.decision_record import (Decision, announce, cache_candidate, candidate_record,
                                                    decision_of, decisions, dropped, problem_text, rule_candidate)
 from inductor_ext.lowering.ops._spec import symbolic_indices
+from inductor_ext.lowering import refusals
+from inductor_ext.lowering.refusals import Refusal
 from inductor_ext.lowering.template_keys import templates_hash
 from inductor_ext.runtime import extras, fresh_pages
 from inductor_ext.templates import registry
@@ -102,11 +104,11 @@ class ExtChoices(InductorChoices):
         prepared = {}
         for family in families:
             module = registry.get(family)
-            reason = unusable_reason(self.config, module, kernel_inputs.device_type)
-            ready = adapters.prepare(module, kernel_inputs, op_name) if reason is None else reason
-            if isinstance(ready, str):
-                log.info("ext: %s not offered for %s (%s %s): %s; ATen serves it",
-                         family, node, op_name, decision.problem, ready)
+            ready = (refusals.here(self.config, module, kernel_inputs.device_type,
+                                   bool(getattr(V.graph, "cpp_wrapper", False)))
+                     or adapters.prepare(module, kernel_inputs, op_name))
+            if isinstance(ready, Refusal):
+                log.info("%s", ready.line(node, f"{op_name} {decision.problem}"))
                 decision.reason = f"fallback: {ready}"
             else:
                 prepared[family] = self._with_pdl(module, ready)
@@ -127,16 +129,16 @@ class ExtChoices(InductorChoices):
             default = adapters.default_config(module, ready, self.config.target)
             # asked twice for a ruled-out default: cached, so it logs one line
             ruled_out = None if family in forced_templates(self.config) else functools.cache(
-                functools.partial(_ruled_out, module, ready.problem, self.config.target, node))
+                functools.partial(_measured, module, ready.problem, self.config.target, node))
             proposed = policy.candidates(module, ready.problem, self.config.target, self.config.autotune,
                                          ruled_out=ruled_out)
             if default is not None and all(c.config != default for c in proposed) \
                     and (ruled_out is None or not ruled_out(default)):
                 proposed.append(policy.Candidate(default, "default"))  # the baseline is timed unless ruled out
             for cand in proposed:
-                refusal = adapters.config_refusal(module, ready.problem, cand.config, self.config.target)
-                if refusal:
-                    log.info("ext: %s config %s not offered for %s: %s", family, cand.config, node, refusal)
+                refusal = refusals.config(module, ready.problem, cand.config, self.config.target)
+                if refusal is not None:
+                    log.info("%s", refusal.line(node))
                     continue
                 try:
                     choice = self._append(module, choices, ready, cand.config)
@@ -278,32 +280,6 @@ class ExtChoices(InductorChoices):
             log.warning("ext: the decision for %s (%s) is not cached: %s", decision.node, decision.key.describe(), e)
 
 
-def unusable_reason(config: ExtConfig, family: Family, device: str) -> str | None:
-    """Why ``family`` cannot serve this compile's tensors on ``device``, or None."""
-    claimed = family.targets
-    if config.target not in claimed:
-        return f"verified for {', '.join(claimed)}, not target {config.target}"
-    missing = registry.missing(family)  # a toolchain not installed here, or the family's own missing()
-    if missing:
-        return f"{family.name} cannot run here: {missing}"
-    if device == "cpu" and not family.runs_on_cpu:
-        # CPU tensors: only a family with a CPU executor, and only in interpret mode of a preset
-        # for its device (a FlyDSL launch without a ROCm GPU would abort the process, so a
-        # family without an executor is never offered there; the cpu preset's kernels are native).
-        executor = family.cpu_executor
-        if executor is None:
-            return f"{family.name} has no CPU executor: it runs only on its device"
-        if not (config.interpret and config.device_type != "cpu"):
-            dsl = family.name.split(".", 1)[0].capitalize()
-            preset = next((name for name, data in targets.presets().items()
-                           if data["target"] in claimed and data["device_type"] != "cpu"), "hopper")
-            return (f"{dsl} templates run on CPU tensors only in interpret mode of a preset for their device, "
-                    f"e.g. options={{'preset': {preset!r}, 'interpret': True}} ({executor})")
-    if device != "cpu" and device != config.device_type:
-        return f"preset {config.preset!r} is for {config.device_type}, not {device}"
-    return None
-
-
 def offered_families(config: ExtConfig, op_name: str, device: str) -> list[Family]:
     """The enabled families this compile offers for ``op_name`` on ``device`` (before asking
     each whether it serves the problem): what a graph pass checks before making an op that
@@ -311,15 +287,16 @@ def offered_families(config: ExtConfig, op_name: str, device: str) -> list[Famil
     if config.autotune == "off":
         return []
     return [m for m in map(registry.get, config.templates)
-            if op_name in m.ops and unusable_reason(config, m, device) is None]
+            if op_name in m.ops and refusals.here(config, m, device) is None]
 
 
-def _ruled_out(family: Family, problem: Any, target: str, node: str, config: Any) -> str | None:
-    """The family's reason to leave ``config`` untimed (``ruled_out``), logged; None to time it."""
-    why = family.ruled_out(problem, config, target) if family.ruled_out is not None else None
-    if why:
-        autotune_log.info("ext: %s config %s not timed for %s: %s", family.name, config, node, why)
-    return why
+def _measured(family: Family, problem: Any, target: str, node: str, config: Any) -> str | None:
+    """The family's reason to leave ``config`` untimed (the measured stage), logged; None to time it."""
+    refusal = refusals.measured(family, problem, config, target)
+    if refusal is None:
+        return None
+    autotune_log.info("%s", refusal.line(node))
+    return refusal.reason
 
 
 def forced_templates(config: ExtConfig) -> tuple[str, ...]:

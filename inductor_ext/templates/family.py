@@ -134,7 +134,7 @@ class Family:
     cpu_executor: str | None = None  # what runs its kernels on CPU tensors under interpret mode
     runs_on_cpu: bool = False  # its kernels are CPU kernels (no interpreter needed)
     # its kernels leave sizes to run time: only such a family is handed symbolic dims
-    # (lowering/ops/_spec.py: symbolic_refusal refuses the others)
+    # (lowering/refusals.py: the problem stage refuses the others)
     dynamic_shapes: bool = False
     example_problem: hooks.ExampleProblem | None = None
     key_instructions: hooks.KeyInstructions = lambda problem, config, target: ()

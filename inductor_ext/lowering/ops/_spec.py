@@ -12,7 +12,7 @@ import torch
 from torch._inductor import ir
 from torch._inductor.virtualized import V
 
-from inductor_ext.templates.family import Family, OpSpec, TensorSpec
+from inductor_ext.templates.family import OpSpec, TensorSpec
 
 
 @dataclass
@@ -81,7 +81,7 @@ def is_constant(node: Any) -> bool:
 def tensor_spec(node: Any) -> TensorSpec:
     """A node's shape, strides and dtype, symbolic sizes and strides as their size hints;
     ``dynamic`` marks the symbolic dims (a family that specialises on sizes is refused them,
-    ``symbolic_refusal``)."""
+    ``refusals.problem``)."""
     (shape, dynamic), (stride, dynamic_strides) = hinted(node.get_size()), hinted(node.get_stride())
     return TensorSpec(shape, stride, dtype_name(node.get_dtype()), is_constant(node), dynamic if any(dynamic) else (),
                       dynamic_strides if any(dynamic_strides) else ())
@@ -102,19 +102,6 @@ def symbolic_dims(spec: OpSpec) -> list[str]:
                 for d, symbolic in enumerate(marks) if symbolic]
 
     return dims([(f"input {i}", t) for i, t in enumerate(spec.inputs)]) or dims([("output", spec.out)])
-
-
-def symbolic_refusal(family: Family, spec: OpSpec) -> str | None:
-    """Why ``family`` is not offered ``spec`` for its symbolic sizes, or None. Only a family that
-    declares its kernels generic in sizes (``dynamic_shapes``: Inductor renders them with the
-    sizes as run-time values) is handed a spec with symbolic dims; its ``problem_for`` then
-    refuses the dims it cannot leave open. Any other family's kernel is built for the hinted
-    sizes, which the graph's other sizes would not fit."""
-    dims = symbolic_dims(spec)
-    if not dims or family.dynamic_shapes:
-        return None
-    return (f"{family.name} builds its kernels for fixed sizes and {', '.join(dims)} "
-            f"{'is' if len(dims) == 1 else 'are'} symbolic (dynamic shapes): ATen serves every size")
 
 
 def box(node: Any) -> ir.TensorBox:

@@ -16,11 +16,10 @@ from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import has_guarding_hint, optimization_hint
 
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering.adapters import wrapper_refusal
+from inductor_ext.lowering import refusals
 from inductor_ext.lowering.ext_choices import offered_families
 from inductor_ext.logs import passes_log as log
 from inductor_ext.lowering.ops import dtype_name
-from inductor_ext.lowering.ops._spec import symbolic_refusal
 from inductor_ext.lowering.passes.base import ExtGraphPass
 from inductor_ext.templates.family import OpSpec, TensorSpec
 
@@ -44,14 +43,15 @@ def tensor_spec(value: Any, contiguous: bool = False) -> TensorSpec | None:
 
 def refusal(config: ExtConfig, spec: OpSpec) -> str | None:
     """None when an enabled family claiming this target accepts ``spec`` and the graph's wrapper
-    can call its kernels (lowering asks the same: ``adapters.prepare``); else every family's reason."""
+    can call its kernels (lowering asks the same stages: ``lowering/refusals.py``); else every
+    family's refusal, joined."""
     why = []
     for family in offered_families(config, spec.op, spec.device_type):
-        problem = (wrapper_refusal(family, bool(inductor_config.cpp_wrapper)) or symbolic_refusal(family, spec)
-                   or family.problem_for(spec))
-        if not isinstance(problem, str):
+        problem = (refusals.here(config, family, spec.device_type, bool(inductor_config.cpp_wrapper))
+                   or refusals.problem(family, spec))
+        if not isinstance(problem, refusals.Refusal):
             return None
-        why.append(f"{family.name}: {problem}")
+        why.append(f"{family.name}: {problem} ({problem.stage})")
     return "; ".join(why) or f"no family enabled for {spec.op} serves this target and device"
 
 

@@ -15,7 +15,7 @@ It rewrites a call only when the op means the same and can pay off:
 - no gradient flows through it (the op has no backward);
 - autotuning is on and an enabled family claims this target and accepts the instance (supported
   dtypes, head dims and masks; a family called from Python is refused under Inductor's C++
-  wrapper, ``adapters.wrapper_refusal``); otherwise the call stays ATen's SDPA, as without ext.
+  wrapper, ``refusals.here``); otherwise the call stays ATen's SDPA, as without ext.
 """
 
 from __future__ import annotations
