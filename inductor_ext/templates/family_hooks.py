@@ -2,7 +2,9 @@
 and means, so a type checker sees a family's wrong signature (``templates/family.py: Family``
 types its fields with them). The parameters are positional: a family may name them as it likes.
 
-Refusals are reason strings (None: no refusal), never exceptions.
+Refusals are reason strings (None: no refusal), never exceptions; lowering files each under its
+stage (``lowering/refusals.py``): ``missing`` is the here stage, ``problem_for`` and ``supports`` the
+problem stage, ``config_supports`` the config stage, ``ruled_out`` the measured stage.
 """
 
 from __future__ import annotations
