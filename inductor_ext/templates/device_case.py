@@ -68,3 +68,36 @@ def gemm_inputs(m: int, n: int, k: int) -> tuple[Any, Any]:
 
     torch.manual_seed(0)
     return torch.randn(m, k, device="cuda") / k**0.25, torch.randn(n, k, device="cuda") / k**0.25
+
+
+@dataclass(frozen=True)
+class Nvfp4Operands:
+    """NVFP4 x NVFP4 operands of one GEMM on the device: the quantized tensors, their fp4 codes,
+    the scales in cuBLASLt's blocked layout and the global dequant scale ``alpha``."""
+
+    xq: Any
+    wq: Any
+    codes: tuple[Any, Any]
+    sa: Any
+    sb: Any
+    alpha: Any
+
+
+def nvfp4_operands(m: int, n: int, k: int, launch: Callable[[Nvfp4Operands, Any, bool], Any]) -> DeviceOperands:
+    """The device check's operands for an NVFP4 GEMM family (``launch(operands, config, use_pdl)``
+    runs its kernel), against cuBLASLt's block-scaled ``torch._scaled_mm`` and the fp32 reference."""
+    import torch
+
+    from inductor_ext.kernels import nvfp4, scaled_gemm
+
+    x, w = gemm_inputs(m, n, k)
+    xq, wq = nvfp4.quantize_nvfp4(x), nvfp4.quantize_nvfp4(w)
+    fp4 = torch.float4_e2m1fn_x2
+    q = Nvfp4Operands(xq, wq, (xq.qdata.view(fp4), wq.qdata.view(fp4)), nvfp4.to_blocked(xq.scales),
+                      nvfp4.to_blocked(wq.scales), (xq.global_scale * wq.global_scale).float().reshape(1).cuda())
+
+    def aten() -> Any:  # cuBLASLt's block-scaled GEMM; alpha as one more kernel (none in its API)
+        return torch._scaled_mm(q.codes[0], q.codes[1].t(), q.sa, q.sb, out_dtype=torch.bfloat16) * q.alpha
+
+    return DeviceOperands(lambda config, use_pdl: launch(q, config, use_pdl),
+                          scaled_gemm.scaled_mm_reference(xq, wq, out_dtype=torch.float32), aten)

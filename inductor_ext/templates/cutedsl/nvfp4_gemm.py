@@ -590,23 +590,8 @@ def device_cases(target: str) -> list[device_case.DeviceCase]:
     block-scaled ``torch._scaled_mm``."""
 
     def operands(problem: Problem) -> device_case.DeviceOperands:
-        import torch
-
-        from inductor_ext.kernels import nvfp4, scaled_gemm
-
-        x, w = device_case.gemm_inputs(problem.m, problem.n, problem.k)
-        xq, wq = nvfp4.quantize_nvfp4(x), nvfp4.quantize_nvfp4(w)
-        sa, sb = nvfp4.to_blocked(xq.scales), nvfp4.to_blocked(wq.scales)
-        alpha = (xq.global_scale * wq.global_scale).float().reshape(1).cuda()
-        fp4 = torch.float4_e2m1fn_x2
-        codes = (xq.qdata.view(fp4), wq.qdata.view(fp4))
-
-        def aten() -> "torch.Tensor":  # cuBLASLt's block-scaled GEMM; alpha as one more kernel (none in its API)
-            return torch._scaled_mm(codes[0], codes[1].t(), sa, sb, out_dtype=torch.bfloat16) * alpha
-
-        return device_case.DeviceOperands(
-            lambda config, use_pdl: run(*codes, sa, sb, config, alpha=alpha, use_pdl=use_pdl),
-            scaled_gemm.scaled_mm_reference(xq, wq, out_dtype=torch.float32), aten)
+        return device_case.nvfp4_operands(problem.m, problem.n, problem.k, lambda q, config, use_pdl: run(
+            *q.codes, q.sa, q.sb, config, alpha=q.alpha, use_pdl=use_pdl))
 
     return device_case.gemm_cases(example_problem, operands)
 
