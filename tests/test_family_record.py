@@ -103,6 +103,9 @@ def test_of_module_gathers_data_by_upper_case_and_hooks_by_their_own_name(monkey
     assert family.grid is None and family.prebuild is None and not family.pdl  # absent names stay unset
     given = Family.of_module(name, render=module.call, cpu_executor="given")
     assert given.render is module.call and given.cpu_executor == "given"  # what is given wins
+    module.PDL = True  # data by its upper-case name: read, and checked (this Problem has no use_pdl)
+    with pytest.raises(FamilyError, match="pdl=True, but its Problem has no use_pdl field"):
+        Family.of_module(name)
 
 
 def test_of_module_names_what_the_module_lacks(monkeypatch):
