@@ -175,8 +175,10 @@ def _softmax(case: Case, freezing: bool) -> Built:
     x = _last_dim_input(case, n)
     out = torch.float32 if case.bias else None  # the .float() upcast folded in, or not
     want = torch.softmax(x, -1, dtype=out)
+    # the spec a family sees: lowering makes x contiguous first (lowering/ops/softmax.py), so a
+    # sliced input never reaches a family as such
     return Built(torch.ops.inductor_ext.softmax, (x, -1, out), want, _spec(
-        "softmax", (x,), want, {"dim": -1, "out_dtype": str(want.dtype).removeprefix("torch.")}))
+        "softmax", (x.contiguous(),), want, {"dim": -1, "out_dtype": str(want.dtype).removeprefix("torch.")}))
 
 
 def _rms_norm(case: Case, freezing: bool) -> Built:
