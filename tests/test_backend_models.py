@@ -289,7 +289,7 @@ class _Second(nn.Module):
 def test_second_compile_uses_its_own_options():
     # Inductor caches its choices handler per thread; ext installs its own for each compile.
     from torch._inductor.virtualized import V
-    from inductor_ext.lowering import ext_choices
+    from inductor_ext.lowering import decision_record, ext_choices
 
     x = _randn(4, 16, seed=3)
     with torch._inductor.config.patch(fx_graph_cache=False), \
