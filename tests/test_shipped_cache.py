@@ -506,3 +506,20 @@ def test_a_scoped_digest_sees_only_entries_of_the_graphs_sizes(tmp_path, monkeyp
     assert cache_layers.DecisionSources((str(layer),), times=False).digest(dims) != before[0]
     dynamic = _key(m=5, dynamic=((0,), ()))  # a dynamic problem's entry is always in scope
     assert cache_layers.in_scope(dynamic, dims) and not cache_layers.in_scope(_key(m=5), dims)
+
+
+def test_a_layer_is_read_again_when_only_its_wal_changes(tmp_path):
+    """A writer's commit that sits in ``-wal`` (not yet checkpointed) leaves the database file's
+    bytes as they were: the layer's signature holds the ``-wal`` too."""
+    path = tmp_path / "c.db"
+    _put(path, "old")
+    assert cache_layers.load_layer(path).get(_key()).config == {"name": "old"}
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer.execute("PRAGMA wal_autocheckpoint=0")  # keep the commit in -wal while this stays open
+        before = path.read_bytes()
+        writer.execute("UPDATE entries SET entry_json = replace(entry_json, '\"name\":\"old\"', '\"name\":\"new\"')")
+        assert path.read_bytes() == before and path.with_name("c.db-wal").stat().st_size > 0
+        assert cache_layers.load_layer(path).get(_key()).config == {"name": "new"}
+    finally:
+        writer.close()
