@@ -14,6 +14,7 @@ from torch._inductor.virtualized import V
 from inductor_ext import dumps, presets, targets
 from inductor_ext.kernels import nvfp4_ops
 from inductor_ext.kernels.nvfp4 import e2m1_to_float, from_blocked, quantize_nvfp4, to_blocked, unpack_e2m1
+from inductor_ext.lowering.refusals import Refusal
 from inductor_ext.lowering import adapters, cutedsl_nvfp4, decision_record, ext_choices
 from inductor_ext.lowering.ops import FixedKernelInputs
 from inductor_ext.lowering.ops import nvfp4_gemm as nvfp4_lowering
@@ -98,8 +99,8 @@ def test_prepare_refuses_what_it_cannot_serve(graph, case, why):
               "b_not_k_major": dict(b_stride=[256, 1], n=256, k=512), "k_not_32": dict(k=48),
               "bias_fp16": dict(bias=torch.float16)}[case]
     kernel_inputs, _, _ = _inputs(**kwargs)
-    reason = adapters.prepare(registry.get(FAMILY), kernel_inputs, "nvfp4_gemm")
-    assert isinstance(reason, str) and why in reason, reason
+    refused = adapters.prepare(registry.get(FAMILY), kernel_inputs, "nvfp4_gemm")
+    assert isinstance(refused, Refusal) and refused.stage == "problem" and why in refused.reason, refused
 
 
 def test_not_offered_off_sm100(graph, monkeypatch, tmp_path):
