@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-AUTOTUNE_EFFORTS = ("off", "cache-only", "quick", "full")
+AUTOTUNE_EFFORTS = ("off", "cache-only", "model", "quick", "full")
 PDL_MODES = ("off", "auto", "force")
 
 
@@ -157,7 +157,8 @@ def _preset_name(key: str, value: Any) -> str:
 
 OPTIONS: dict[str, OptionSpec] = {
     "preset": OptionSpec("hardware preset; 'auto' detects it from the example inputs' device", _preset_name),
-    "autotune": OptionSpec("autotuning effort: off | cache-only | quick | full", one_of(AUTOTUNE_EFFORTS)),
+    "autotune": OptionSpec("autotuning effort: off | cache-only | model (caches, then decision tables, then the "
+                           "cost model: nothing timed) | quick | full", one_of(AUTOTUNE_EFFORTS)),
     "templates": OptionSpec("template families offered beside ATen, e.g. ['triton.gemm']", _names),
     "passes": OptionSpec("graph passes to install, by name (replaces the preset's list)", _names),
     "disable_passes": OptionSpec("passes of the preset's list not to install, by name (the rest stay)", _names),
@@ -166,6 +167,9 @@ OPTIONS: dict[str, OptionSpec] = {
     "autotune_cache": OptionSpec("an autotune cache file, or a list of them: read-only layers (a shipped cache) in "
                                  "front of your own cache, first match wins; one file of yours, in a folder only "
                                  "you can write, is also where quick/full tuning writes", _cache_paths),
+    "decision_tables": OptionSpec("decision table files of yours (scripts/build_decision_tables.py), read before "
+                                  "the package's own under autotune='model': data, validated like a shipped "
+                                  "cache", _cache_paths),
     "dump_dir": OptionSpec("write every generated kernel and index.json here", _optional_path),
     "interpret": OptionSpec("test mode: run this preset's device kernels on CPU tensors with ext's executors "
                             "(Triton's interpreter, the Metal-on-CPU executor, Intel's OpenCL CPU device)", _bool),
@@ -220,6 +224,7 @@ class ExtConfig:
     pdl: str = "off"
     template_margin: float = 0.0
     autotune_cache: str | tuple[str, ...] | None = None
+    decision_tables: str | tuple[str, ...] | None = None
     dump_dir: str | None = None
     interpret: bool = False
     freezing: bool = False

@@ -22,10 +22,11 @@ from torch._inductor.select_algorithm import ExternKernelChoice
 from torch._inductor.virtualized import V
 
 from inductor_ext import targets
-from inductor_ext.autotune import decide, decision_text, pdl_policy, policy
+from inductor_ext.autotune import decide, decision_tables, decision_text, pdl_policy, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey
 from inductor_ext.autotune import cache_layers
 from inductor_ext.autotune.cache_layers import DecisionSources
+from inductor_ext.autotune.cost_model import CostModel
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, ops, parallel_builds,
                                    pdl_consumers, returned_outputs)
@@ -37,6 +38,7 @@ from inductor_ext.lowering import refusals
 from inductor_ext.lowering.refusals import Refusal
 from inductor_ext.lowering.template_keys import templates_hash
 from inductor_ext.runtime import extras, fresh_pages
+from inductor_ext.targets import cpu as cpu_target
 from inductor_ext.templates import registry
 from inductor_ext.templates.family import Family
 
@@ -57,6 +59,13 @@ def sources_for(config: ExtConfig) -> DecisionSources:
                            cached=not inductor_config.force_disable_caches)
 
 
+def tables_for(config: ExtConfig) -> decision_tables.TableSet:
+    """The decision tables a compile reads: those named by ``decision_tables``, then the package's."""
+    named = config.decision_tables
+    paths = () if named is None else (named,) if isinstance(named, str) else tuple(named)
+    return decision_tables.TableSet.for_paths(paths)
+
+
 def cache_for(config: ExtConfig) -> AutotuneCache:
     """The user's own writable cache of this compile: new decisions and machine facts go there."""
     return sources_for(config).writable
@@ -72,10 +81,29 @@ class ExtChoices(InductorChoices):
         """Read once per compile: the layers as they are when it starts."""
         return sources_for(self.config)
 
+    @functools.cached_property
+    def tables(self) -> decision_tables.TableSet:
+        """The decision tables of an ``autotune="model"`` compile (the user's, then the package's)."""
+        return tables_for(self.config)
+
+    def model(self, form: str) -> CostModel:
+        """The cost model over the tables' entries measured on machines of ``form`` (one per compile)."""
+        models = self.__dict__.setdefault("_models", {})
+        if form not in models:
+            models[form] = CostModel.from_entries(self.tables.entries(form))
+        return models[form]
+
+    def form(self, key: ProblemKey) -> str:
+        """The machine as decision tables name it: a CPU by its form (``targets/cpu.py: host_form``),
+        any other device by its name."""
+        return cpu_target.host_form() if self.config.device_type == "cpu" else key.device_name
+
     def uuid(self) -> str:
         parts = [self.config.to_json(), templates_hash(self.config)]
         if self.config.autotune != "off":  # the graph holds the entries it could be served, exactly
             parts.append(self.sources.digest(cache_layers.current_scope()))
+        if self.config.autotune == "model":  # and the tables and the machine form that served it
+            parts += [self.tables.digest(), cpu_target.host_form() if self.config.device_type == "cpu" else ""]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
     def serves(self, op_name: str) -> bool:
@@ -121,6 +149,8 @@ class ExtChoices(InductorChoices):
         if found is not None:
             autotune_log.debug("%s: %s %s decided by the cache %s", node, op_name, decision.problem, found[1])
             return self._from_cache(found[0], choices, prepared, decision)
+        if self.config.autotune == "model" and use_cache:
+            return self._untimed_pick(choices, prepared, decision)
         if untimed is not None:
             return self._only(choices, decision, choices[0], untimed)
         for family, ready in prepared.items():
@@ -196,19 +226,67 @@ class ExtChoices(InductorChoices):
         announce(decision)
         return [choice]
 
-    def _from_cache(self, entry: Entry, choices: list[Any], prepared: dict[str, Any], decision: Decision) -> list[Any]:
+    def _from_cache(self, entry: Entry, choices: list[Any], prepared: dict[str, Any], decision: Decision,
+                    source: str = "cache") -> list[Any]:
         if entry.winner == "aten":
             name = entry.config.get("name")
             aten = next((c for c in choices if c.name == name), choices[0])
-            return self._only(choices, decision, aten, "cache")
+            return self._only(choices, decision, aten, source)
         module = registry.families().get(entry.winner)
         if module is None or entry.winner not in prepared:
-            return self._only(choices, decision, choices[0], f"fallback: cached winner {entry.winner} is not enabled")
-        chosen = self._append(module, [], prepared[entry.winner], registry.config_from_dict(module, entry.config))
+            return self._only(choices, decision, choices[0],
+                              f"fallback: {source}d winner {entry.winner} is not enabled".replace("tabled", "table's"))
+        chosen = self._servable(module, prepared[entry.winner], entry.config, decision.node)
         if chosen is None:
-            return self._only(choices, decision, choices[0], "fallback: cached config could not be generated")
-        decision.candidates.append(candidate_record(chosen, "template", entry.winner, "cache", entry.config))
-        return self._only(choices, decision, chosen, "cache")
+            return self._only(choices, decision, choices[0], f"fallback: the {source}'s config could not be generated")
+        decision.candidates.append(candidate_record(chosen, "template", entry.winner, source, entry.config))
+        return self._only(choices, decision, chosen, source)
+
+    def _servable(self, module: Family, ready: Any, config_dict: dict[str, Any], node: str) -> Any | None:
+        """The choice of ``module`` for ``config_dict``, or None where its family refuses the config
+        for this problem (a config from a cache or a table for another problem is data, not a promise)."""
+        try:
+            config = registry.config_from_dict(module, config_dict)
+        except ValueError as e:
+            log.info("ext: %s config %s not usable for %s: %s", module.name, config_dict, node, e)
+            return None
+        refusal = refusals.config(module, ready.problem, config, self.config.target)
+        if refusal is not None:
+            log.info("%s", refusal.line(node))
+            return None
+        return self._append(module, [], ready, config)
+
+    def _lost_here(self, module: Family, ready: Any, config: Any) -> bool:
+        """Whether the family rules ``config`` out for this problem (measured to lose here)."""
+        try:
+            return refusals.measured(module, ready.problem, registry.config_from_dict(module, dict(config)),
+                                     self.config.target) is not None
+        except ValueError:
+            return True
+
+    def _untimed_pick(self, choices: list[Any], prepared: dict[str, Any], decision: Decision) -> list[Any]:
+        """``autotune="model"``, nothing cached: a decision table's entry for this problem, else the
+        cost model's pick (a template only where it predicts a win by the margin, its error
+        included), else ATen's default. Nothing is timed and nothing is written."""
+        assert decision.key is not None
+        form = self.form(decision.key)
+        found = self.tables.get(decision.key, form)
+        if found is not None:
+            entry, table = found
+            autotune_log.debug("%s: %s %s decided by the decision table %s", decision.node, decision.op,
+                               decision.problem, table)
+            return self._from_cache(entry, choices, prepared, decision, source="table")
+        prediction = self.model(form).predict(decision_tables.portable(decision.key, form))
+        if prediction.template_wins(self.config.template_margin):
+            for family, config in prediction.configs:
+                module = registry.families().get(family)
+                if module is None or family not in prepared or self._lost_here(module, prepared[family], config):
+                    continue
+                chosen = self._servable(module, prepared[family], dict(config), decision.node)
+                if chosen is not None:
+                    decision.candidates.append(candidate_record(chosen, "template", family, "model", dict(config)))
+                    return self._only(choices, decision, chosen, f"model: {prediction.text()}")
+        return self._only(choices, decision, choices[0], f"model: ATen's default; {prediction.text()}")
 
     def _times_returned_output(self, kernel_inputs: Any) -> bool:
         """Whether this problem's choices are timed writing fresh pages: its output is returned by

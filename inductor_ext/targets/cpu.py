@@ -23,7 +23,7 @@ PRESETS = {
                        "attention as Inductor-compiled reductions and prefill attention as a C++ flash "
                        "kernel of ext's (AVX-512 or AVX2), each against ATen's SDPA",
         "target": "cpu",
-        "passes": ["nvfp4_alpha_fold", "decode_attention_op", "prefill_attention_op"], "autotune": "quick", "pdl": "off",
+        "passes": ["nvfp4_alpha_fold", "decode_attention_op", "prefill_attention_op"], "autotune": "model", "pdl": "off",
         # Only families whose kernels run on the CPU itself (RUNS_ON_CPU).
         "templates": ["cpp.gemm", "cpp.decode_attention", "cpp.flash_attention"],
         # CPU timings move with other processes: a template must win clearly to replace ATen.
@@ -41,10 +41,17 @@ PRESETS = {
 
 def host_name() -> str:
     """The host CPU as autotune records name it (their key's ``device_name``, as a GPU's name):
-    its model, the ISA torch's CPU kernels run at (``ATEN_CPU_CAPABILITY`` honoured, as Inductor
-    does), AMX and AVX512-BF16 where they are used, and the intra-op threads now. A decision timed
-    on one CPU is no evidence on another: a record made on an AVX-512 host names micro-kernels an
-    AVX2 host cannot build (it fell back to ATen there), and 2-thread timings say little at 32."""
+    its model and its form (``host_form``). A decision timed on one CPU is no evidence on another:
+    a record made on an AVX-512 host names micro-kernels an AVX2 host cannot build (it fell back to
+    ATen there), and 2-thread timings say little at 32."""
+    return f"{_model_name()}, {host_form()}"
+
+
+def host_form() -> str:
+    """What decides which CPU kernels win, without the model's name: the ISA torch's CPU kernels
+    run at (``ATEN_CPU_CAPABILITY`` honoured, as Inductor does), AMX and AVX512-BF16 where they are
+    used, and the intra-op threads now, e.g. ``AVX512 AMX AVX512-BF16, 2 threads``. Decision tables
+    (``autotune/decision_tables.py``) are per form."""
     import torch
 
     capability = torch.backends.cpu.get_cpu_capability()
@@ -54,7 +61,7 @@ def host_name() -> str:
         features += ["AVX512-BF16"] * torch.cpu._is_avx512_bf16_supported()
     isa = " ".join([capability, *features])
     threads = torch.get_num_threads()
-    return f"{_model_name()}, {isa}, {threads} thread{'' if threads == 1 else 's'}"
+    return f"{isa}, {threads} thread{'' if threads == 1 else 's'}"
 
 
 @functools.cache

@@ -1,0 +1,140 @@
+"""The cost model for problems no decision table covers (``autotune/cost_model.py``), on plain
+numbers: no Inductor, no compile. Its rule is checked by its definition: a template is picked only
+where the predicted ratio to ATen, made worse by the model's error, beats ATen by the margin."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inductor_ext.autotune import cost_model
+from inductor_ext.autotune.cache_entry import Entry, ProblemKey
+from inductor_ext.autotune.cost_model import CostModel, Observation
+
+FORM = "AVX512, 2 threads"
+CONFIG = {"isa": "avx512", "block_m": 16, "block_n": 16, "block_k": 1, "cache_m": 0, "cache_n": 0, "cache_k": 0}
+
+
+def key(m: int, n: int, k: int, dtype: str = "float32", op: str = "mm", device: str = FORM) -> ProblemKey:
+    return ProblemKey(op=op, shapes=((m, k), (k, n)), strides=((k, 1), (1, k)), dtypes=(dtype, dtype),
+                      device_name=device, arch="cpu", preset="cpu",
+                      fp32_precision="ieee" if dtype == "float32" else "")
+
+
+def entry(m: int, n: int, k: int, aten_us: float, template_us: float | None, **kw: str) -> Entry:
+    """A table entry: the template wins when it is faster."""
+    won = template_us is not None and template_us < aten_us
+    candidates = [{"name": "mm", "time_us": aten_us, "policy": None, "error": None}]
+    if template_us is not None:
+        candidates.append({"name": "cpp_gemm_0", "time_us": template_us, "policy": "default", "error": None})
+    return Entry(key=key(m, n, k, **kw), winner="cpp.gemm" if won else "aten",
+                 config=dict(CONFIG) if won else {"name": "mm"},
+                 winner_time_us=template_us if won else aten_us, aten_time_us=aten_us, candidates=candidates)
+
+
+def grid(ratio: float, dtype: str = "float32") -> list[Entry]:
+    """Entries at M = 1..512 x N in {768, 2048}, K=768, the template at ``ratio`` of ATen's time."""
+    return [entry(m, n, 768, 100.0 * m, 100.0 * m * ratio, dtype=dtype) for m in (1, 4, 16, 64, 256, 512)
+            for n in (768, 2048)]
+
+
+def test_no_observation_of_the_kind_predicts_nothing_and_serves_aten() -> None:
+    model = CostModel.from_entries(grid(0.5))
+    for other in (key(16, 768, 768, dtype="bfloat16"), key(16, 768, 768, op="addmm"),
+                  key(16, 768, 768, device="AVX2, 2 threads")):
+        p = model.predict(other)
+        assert p.log_ratio is None and not p.template_wins(0.0)
+        assert "no table entry of this kind" in p.text()
+
+
+def test_far_problems_are_not_predicted() -> None:
+    model = CostModel.from_entries(grid(0.5))
+    p = model.predict(key(16, 768 * 32, 768 * 16))  # 5 + 4 doublings away
+    assert p.log_ratio is None and "within 3" in p.text()
+
+
+def test_a_consistent_win_is_served_with_the_neighbours_config() -> None:
+    model = CostModel.from_entries(grid(0.5))
+    p = model.predict(key(32, 1024, 768))
+    assert p.log_ratio == pytest.approx(math.log(0.5))
+    assert p.error == pytest.approx(0.0, abs=1e-9)  # every leave-one-out prediction was exact
+    assert p.template_wins(0.05)
+    assert p.configs and p.configs[0] == ("cpp.gemm", CONFIG)
+    assert p.aten_us is not None and p.template_us == pytest.approx(p.aten_us * 0.5)
+
+
+def test_a_win_inside_the_margin_is_not_served() -> None:
+    model = CostModel.from_entries(grid(0.97))
+    p = model.predict(key(32, 1024, 768))
+    assert p.log_ratio < 0 and not p.template_wins(0.05)
+    assert p.template_wins(0.0)
+
+
+def test_a_loss_never_serves_a_template() -> None:
+    model = CostModel.from_entries(grid(1.3))
+    p = model.predict(key(32, 1024, 768))
+    assert not p.template_wins(0.0) and p.configs == ()  # ATen won everywhere: no config to serve
+
+
+def test_entries_where_no_template_was_timed_count_as_losses() -> None:
+    entries = [entry(m, 768, 768, 100.0, None) for m in (1, 4, 16, 64)]
+    model = CostModel.from_entries(entries)
+    p = model.predict(key(8, 768, 768))
+    assert p.log_ratio == pytest.approx(cost_model.NOT_OFFERED)
+    assert not p.template_wins(0.0)
+
+
+def test_the_error_is_the_leave_one_out_miss_and_can_veto_a_predicted_win() -> None:
+    # Alternating wins and losses along M: each left-out entry is predicted from neighbours of the
+    # other sign, so the model's error is large and a mean that favours the template is not trusted.
+    entries = [entry(m, 768, 768, 100.0, 40.0 if i % 2 else 150.0) for i, m in enumerate((1, 2, 4, 8, 16, 32, 64))]
+    model = CostModel.from_entries(entries)
+    p = model.predict(key(8, 768, 768))
+    assert p.error > 0.3
+    assert not p.template_wins(0.05)
+
+
+def test_entries_without_an_aten_time_are_not_observations() -> None:
+    e = entry(16, 768, 768, 100.0, 50.0)
+    e.aten_time_us = None
+    assert cost_model.observe(e) is None
+
+
+def test_work_scales_predicted_times() -> None:
+    model = CostModel.from_entries(grid(0.5))
+    small, large = model.predict(key(64, 768, 768)), model.predict(key(128, 768, 768))
+    assert small.aten_us is not None and large.aten_us is not None
+    assert large.aten_us > small.aten_us  # twice the rows, more predicted time
+
+
+_ratio = st.floats(min_value=0.2, max_value=5.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ratios=st.lists(_ratio, min_size=3, max_size=10), margin=st.sampled_from([0.0, 0.05, 0.2]),
+       m=st.integers(1, 1024))
+def test_the_rule_by_its_definition(ratios: list[float], margin: float, m: int) -> None:
+    """Whatever the table says, a template is served only where the prediction plus the model's
+    error beats ATen by the margin, never where every neighbour lost, and always with a config
+    some neighbour won with."""
+    entries = [entry(2 ** i, 768, 768, 100.0, 100.0 * r) for i, r in enumerate(ratios)]
+    model = CostModel.from_entries(entries)
+    p = model.predict(key(m, 768, 768))
+    if p.template_wins(margin):
+        assert p.log_ratio is not None and p.log_ratio + p.error < -math.log1p(margin)
+        assert any(r < 1.0 for r in ratios)
+        assert p.configs and p.configs[0][0] == "cpp.gemm"
+    if all(r >= 1.0 for r in ratios):
+        assert not p.template_wins(margin)
+
+
+def test_observations_compare_only_their_kind() -> None:
+    o = cost_model.observe(entry(16, 768, 768, 100.0, 50.0))
+    assert isinstance(o, Observation)
+    transposed = ProblemKey(op="mm", shapes=((16, 768), (768, 768)), strides=((768, 1), (768, 1)),
+                            dtypes=("float32", "float32"), device_name=FORM, arch="cpu", preset="cpu",
+                            fp32_precision="ieee")
+    assert cost_model.kind_of(transposed) != o.kind  # a weight stored the other way is another kind

@@ -1,0 +1,260 @@
+"""Decision tables (``autotune/decision_tables.py``) and the untimed lookup order of
+``autotune="model"``, the cpu preset's default: the user's cache (and shipped layers), then decision
+tables, then the cost model, then ATen's default; nothing timed, one log line per decision.
+
+A table is data, read like a foreign cache: a refused entry is one line and the rest still serve,
+a refused file is one line and compiles run as without it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from inductor_ext.autotune import cache_transfer, decision_tables
+from inductor_ext.autotune.cache_entry import Entry, ProblemKey
+from inductor_ext.autotune.decision_tables import TableSet, parse_table, portable, table_text
+from inductor_ext.lowering import decision_record
+from inductor_ext.targets import cpu
+
+PROVENANCE = {"cpu": "test CPU", "form": "test", "date": "2026-12-06", "torch": torch.__version__,
+              "inductor_ext": "0.1.0", "command": "tests/test_decision_tables.py"}
+# the host's own vector micro-kernel: every machine this suite runs on has AVX-512 or AVX2
+ISA = {"AVX512": "avx512", "AVX2": "avx2"}.get(torch.backends.cpu.get_cpu_capability())
+GEMM_CONFIG = {"isa": ISA, "block_m": 16 if ISA == "avx512" else 4, "block_n": 16, "block_k": 1,
+               "cache_m": 0, "cache_n": 0, "cache_k": 0}
+
+
+def _key(m: int = 16, n: int = 96, k: int = 64, form: str = "AVX512, 2 threads") -> ProblemKey:
+    return ProblemKey(op="mm", shapes=((m, k), (k, n)), strides=((k, 1), (1, k)), dtypes=("float32", "float32"),
+                      device_name=form, arch="cpu", preset="cpu", fp32_precision="ieee")
+
+
+def _entry(key: ProblemKey, winner: str = "cpp.gemm", aten_us: float = 10.0, template_us: float = 5.0) -> Entry:
+    return Entry(key=key, winner=winner, config=dict(GEMM_CONFIG) if winner != "aten" else {"name": "mm"},
+                 winner_time_us=template_us if winner != "aten" else aten_us, aten_time_us=aten_us,
+                 candidates=[{"name": "mm", "time_us": aten_us, "policy": None, "error": None},
+                             {"name": "cpp_gemm_0", "time_us": template_us, "policy": "default", "error": None}])
+
+
+def _table(entries: list[Entry]) -> bytes:
+    return table_text(entries, PROVENANCE).encode()
+
+
+# ------------------------------------------------------------------ the file is data
+
+
+def test_portable_keys_drop_the_machine_model_versions_and_source_hash() -> None:
+    key = ProblemKey(op="mm", shapes=((1, 2), (2, 3)), strides=((2, 1), (3, 1)), dtypes=("float32", "float32"),
+                     device_name="Intel Xeon, AVX512, 2 threads", arch="cpu", versions={"torch": "2.15.0"},
+                     template_hash="abc", preset="cpu")
+    moved = portable(key, "AVX512, 2 threads")
+    assert (moved.device_name, moved.versions, moved.template_hash) == ("AVX512, 2 threads", (), "")
+    assert (moved.op, moved.shapes, moved.strides, moved.preset) == (key.op, key.shapes, key.strides, key.preset)
+
+
+def test_a_table_reads_back_what_was_written() -> None:
+    entries = [_entry(_key(m)) for m in (1, 16, 64)]
+    table = parse_table(_table(entries), "t.json")
+    assert table is not None and table.refused == 0 and table.provenance == PROVENANCE
+    assert [table.get(e.key).to_dict() for e in entries] == [e.to_dict() for e in entries]
+    assert table.get(_key(2)) is None
+
+
+@pytest.mark.parametrize("spoil, why", [
+    (lambda d: d["config"].update(block_m=10 ** 9), "block_m"),  # outside the family's declared values
+    (lambda d: d.update(winner="os.system"), "winner"),
+    (lambda d: d.update(aten_time_us=-1), "aten_time_us"),
+    (lambda d: d["key"].update(op="exec"), "op"),
+    (lambda d: d.pop("candidates"), "fields"),
+])
+def test_a_corrupted_entry_is_refused_with_one_line_and_the_rest_serve(spoil: Any, why: str, caplog) -> None:
+    good, bad = _entry(_key(1)), _entry(_key(16))
+    doc = json.loads(_table([good, bad]))
+    spoil(doc["entries"][1])
+    with caplog.at_level(logging.WARNING, logger="inductor_ext.autotune"):
+        table = parse_table(json.dumps(doc).encode(), "t.json")
+    assert table is not None and table.refused == 1
+    assert table.get(good.key) is not None and table.get(bad.key) is None
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "t.json: entries[1] refused" in lines[0] and why in lines[0], lines
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"\xff\xfe", "not UTF-8"),
+    (b"{not json", "not JSON"),
+    (b"[]", "expected an object"),
+    (json.dumps({"format": "inductor_ext.autotune", "schema_version": 1, "provenance": PROVENANCE,
+                 "entries": []}).encode(), "format"),
+    (json.dumps({"format": decision_tables.TABLE_FORMAT, "schema_version": 1, "provenance": {"cpu": "x"},
+                 "entries": []}).encode(), "provenance"),
+    (b" " * (decision_tables.MAX_TABLE_BYTES + 1), "at most"),
+])
+def test_a_file_that_is_no_table_is_refused_whole_with_one_line(data: bytes, why: str, caplog) -> None:
+    if why == "format":  # the schema version the cache writes, so only the format is wrong
+        doc = json.loads(data)
+        doc["schema_version"] = json.loads(_table([]))["schema_version"]
+        data = json.dumps(doc).encode()
+    with caplog.at_level(logging.WARNING, logger="inductor_ext.autotune"):
+        assert parse_table(data, "bad.json") is None
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "bad.json refused" in lines[0] and why in lines[0], lines
+
+
+def test_missing_files_and_folders_are_one_line_each(tmp_path: Path, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="inductor_ext.autotune"):
+        tables = TableSet.for_paths([str(tmp_path / "none.json"), str(tmp_path)], package=False)
+    assert tables.tables == []
+    assert [("no such file" in r.getMessage(), "not a regular file" in r.getMessage()) for r in caplog.records] == [
+        (True, False), (False, True)]
+
+
+def test_a_table_is_read_again_when_its_bytes_change_even_at_the_same_mtime(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(_table([_entry(_key(1))]))
+    stamp = os.stat(path).st_mtime_ns
+    assert decision_tables.load_table(path).get(_key(1)).winner == "cpp.gemm"
+    path.write_bytes(_table([_entry(_key(1), winner="aten")]))
+    os.utime(path, ns=(stamp, stamp))
+    assert decision_tables.load_table(path).get(_key(1)).winner == "aten"
+
+
+def test_the_first_table_holding_a_key_wins() -> None:
+    mine = parse_table(_table([_entry(_key(1), winner="aten")]), "mine")
+    package = parse_table(_table([_entry(_key(1)), _entry(_key(2))]), "package")
+    tables = TableSet([mine, package])
+    assert tables.get(_key(1, form="x"), "AVX512, 2 threads") == (mine.get(_key(1)), "mine")
+    assert tables.get(_key(2, form="x"), "AVX512, 2 threads")[1] == "package"
+    assert tables.get(_key(2), "AVX2, 2 threads") is None  # another form's table says nothing here
+    assert len(tables.entries("AVX512, 2 threads")) == 2
+
+
+def test_every_shipped_table_is_read_whole() -> None:
+    paths = decision_tables.package_table_paths()
+    assert paths, "the package ships no decision table (inductor_ext/autotune/tables/)"
+    for path in paths:
+        table = decision_tables.load_table(path)
+        assert table is not None and table.refused == 0, path
+        assert table.entries and set(decision_tables.PROVENANCE) <= set(table.provenance)
+        assert {e.key.device_name for e in table.entries.values()} == {table.provenance["form"]}, path
+        assert all(not e.key.versions and not e.key.template_hash for e in table.entries.values())
+
+
+# ------------------------------------------------------------------ the lookup order, compiled
+
+
+class TwoLinears(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(64, 96, bias=False)
+        self.b = torch.nn.Linear(96, 48, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x))).sum(dim=1)
+
+
+@pytest.fixture(scope="module")
+def model() -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return TwoLinears().eval(), torch.randn(16, 64)
+
+
+def _compile(model: Any, options: dict[str, Any], monkeypatch, asked: list | None = None) -> list[Any]:
+    """Decisions of one cpu-preset compile (no package tables: each test names its own)."""
+    monkeypatch.setattr(decision_tables, "package_table_paths", lambda: [])
+    if asked is not None:
+        real_get = TableSet.get
+        monkeypatch.setattr(TableSet, "get", lambda self, key, form: asked.append((key, form)) or real_get(self, key, form))
+    torch._dynamo.reset()
+    first = len(decision_record.decisions)
+    net, x = model
+    with torch.no_grad():
+        out = torch.compile(net, backend="ext", options={"preset": "cpu", **options})(x)
+        torch.testing.assert_close(out, net(x), rtol=1e-5, atol=1e-5)
+    return decision_record.decisions[first:]
+
+
+@pytest.fixture(scope="module")
+def keys(model, tmp_path_factory) -> list[tuple[ProblemKey, str]]:
+    """The keys and form the two GEMMs are looked up under, from a compile with no table at all."""
+    mp = pytest.MonkeyPatch()
+    asked: list = []
+    try:
+        decisions = _compile(model, {"decision_tables": str(tmp_path_factory.mktemp("none") / "none.json")}, mp, asked)
+    finally:
+        mp.undo()
+    assert [d.reason for d in decisions] == ["model: ATen's default; no table entry of this kind of problem"] * 2
+    assert all(form == cpu.host_form() for _, form in asked) and len(asked) == 2
+    return asked
+
+
+def _write(tmp_path: Path, entries: list[Entry]) -> str:
+    path = tmp_path / "table.json"
+    path.write_text(table_text(entries, PROVENANCE))
+    return str(path)
+
+
+def test_a_table_entry_serves_untimed(model, keys, tmp_path: Path, monkeypatch, caplog) -> None:
+    (first, form), (second, _) = keys
+    table = _write(tmp_path, [_entry(portable(first, form)), _entry(portable(second, form), winner="aten")])
+    with caplog.at_level(logging.DEBUG, logger="torch._inductor"):
+        decisions = _compile(model, {"decision_tables": table}, monkeypatch)
+    assert [d.reason for d in decisions] == ["table", "table"]
+    assert decisions[0].candidates[-1]["family"] == "cpp.gemm" and decisions[1].winner.startswith("mm")
+    assert all(c["time_us"] is None for d in decisions for c in d.candidates)  # nothing timed
+
+
+def test_the_users_cache_comes_before_the_tables(model, keys, tmp_path: Path, monkeypatch) -> None:
+    (first, form), (second, _) = keys
+    table = _write(tmp_path, [_entry(portable(first, form)), _entry(portable(second, form))])
+    cache = tmp_path / "shipped.db"
+    cache_transfer.write_cache([_entry(first, winner="aten")], cache)
+    decisions = _compile(model, {"decision_tables": table, "autotune_cache": str(cache)}, monkeypatch)
+    assert [d.reason for d in decisions] == ["cache", "table"]
+    assert decisions[0].winner.startswith("mm")
+
+
+def test_the_model_serves_where_no_table_entry_does(model, keys, tmp_path: Path, monkeypatch) -> None:
+    """Entries of the first GEMM's kind at other row counts, the template twice as fast in each:
+    the model serves it for the compile's 16 rows (never measured) with their config."""
+    (first, form), _ = keys
+    near = [_entry(portable(ProblemKey.from_dict({**first.to_dict(), "shapes": [[m, 64], [64, 96]]}), form))
+            for m in (4, 8, 32, 64)]
+    decisions = _compile(model, {"decision_tables": _write(tmp_path, near)}, monkeypatch)
+    assert decisions[0].reason.startswith("model: template predicted 0.50x ATen's time from 4 table entries")
+    assert decisions[0].candidates[-1]["family"] == "cpp.gemm"
+    assert decisions[1].reason.startswith("model: ATen's default")  # nothing of its kind nearby
+
+
+def test_the_model_never_serves_a_predicted_loss(model, keys, tmp_path: Path, monkeypatch) -> None:
+    (first, form), _ = keys
+    near = [_entry(portable(ProblemKey.from_dict({**first.to_dict(), "shapes": [[m, 64], [64, 96]]}), form),
+                   winner="aten", template_us=12.0) for m in (4, 8, 32, 64)]
+    decisions = _compile(model, {"decision_tables": _write(tmp_path, near)}, monkeypatch)
+    assert decisions[0].reason.startswith("model: ATen's default; template predicted 1.20x")
+
+
+def test_a_corrupted_table_never_fails_a_compile(model, keys, tmp_path: Path, monkeypatch, caplog) -> None:
+    (first, form), (second, _) = keys
+    doc = json.loads(table_text([_entry(portable(first, form)), _entry(portable(second, form))], PROVENANCE))
+    doc["entries"][0]["config"]["block_m"] = 10 ** 9  # what would go into kernel source
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING, logger="inductor_ext.autotune"):
+        decisions = _compile(model, {"decision_tables": str(path)}, monkeypatch)
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1 and "block_m" in refused[0]
+    assert decisions[0].reason.startswith("model:") and decisions[1].reason == "table"
+
+
+def test_timed_efforts_still_time(model, keys, tmp_path: Path, monkeypatch) -> None:
+    """quick/full time as before: a table is not asked (the build that makes tables times)."""
+    (first, form), (second, _) = keys
+    table = _write(tmp_path, [_entry(portable(first, form)), _entry(portable(second, form))])
+    decisions = _compile(model, {"decision_tables": table, "autotune": "quick"}, monkeypatch)
+    assert all(d.reason.startswith("benchmark") for d in decisions), [d.reason for d in decisions]
