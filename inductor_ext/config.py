@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-AUTOTUNE_EFFORTS = ("off", "cache-only", "model", "quick", "full")
+AUTOTUNE_EFFORTS = ("off", "cache-only", "model", "background", "quick", "full")
 PDL_MODES = ("off", "auto", "force")
 
 
@@ -158,7 +158,8 @@ def _preset_name(key: str, value: Any) -> str:
 OPTIONS: dict[str, OptionSpec] = {
     "preset": OptionSpec("hardware preset; 'auto' detects it from the example inputs' device", _preset_name),
     "autotune": OptionSpec("autotuning effort: off | cache-only | model (caches, then decision tables, then the "
-                           "cost model: nothing timed) | quick | full", one_of(AUTOTUNE_EFFORTS)),
+                           "cost model: nothing timed) | background (as model, and a background worker times "
+                           "what was served untimed, for the next process) | quick | full", one_of(AUTOTUNE_EFFORTS)),
     "templates": OptionSpec("template families offered beside ATen, e.g. ['triton.gemm']", _names),
     "passes": OptionSpec("graph passes to install, by name (replaces the preset's list)", _names),
     "disable_passes": OptionSpec("passes of the preset's list not to install, by name (the rest stay)", _names),

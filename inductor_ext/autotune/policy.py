@@ -15,7 +15,7 @@ from inductor_ext import targets
 from inductor_ext.templates.family import Family
 
 # How many template configs each autotune effort benchmarks (None: all proposed).
-EFFORT_BUDGET: dict[str, int | None] = {"off": 0, "cache-only": 0, "model": 0, "quick": 4, "full": None}
+EFFORT_BUDGET: dict[str, int | None] = {"off": 0, "cache-only": 0, "model": 0, "background": 0, "quick": 4, "full": None}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""``inductor-ext tune build|show|export|import|merge``: offline autotune caches.
+"""``inductor-ext tune build|show|export|import|merge|status|work``: offline autotune caches, and the
+queue of ``autotune="background"`` (``status`` shows it, ``work`` runs its worker here).
 
 Reading a cache (show, export, merge's inputs) never creates or changes a file: a missing or
 unusable one is one line and exit 1. Every command that writes takes ``-o``: its folder must
@@ -19,7 +20,8 @@ from inductor_ext.cli.errors import CliError, UsageError
 
 
 def add_parser(sub: Any) -> None:
-    t = sub.add_parser("tune", help="offline autotune caches: build, show, export, import, merge")
+    t = sub.add_parser("tune", help="offline autotune caches: build, show, export, import, merge; "
+                                    "the background tuning queue: status, work")
     actions = t.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     b = actions.add_parser("build", help="autotune every GEMM of a model and store the winners in a new cache")
@@ -58,6 +60,12 @@ def add_parser(sub: Any) -> None:
     m.add_argument("b", metavar="B", help="the second cache")
     m.add_argument("-o", "--out", dest="output", required=True, metavar="DB", help="the new cache file to write")
     _update(m)
+
+    st = actions.add_parser("status", help="the background tuning queue (autotune='background'): each problem "
+                                           "served untimed, and whether the worker has timed it")
+    st.add_argument("--json", action="store_true", help="print the queue as JSON instead of a table")
+    actions.add_parser("work", help="run the background tuning worker here, in the foreground, until the queue "
+                                    "is empty (one worker per machine: exits at once where another runs)")
     t.set_defaults(func=run)
 
 
@@ -119,6 +127,47 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    import collections
+    import datetime
+
+    from inductor_ext import tables
+    from inductor_ext.autotune.tune_queue import BadQueue, TuneQueue
+
+    queue = TuneQueue()
+    try:
+        rows = queue.rows()
+    except BadQueue as e:
+        raise CliError(str(e)) from None
+    if args.json:
+        print(json.dumps({"path": str(queue.path), "jobs": rows}, indent=2))
+        return 0
+    counts = collections.Counter(r["state"] for r in rows)
+    print(f"{queue.path}: " + (", ".join(f"{n} {state}" for state, n in counts.items()) or "empty"))
+    if rows:
+        print(tables.render(("problem", "state", "queued", "note"),
+                            [(r["problem"], r["state"], datetime.datetime.fromtimestamp(r["queued"]).strftime("%F %T"),
+                              r["note"]) for r in rows]))
+    return 0
+
+
+def _work(args: argparse.Namespace) -> int:
+    from inductor_ext import background_tuning
+    from inductor_ext.autotune.tune_queue import BadQueue, TuneQueue
+
+    queue = TuneQueue()
+    if (why := queue.usable()) is not None:
+        raise CliError(f"background tuning: {why}")
+    try:
+        done = background_tuning.run(queue)
+    except BadQueue as e:
+        raise CliError(str(e)) from None
+    for problem, state, note in done:
+        print(f"{problem}: {state} {note}".rstrip())
+    print(f"{len(done)} problem(s) tuned" if done else "nothing to tune (or another worker runs)")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from inductor_ext.autotune import cache_transfer
 
@@ -166,5 +215,6 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
-_ACTIONS = {"build": _build, "show": _show, "export": _export, "import": _import, "merge": _merge}
+_ACTIONS = {"build": _build, "show": _show, "export": _export, "import": _import, "merge": _merge, "status": _status,
+            "work": _work}
 

@@ -22,7 +22,7 @@ from torch._inductor.select_algorithm import ExternKernelChoice
 from torch._inductor.virtualized import V
 
 from inductor_ext import targets
-from inductor_ext.autotune import decide, decision_tables, decision_text, pdl_policy, policy
+from inductor_ext.autotune import decide, decision_tables, decision_text, pdl_policy, policy, tune_queue
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey
 from inductor_ext.autotune import cache_layers
 from inductor_ext.autotune.cache_layers import DecisionSources
@@ -43,6 +43,8 @@ from inductor_ext.templates import registry
 from inductor_ext.templates.family import Family
 
 log = logging.getLogger("inductor_ext.autotune")
+
+UNTIMED = ("model", "background")  # efforts that serve from caches, tables and the cost model, timing nothing
 
 
 def available_templates() -> dict[str, Family]:
@@ -102,7 +104,7 @@ class ExtChoices(InductorChoices):
         parts = [self.config.to_json(), templates_hash(self.config)]
         if self.config.autotune != "off":  # the graph holds the entries it could be served, exactly
             parts.append(self.sources.digest(cache_layers.current_scope()))
-        if self.config.autotune == "model":  # and the tables and the machine form that served it
+        if self.config.autotune in UNTIMED:  # and the tables and the machine form that served it
             parts += [self.tables.digest(), cpu_target.host_form() if self.config.device_type == "cpu" else ""]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
@@ -149,8 +151,12 @@ class ExtChoices(InductorChoices):
         if found is not None:
             autotune_log.debug("%s: %s %s decided by the cache %s", node, op_name, decision.problem, found[1])
             return self._from_cache(found[0], choices, prepared, decision)
-        if self.config.autotune == "model" and use_cache:
-            return self._untimed_pick(choices, prepared, decision)
+        if self.config.autotune in UNTIMED and use_cache:  # nothing timed
+            key = decision.key
+            picked = self._untimed_pick(choices, prepared, decision)
+            if self.config.autotune == "background":
+                self._queue(key, op_name, kernel_inputs)
+            return picked
         if untimed is not None:
             return self._only(choices, decision, choices[0], untimed)
         for family, ready in prepared.items():
@@ -255,6 +261,22 @@ class ExtChoices(InductorChoices):
             log.info("%s", refusal.line(node))
             return None
         return self._append(module, [], ready, config)
+
+    def _queue(self, key: ProblemKey, op_name: str, kernel_inputs: Any) -> None:
+        """``autotune="background"``: queue a GEMM served untimed for the background worker."""
+        if op_name not in tune_queue.GEMM_OPS:
+            return
+        options = {"preset": self.config.preset, "templates": list(self.config.templates),
+                   "template_margin": self.config.template_margin, "freezing": self.config.freezing}
+        job = tune_queue.Job(key, tuple(ops.constant_name(n) is not None for n in kernel_inputs.nodes()), torch.get_num_threads(),
+                             options)
+        queue = tune_queue.TuneQueue()
+        try:
+            if queue.add(job):
+                autotune_log.debug("%s: %s queued for background tuning", V.graph.current_node, key.describe())
+                tune_queue.start_worker(queue)
+        except tune_queue.BadQueue as e:
+            log.warning("ext: background tuning queues nothing: %s", e)
 
     def _lost_here(self, module: Family, ready: Any, config: Any) -> bool:
         """Whether the family rules ``config`` out for this problem (measured to lose here)."""
