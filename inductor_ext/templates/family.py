@@ -2,7 +2,7 @@
 
 A family is one module (one DSL x one op family, e.g. ``templates/triton/gemm.py``, the example to
 copy) that keeps its parts as plain module names (``NAME``, ``CHOICE_KIND``, ``OPS``, ``TARGETS``,
-``Problem``, ``Config``, ``problem_for``, ``supports``, ``configs``, ...) and ends with its record,
+``Problem``, ``Config``, ``problem_for``, ``refuse_problem``, ``configs``, ...) and ends with its record,
 ``FAMILY = Family.of_module(__name__)``, which gathers them. Building the record checks it, so a
 malformed family fails at import naming what it lacks. The rest of ext reads the record's fields,
 never the module. Each hook's contract is its ``Protocol`` in ``templates/family_hooks.py``.
@@ -81,7 +81,7 @@ _DATA = ("name", "choice_kind", "ops", "targets", "all_configs", "inductor_templ
 
 
 # What every record must be given, and what each choice kind adds (record field names).
-_REQUIRED = ("ops", "targets", "Problem", "Config", "problem_for", "supports", "configs", "module")
+_REQUIRED = ("ops", "targets", "Problem", "Config", "problem_for", "refuse_problem", "configs", "module")
 _BY_KIND = {"triton_template": ("render", "inductor_source", "inductor_kwargs"), "extern": ("render", "call", "all_configs"),
             "inductor_template": ("inductor_template",)}
 
@@ -110,7 +110,7 @@ class Family:
     Problem: type = _ABSENT
     Config: type = _ABSENT
     problem_for: hooks.ProblemFor = _ABSENT
-    supports: hooks.Supports = _ABSENT
+    refuse_problem: hooks.RefuseProblem = _ABSENT
     configs: hooks.Configs = _ABSENT
     # the family's module, given by name and looked up while it is imported; its source (with the
     # resource files it reads, and its imports') is hashed into cache keys (lowering/template_keys.py)
@@ -124,12 +124,12 @@ class Family:
     decomposition: hooks.Decomposition | None = None  # inductor_template "subgraph"
     extern_op: str | None = None  # extern with its own torch op ("ns::op")
     extern_kwargs: hooks.ExternKwargs | None = None
-    config_supports: hooks.ConfigRefusal | None = None
-    ruled_out: hooks.ConfigRefusal | None = None
+    refuse_config: hooks.RefuseConfig | None = None
+    refuse_measured: hooks.RefuseMeasured | None = None
     config_from_tile: hooks.ConfigFromTile | None = None  # set: a GEMM family, which takes the GEMM tile policies
     pdl: bool = False  # its Problem's use_pdl field turns on programmatic dependent launch
     grid: hooks.Grid | None = None  # triton_template: the launch grid (None: Inductor's GEMM grid)
-    missing: hooks.Missing | None = None
+    refuse_here: hooks.RefuseHere | None = None
     prebuild: hooks.Prebuild | None = None
     cpu_executor: str | None = None  # what runs its kernels on CPU tensors under interpret mode
     runs_on_cpu: bool = False  # its kernels are CPU kernels (no interpreter needed)
