@@ -117,6 +117,48 @@ def test_of_module_names_what_the_module_lacks(monkeypatch):
         Family.of_module(name)
 
 
+def test_of_module_reads_a_hooks_old_name_with_a_deprecation_warning(monkeypatch):
+    """A third party's family module (an entry point) may still define the names the hooks had
+    before each named its refusal stage: each is read as its new one, with a warning naming both."""
+    import sys
+    import warnings
+
+    def supports(problem):
+        return "too big"
+
+    def config_supports(problem, config, target):
+        return None
+
+    name = _family_module("_of_module_old_names", monkeypatch, config_supports=config_supports,
+                          ruled_out=lambda p, c, t: "lost", missing=lambda: "install it")
+    held = vars(sys.modules[name])
+    del held["refuse_problem"]
+    held["supports"] = supports
+    with pytest.warns(DeprecationWarning) as warned:
+        family = Family.of_module(name)
+    assert family.refuse_problem is supports and family.refuse_config is config_supports
+    assert family.refuse_measured(None, None, "sm_90a") == "lost" and family.refuse_here() == "install it"
+    said = sorted(str(w.message) for w in warned)
+    assert len(said) == 4 and all(name in m for m in said)
+    assert any("'supports', now named 'refuse_problem'" in m for m in said)
+    assert any("'missing', now named 'refuse_here'" in m for m in said)
+    # the new name wins over the old where a module has both (an old name may then be anything)
+    held["refuse_problem"] = lambda problem: None
+    with pytest.warns(DeprecationWarning) as warned:
+        assert Family.of_module(name).refuse_problem is held["refuse_problem"]
+    assert not any("'supports'" in str(w.message) for w in warned)
+    # an old name given to of_module is mapped the same way
+    with pytest.warns(DeprecationWarning) as warned:
+        assert Family.of_module(name, ruled_out=supports).refuse_measured is supports
+    assert any(f"{name} is given the hook 'ruled_out', now named 'refuse_measured'" in str(w.message) for w in warned)
+    # a module with the new names only: no warning
+    for old in ("supports", "config_supports", "ruled_out", "missing"):
+        del held[old]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Family.of_module(name)
+
+
 def test_every_family_module_builds_its_record_with_of_module():
     for family in registry.families().values():
         source = open(family.module.__file__).read()

@@ -6,7 +6,8 @@ Refusals are reason strings (None: no refusal), never exceptions; lowering files
 stage (``lowering/refusals.py``), and each refusing hook is named for its stage: ``refuse_here``,
 ``refuse_problem``, ``refuse_config``, ``refuse_measured``. ``problem_for`` keeps its name: it builds
 the Problem, and a str it returns instead is filed under the problem stage, as ``refuse_problem``'s
-reason is.
+reason is. (The hooks' old names, ``missing``, ``supports``, ``config_supports`` and ``ruled_out``,
+are still read from a family module, with a ``DeprecationWarning``: ``Family.of_module``.)
 """
 
 from __future__ import annotations
