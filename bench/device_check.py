@@ -10,7 +10,7 @@ branch. Per family that can run on the visible GPU (its target: sm_90a on Hopper
 Blackwell), in this order:
 
 1. numerics: every config the policies offer (``autotune.policy.candidates``, effort "full",
-   less what the family's ``config_supports`` refuses) on each case, against the case's
+   less what the family's ``refuse_config`` refuses) on each case, against the case's
    reference (within its tolerance, or within ``aten_factor`` times ATen's own error, as for
    the GEMM family's TF32 cases); a failure here skips the family's timings;
 2. speed against ATen (the case's ATen call: cuBLAS / cuBLASLt for the GEMM families) on each
@@ -81,7 +81,7 @@ def nvidia_families() -> dict[str, registry.Family]:
 def offered(family: registry.Family, problem: Any, target: str) -> list[Any]:
     """What autotuning would benchmark for ``problem`` (as ``inductor-ext asm --all-configs``)."""
     return [c.config for c in policy.candidates(family, problem, target, "full")
-            if family.config_supports is None or not family.config_supports(problem, c.config, target)]
+            if family.refuse_config is None or not family.refuse_config(problem, c.config, target)]
 
 
 def build_checks(target: str) -> tuple[list[Check], dict[str, str]]:

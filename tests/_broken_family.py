@@ -43,7 +43,7 @@ def problem_for(spec: OpSpec) -> Problem | str:
     return Problem(a.shape[0], b.shape[1], a.shape[1])
 
 
-def supports(problem: Problem) -> str | None:
+def refuse_problem(problem: Problem) -> str | None:
     return None
 
 
@@ -63,5 +63,5 @@ def call(problem: Problem, config: Config, target: str, *tensors: torch.Tensor) 
 
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    problem_for=problem_for, refuse_problem=refuse_problem, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
     runs_on_cpu=RUNS_ON_CPU, module=__name__)

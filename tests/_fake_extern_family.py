@@ -54,7 +54,7 @@ def problem_for(spec: OpSpec) -> Problem | str:
                    float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0)))
 
 
-def supports(problem: Problem) -> str | None:
+def refuse_problem(problem: Problem) -> str | None:
     return None
 
 
@@ -83,5 +83,5 @@ def call(problem: Problem, config: Config, target: str, *tensors: torch.Tensor) 
 
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    problem_for=problem_for, refuse_problem=refuse_problem, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
     runs_on_cpu=RUNS_ON_CPU, module=__name__)

@@ -54,7 +54,7 @@ def problem_for(spec: OpSpec) -> Problem | str:
     return Problem(rows, x.shape[-1], float(spec.scalars["eps"]), w is not None, x.dtype)
 
 
-def supports(problem: Problem) -> str | None:
+def refuse_problem(problem: Problem) -> str | None:
     return None
 
 
@@ -91,5 +91,5 @@ def device_cases(target: str) -> list[DeviceCase]:
 
 FAMILY = Family(
     name=NAME, choice_kind=CHOICE_KIND, ops=OPS, targets=TARGETS, Problem=Problem, Config=Config,
-    problem_for=problem_for, supports=supports, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
+    problem_for=problem_for, refuse_problem=refuse_problem, configs=configs, render=render, call=call, all_configs=ALL_CONFIGS,
     cpu_executor=CPU_EXECUTOR, device_cases=device_cases, module=__name__)

@@ -83,7 +83,7 @@ def produced_configs(family: registry.Family) -> list[Any]:
         items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else (value,)
         found.update(dict.fromkeys(item for item in items if isinstance(item, family.Config)))
     for problem in example_problems(family):
-        if family.supports(problem) is None:
+        if family.refuse_problem(problem) is None:
             for target in family.targets:
                 found.update(dict.fromkeys(c.config for c in policy.candidates(family, problem, target, "full")))
     return list(found)
@@ -118,7 +118,7 @@ def test_every_config_a_family_or_policy_produces_passes_its_own_check(configs, 
     assert configs[name], f"{name}: no config found to check"
     for config in configs[name]:
         assert registry.config_from_dict(module, json.loads(json.dumps(dataclasses.asdict(config)))) == config
-    served = [p for p in example_problems(module) if module.supports(p) is None]
+    served = [p for p in example_problems(module) if module.refuse_problem(p) is None]
     assert served, f"{name}: no example problem is served"
     for problem in served:
         assert registry.problem_from_dict(module, json.loads(registry.problem_json(problem))) == problem
@@ -146,7 +146,7 @@ def wrong_values(rule: allowed.Allowed) -> list[Any]:
 def test_every_wrong_value_of_every_field_is_refused_naming_it(configs, name):
     module = registry.get(name)
     valid = {"Config": dataclasses.asdict(configs[name][0]),
-             "Problem": dataclasses.asdict(next(p for p in example_problems(module) if module.supports(p) is None))}
+             "Problem": dataclasses.asdict(next(p for p in example_problems(module) if module.refuse_problem(p) is None))}
     build = {"Config": registry.config_from_dict, "Problem": registry.problem_from_dict}
     for part, data in valid.items():
         for field, rule in allowed.declared(getattr(module, part)).items():

@@ -1,4 +1,4 @@
-"""The family protocol at the lowering seam: a problem a family's ``supports()`` refuses is never
+"""The family protocol at the lowering seam: a problem a family's ``refuse_problem()`` refuses is never
 offered (ATen serves it, one log line), and a candidate that fails while Inductor builds or times
 it is dropped with its reason logged; neither fails the user's compile."""
 
@@ -18,7 +18,7 @@ from inductor_ext.templates import registry
 
 
 def test_mps_prefill_linear_falls_back_to_aten_with_the_familys_reason():
-    """metal.linear_gemv's problem_for accepts any F.linear shape; supports() refuses M > 4. The
+    """metal.linear_gemv's problem_for accepts any F.linear shape; refuse_problem() refuses M > 4. The
     refusal must keep it out of the choices (it used to reach render inside Inductor's benchmark
     and fail the compile with "M=18 > 4: not a gemv (decode) shape")."""
     torch._dynamo.reset()

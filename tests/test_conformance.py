@@ -5,7 +5,7 @@ claim x, per family, one shape it accepts and one it refuses.
 A case is drawn by hypothesis from one shape grid per op (decode M 1..4, prefill M 17/64/129, K
 not a multiple of any tile, with and without bias, fp32/bf16/fp16 (fp64 for a dtype no GEMM
 family takes), contiguous, sliced, transposed and 3-D inputs) until the family's own
-``problem_for``/``supports`` says it accepts (or refuses) the op's inputs as eager sees them. The
+``problem_for``/``refuse_problem`` says it accepts (or refuses) the op's inputs as eager sees them. The
 case is then compiled through ``backend="ext"`` autotuned with the preset's families, where the
 family must be offered (or not offered, with its reason in one log line), and, when accepted, once
 more with ``force_template`` for it, so that the template itself runs; every compiled result
@@ -288,9 +288,9 @@ def cases(draw: Any, op: str) -> Case:
 
 
 def refusal(family: Any, spec: OpSpec) -> str | None:
-    """The family's own reason to refuse ``spec`` (problem_for, then supports), else None."""
+    """The family's own reason to refuse ``spec`` (problem_for, then refuse_problem), else None."""
     problem = family.problem_for(spec)
-    return problem if isinstance(problem, str) else family.supports(problem)
+    return problem if isinstance(problem, str) else family.refuse_problem(problem)
 
 
 # --------------------------------------------------------------------------- compiling
@@ -354,7 +354,7 @@ def test_conformance(preset: str, op: str, family_name: str, want: str, data: An
     builder = BUILDERS.get(op)
     assert builder is not None, f"no conformance builder for op {op!r}: add one to BUILDERS"
     family = registry.get(family_name)
-    missing = family.missing() if family.missing is not None else None
+    missing = family.refuse_here() if family.refuse_here is not None else None
     if want == "accepted" and missing:
         pytest.skip(f"{family_name} cannot run on this machine: {missing}")
     freezing = bool(targets.presets()[preset].get("freezing", False))

@@ -142,13 +142,13 @@ def test_each_cpu_gets_the_best_form_it_runs(monkeypatch, capability, bf16, form
         problem = family.Problem(1, 4, 2, 100, 100, 64, 64, dtype, 0.125, "none")
         assert family.host_forms(dtype) == runs
         if not runs:
-            assert "neither AVX2 nor AVX-512 (torch reports DEFAULT)" in family.supports(problem)
+            assert "neither AVX2 nor AVX-512 (torch reports DEFAULT)" in family.refuse_problem(problem)
             assert family.configs(problem, "cpu") == []
             continue
-        assert family.supports(problem) is None
+        assert family.refuse_problem(problem) is None
         assert family.configs(problem, "cpu") == [family.Config(runs[0])]  # only the best: one build per decision
         for form in family.FORMS:  # a cached decision naming a form this CPU lacks is refused, not run
-            refused = family.config_supports(problem, family.Config(form), "cpu")
+            refused = family.refuse_config(problem, family.Config(form), "cpu")
             assert (refused is None) == (form in runs), refused
 
 
@@ -263,7 +263,7 @@ def test_a_kernel_is_built_once_beside_its_source(tmp_path, monkeypatch):
 
 def test_a_missing_compiler_says_what_to_install(monkeypatch):
     monkeypatch.setattr(toolchain, "gxx", lambda: None)
-    assert "apt-get install g++" in family.missing()
+    assert "apt-get install g++" in family.refuse_here()
     kernel = family.render(family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "none"), family.ALL_CONFIGS[0])
     with pytest.raises(toolchain.ToolchainMissing, match="apt-get install g"):
         cpu_library.build(kernel, ())

@@ -105,7 +105,7 @@ def test_amx_needs_even_k_and_unit_alpha(monkeypatch):
     odd_k = gemm.CppGemmProblem("mm", 32, 64, 45, "bfloat16")
     assert {c.isa for c in gemm.configs(odd_k, "cpu")} == {"avx512"}
     scaled = gemm.CppGemmProblem("addmm", 32, 64, 64, "bfloat16", alpha=2.0)
-    assert "alpha == 1" in gemm.config_supports(scaled, gemm.CppGemmConfig("amx", 32, 16, 32), "cpu")
+    assert "alpha == 1" in gemm.refuse_config(scaled, gemm.CppGemmConfig("amx", 32, 16, 32), "cpu")
 
 
 _AVX512 = {blocking: gemm.CppGemmConfig("avx512", *blocking) for blocking in ((8, 48, 1), (8, 32, 1), (16, 16, 1))}
@@ -121,21 +121,21 @@ _AVX512 = {blocking: gemm.CppGemmConfig("avx512", *blocking) for blocking in ((8
 def test_micro_kernels_measured_to_lose_are_ruled_out(monkeypatch, dtype, m, timed):
     monkeypatch.setattr(gemm, "_native_bf16_dot", lambda: True)
     problem = gemm.CppGemmProblem("mm", m, 768, 768, dtype)
-    kept = [b for b, c in _AVX512.items() if gemm.ruled_out(problem, c, "cpu") is None]
+    kept = [b for b, c in _AVX512.items() if gemm.refuse_measured(problem, c, "cpu") is None]
     assert kept == timed
     for b, c in _AVX512.items():
-        why = gemm.ruled_out(problem, c, "cpu")
+        why = gemm.refuse_measured(problem, c, "cpu")
         assert why is None or f"M={m}" in why, why  # the reason names the size it rests on
 
 
 def test_bf16_prefill_leaves_every_vector_micro_kernel_to_onednn_only_where_it_has_bf16_dot_products(monkeypatch):
     prefill = gemm.CppGemmProblem("mm", 512, 768, 768, "bfloat16")
     monkeypatch.setattr(gemm, "_native_bf16_dot", lambda: True)
-    assert all("oneDNN" in gemm.ruled_out(prefill, c, "cpu") for c in _AVX512.values())
+    assert all("oneDNN" in gemm.refuse_measured(prefill, c, "cpu") for c in _AVX512.values())
     monkeypatch.setattr(gemm, "_native_bf16_dot", lambda: False)  # AMX hosts, or AVX-512 without BF16
-    assert all(gemm.ruled_out(prefill, c, "cpu") is None for c in _AVX512.values())
+    assert all(gemm.refuse_measured(prefill, c, "cpu") is None for c in _AVX512.values())
     avx2 = gemm.CppGemmProblem("mm", 512, 768, 768, FP32)  # not measured on AVX2: nothing ruled out
-    assert all(gemm.ruled_out(avx2, gemm.CppGemmConfig("avx2", *b), "cpu") is None for b in ((4, 24, 1), (8, 8, 1)))
+    assert all(gemm.refuse_measured(avx2, gemm.CppGemmConfig("avx2", *b), "cpu") is None for b in ((4, 24, 1), (8, 8, 1)))
 
 
 def test_where_each_family_runs():

@@ -43,7 +43,7 @@ def test_large_fp32_gemm_gets_the_cache_blocked_candidates_after_the_micro_kerne
     assert [c.name() for c in found if c.cache_blocked()] == ["avx512_16x16x1_cache512x16x128",
                                                               "avx512_16x16x1_cache512x32x128"]
     # the micro-kernel they use is the one kept at this M, so neither is ruled out
-    assert all(gemm.ruled_out(LM_HEAD, c, "cpu") is None for c in found if c.cache_blocked())
+    assert all(gemm.refuse_measured(LM_HEAD, c, "cpu") is None for c in found if c.cache_blocked())
 
 
 @pytest.mark.parametrize("problem", [
@@ -64,14 +64,14 @@ def test_an_avx2_host_gets_none(monkeypatch):
 
 def test_a_blocking_that_is_not_whole_register_blocks_or_meets_a_symbolic_m_is_refused():
     odd = gemm.CppGemmConfig("avx512", 16, 16, 1, cache_m=500, cache_n=16, cache_k=128)
-    assert "not whole register blocks of 16x16x1" in gemm.config_supports(LM_HEAD, odd, "cpu")
+    assert "not whole register blocks of 16x16x1" in gemm.refuse_config(LM_HEAD, odd, "cpu")
     partial = gemm.CppGemmConfig("avx512", 16, 16, 1, cache_k=128)  # rows and columns left at 0
-    assert "0x0x128 is not whole register blocks" in gemm.config_supports(LM_HEAD, partial, "cpu")
+    assert "0x0x128 is not whole register blocks" in gemm.refuse_config(LM_HEAD, partial, "cpu")
     fixed = gemm.CppGemmConfig("avx512", 16, 16, 1, 512, 16, 128)
-    assert gemm.config_supports(LM_HEAD, fixed, "cpu") is None
+    assert gemm.refuse_config(LM_HEAD, fixed, "cpu") is None
     dynamic = dataclasses.replace(LM_HEAD, dynamic_m=True)
-    assert "symbolic" in gemm.config_supports(dynamic, fixed, "cpu")
-    assert gemm.config_supports(dynamic, gemm.CppGemmConfig("avx512", 16, 16, 1), "cpu") is None
+    assert "symbolic" in gemm.refuse_config(dynamic, fixed, "cpu")
+    assert gemm.refuse_config(dynamic, gemm.CppGemmConfig("avx512", 16, 16, 1), "cpu") is None
 
 
 def _mm(a_dynamic):

@@ -49,26 +49,26 @@ LARGE = P(4096, 4096, 4096)
 # ------------------------------------------------------------------------- problem / config
 
 
-def test_supports_and_reasons():
-    assert nv.supports(PREFILL) is None and nv.supports(DECODE) is None
-    assert "K=48" in nv.supports(P(128, 256, 48))
-    assert "N=12" in nv.supports(P(128, 12, 512))
-    assert "out_dtype" in nv.supports(P(128, 256, 512, out_dtype="float16"))
-    assert "alpha" in nv.supports(P(128, 256, 512, alpha="host"))
-    assert "empty" in nv.supports(P(0, 256, 512))
+def test_refuse_problem_and_reasons():
+    assert nv.refuse_problem(PREFILL) is None and nv.refuse_problem(DECODE) is None
+    assert "K=48" in nv.refuse_problem(P(128, 256, 48))
+    assert "N=12" in nv.refuse_problem(P(128, 12, 512))
+    assert "out_dtype" in nv.refuse_problem(P(128, 256, 512, out_dtype="float16"))
+    assert "alpha" in nv.refuse_problem(P(128, 256, 512, alpha="host"))
+    assert "empty" in nv.refuse_problem(P(0, 256, 512))
     with pytest.raises(ValueError, match="K=48"):
         nv.compile_for_sm100(P(128, 256, 48))
 
 
 def test_configs_follow_quack_rules():
     for config in nv.ALL_CONFIGS:
-        assert nv.config_supports(PREFILL, config) is None, config
+        assert nv.refuse_config(PREFILL, config) is None, config
     assert nv.configs(DECODE, "sm_100a")[0] == C(128, 64, 1, 1)
     assert nv.configs(PREFILL, "sm_100a")[0] == C(128, 256, 1, 1)
     assert nv.configs(LARGE, "sm_100a")[0] == C(256, 256, 2, 1)
     assert all(c.tile_n <= 128 for c in nv.configs(P(8, 64, 512), "sm_100a"))
-    assert "multiple of 64" in nv.config_supports(PREFILL, C(128, 96))
-    assert "even cluster_m" in nv.config_supports(PREFILL, C(256, 256, 1, 1))
+    assert "multiple of 64" in nv.refuse_config(PREFILL, C(128, 96))
+    assert "even cluster_m" in nv.refuse_config(PREFILL, C(256, 256, 1, 1))
     with pytest.raises(ValueError):
         nv.configs(PREFILL, "sm_90a")
 

@@ -112,8 +112,8 @@ def test_every_config_is_a_valid_tiling() -> None:
     for config in gemm.ALL_CONFIGS:
         for ak, bk in LAYOUTS:
             for target in gemm.TARGETS:
-                assert gemm.config_supports(GemmProblem(64, 64, 64, "bfloat16", ak, bk), config, target) is None, config
-    assert "vec=1" in gemm.config_supports(GemmProblem(8, 8, 8, vec_ok=False), GemmConfig(64, 64, 64, 2, 2))
+                assert gemm.refuse_config(GemmProblem(64, 64, 64, "bfloat16", ak, bk), config, target) is None, config
+    assert "vec=1" in gemm.refuse_config(GemmProblem(8, 8, 8, vec_ok=False), GemmConfig(64, 64, 64, 2, 2))
 
 
 def test_render_is_a_launcher() -> None:
@@ -185,12 +185,12 @@ def test_model_covers_k_once(m: int, n: int, k: int) -> None:
 
 
 def test_model_catches_a_k_run_crossing_row_ends() -> None:
-    # vec=8 along K with K % 8 != 0 would read the next row's elements: config_supports refuses it,
+    # vec=8 along K with K % 8 != 0 would read the next row's elements: refuse_config refuses it,
     # and the model shows why (a wrong result, not a crash).
     m, n, k = 8, 16, 36
     a, b = torch.randn(m, k), torch.randn(n, k).t()
     problem = GemmProblem(m, n, k, "bfloat16", True, True, vec_ok=False)
-    assert gemm.config_supports(problem, GemmConfig(16, 64, 64, 1, 2, 8)) is not None
+    assert gemm.refuse_config(problem, GemmConfig(16, 64, 64, 1, 2, 8)) is not None
     bad = gemm.tiling(replace(problem, vec_ok=True), GemmConfig(16, 64, 64, 1, 2, 8))
     res = run_gemm(bad, _operand(a, 0, 1, True), _operand(b, 1, 0, True), m, n, k)
     assert (res.writes == 1).all()

@@ -88,7 +88,7 @@ def test_problem_for() -> None:
 def test_every_config_is_a_valid_tiling() -> None:
     for fmt, table in mx._CONFIGS.items():
         for config in table:
-            assert mx.config_supports(Problem(64, 64, 256, fmt), config) is None, (fmt, config)
+            assert mx.refuse_config(Problem(64, 64, 256, fmt), config) is None, (fmt, config)
 
 
 # ---------------------------------------------------------------------- host-side model

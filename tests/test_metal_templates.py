@@ -55,7 +55,7 @@ def strided(rows: int, cols: int, dtype: torch.dtype, scale: float = 1.0) -> tor
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.NAME)
 def test_family_protocol(family):
     assert family.TARGETS == ("mps",) and family.CHOICE_KIND == "extern" and family.OPS
-    for name in ("problem_for", "supports", "configs", "render", "call", "ALL_CONFIGS", "Problem", "Config",
+    for name in ("problem_for", "refuse_problem", "configs", "render", "call", "ALL_CONFIGS", "Problem", "Config",
                  "compile_asm"):
         assert hasattr(family, name), name
     assert family.CPU_EXECUTOR == "the Metal-on-CPU executor"  # interpret mode runs it on CPU tensors
@@ -154,7 +154,7 @@ def test_scaled_mm_refusals():
     blockwise = spec_of(torch.ones(2, 4))
     assert "neither tensorwise nor rowwise" in scaled_mm.problem_for(
         OpSpec("scaled_mm", (spec_of(a8), spec_of(b8), blockwise, s), out))
-    assert "empty" in scaled_mm.supports(scaled_mm.Problem(0, 8, 16, "tensorwise"))
+    assert "empty" in scaled_mm.refuse_problem(scaled_mm.Problem(0, 8, 16, "tensorwise"))
     with pytest.raises(ValueError, match="gemv path serves M <= 4"):
         scaled_mm.render(scaled_mm.Problem(8, 8, 16, "tensorwise"), scaled_mm.Config("gemv"), "mps")
     with pytest.raises(ValueError, match="bytes of threadgroup memory"):
@@ -209,7 +209,7 @@ def test_linear_gemv_refusals():
     x, w = torch.zeros(8, 16, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.bfloat16)
     out = TensorSpec((8, 4), (4, 1), "bfloat16")
     problem = linear_gemv.problem_for(OpSpec("mm", (spec_of(x), spec_of(w.t())), out))
-    assert "not a gemv" in linear_gemv.supports(problem)
+    assert "not a gemv" in linear_gemv.refuse_problem(problem)
     assert "contiguous along K" in linear_gemv.problem_for(
         OpSpec("mm", (spec_of(x[:2]), spec_of(w.t().contiguous())), TensorSpec((2, 4), (4, 1), "bfloat16")))
     assert "alpha or beta" in linear_gemv.problem_for(
@@ -245,7 +245,7 @@ def test_grouped_mm_refusals():
     offs = torch.tensor([25, 50, 75, 100], dtype=torch.int32)
     out = TensorSpec((100, 8), (8, 1), "bfloat16")
     problem = grouped_mm.problem_for(OpSpec("grouped_mm", (spec_of(a), spec_of(b), spec_of(offs)), out))
-    assert "prefill" in grouped_mm.supports(problem)
+    assert "prefill" in grouped_mm.refuse_problem(problem)
     assert "contiguous along K" in grouped_mm.problem_for(
         OpSpec("grouped_mm", (spec_of(a), spec_of(b.contiguous()), spec_of(offs)), out))
 
@@ -284,5 +284,5 @@ def test_softmax_nan_row_is_nan():
 def test_softmax_refusals():
     x = torch.zeros(4, 100)
     out = TensorSpec((4, 100), (100, 1), "float32")
-    assert "short rows" in softmax.supports(softmax.problem_for(OpSpec("softmax", (spec_of(x),), out, {"dim": -1})))
+    assert "short rows" in softmax.refuse_problem(softmax.problem_for(OpSpec("softmax", (spec_of(x),), out, {"dim": -1})))
     assert "not the last" in softmax.problem_for(OpSpec("softmax", (spec_of(x),), out, {"dim": 0}))

@@ -105,7 +105,7 @@ def test_golden_files_all_have_a_test() -> None:
     assert not stale, f"golden files no test compares (delete them): {stale}"
 
 
-# ------------------------------------------------------------------------- supports / configs
+# ------------------------------------------------------------------------- refuse_problem / configs
 
 
 @pytest.mark.parametrize("module,problem,reason", [
@@ -118,8 +118,8 @@ def test_golden_files_all_have_a_test() -> None:
     (dq, PD(16, 16, 64, a_dtype="float32"), "activation dtype float32 not in"),
     (dq, PD(16, 16, 64, bias=True, bias_dtype="int32"), "bias dtype int32 not in"),
 ], ids=["fp4_k40", "fp4_act", "fp4_out", "fp4_empty", "fp4_layout", "dq_k24", "dq_a_fp32", "dq_bias_int"])
-def test_supports_gives_reasons(module: ModuleType, problem: object, reason: str) -> None:
-    assert reason in (module.supports(problem) or "")
+def test_refuse_problem_gives_reasons(module: ModuleType, problem: object, reason: str) -> None:
+    assert reason in (module.refuse_problem(problem) or "")
     with pytest.raises(ValueError, match=re.escape(reason)):
         module.render(problem, module.configs(PD(16, 16, 64) if module is dq else P4(16, 16, 64), "cpu")[0])
 

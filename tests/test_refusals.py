@@ -45,13 +45,13 @@ def test_each_stage_answers_with_its_own_name():
     assert bad.stage == "config" and "outside its declared values" in bad.reason and bad.config is not None
 
 
-def test_the_measured_stage_is_the_familys_ruled_out():
+def test_the_measured_stage_is_the_familys_refuse_measured():
     import dataclasses
 
     family = registry.get("cpp.gemm")
     problem = refusals.problem(family, _mm(8, 16, 32))
     config = family.configs(problem, "cpu")[0]
-    losing = dataclasses.replace(family, ruled_out=lambda p, c, t: "lost by 2x here")
+    losing = dataclasses.replace(family, refuse_measured=lambda p, c, t: "lost by 2x here")
     got = refusals.measured(losing, problem, config, "cpu")
     assert (got.stage, got.reason, got.config) == ("measured", "lost by 2x here", config)
-    assert refusals.measured(dataclasses.replace(family, ruled_out=None), problem, config, "cpu") is None
+    assert refusals.measured(dataclasses.replace(family, refuse_measured=None), problem, config, "cpu") is None

@@ -63,16 +63,16 @@ def test_a_config_measured_spilling_is_refused_with_the_reason() -> None:
     from inductor_ext.templates.triton import gemm, nvfp4_dequant_gemm as dq, nvfp4_gemm as fp4
 
     fp32 = gemm.GemmProblem(64, 4096, 4096, "float32")
-    reason = gemm.config_supports(fp32, gemm.GemmConfig(64, 128, 128, 8, 4, 2), "sm_90a")
+    reason = gemm.refuse_config(fp32, gemm.GemmConfig(64, 128, 128, 8, 4, 2), "sm_90a")
     assert reason and "spills registers to local memory on sm_90a" in reason and "2469" in reason
-    assert gemm.config_supports(gemm.GemmProblem(64, 4096, 4096, "bfloat16"),  # bf16: the same tile fits
+    assert gemm.refuse_config(gemm.GemmProblem(64, 4096, 4096, "bfloat16"),  # bf16: the same tile fits
                                 gemm.GemmConfig(64, 128, 128, 8, 4, 2), "sm_90a") is None
     problem = dq.example_problem(64, 4096, 4096)
-    assert "spills" in dq.config_supports(problem, dq.Nvfp4DequantGemmConfig(64, 128, 128, 1, 4, 3, swap_ab=True),
+    assert "spills" in dq.refuse_config(problem, dq.Nvfp4DequantGemmConfig(64, 128, 128, 1, 4, 3, swap_ab=True),
                                           "sm_90a")
-    assert all(dq.config_supports(problem, c, "sm_90a") is None for c in dq.configs(problem, "sm_90a"))
+    assert all(dq.refuse_config(problem, c, "sm_90a") is None for c in dq.configs(problem, "sm_90a"))
     small = fp4.example_problem(1, 4096, 4096)
-    assert all(fp4.config_supports(small, c, "sm_100a") is None for c in fp4.configs(small, "sm_100a"))
+    assert all(fp4.refuse_config(small, c, "sm_100a") is None for c in fp4.configs(small, "sm_100a"))
 
 
 @pytest.mark.isa

@@ -260,7 +260,7 @@ def test_asking_for_sycl_without_the_wheels_says_what_to_install(monkeypatch: py
     with pytest.raises(ExtOptionError, match=r'pip install "inductor-ext\[sycl\]"'):
         backend.device_codegen(presets.resolve({"preset": "xpu", "xpu_codegen": "sycl"}))
     # the template then steps aside for ATen with the same reason
-    assert 'pip install "inductor-ext[sycl]"' in gemm.missing()
+    assert 'pip install "inductor-ext[sycl]"' in gemm.refuse_here()
     reason = refusals.here(presets.resolve({"preset": "xpu"}), gemm.FAMILY, "xpu").reason
     assert reason.startswith("sycl.gemm cannot run here") and "inductor-ext[sycl]" in reason
 

@@ -93,11 +93,11 @@ def test_follows_the_family_protocol() -> None:
     assert all(registry.from_dict(GemmConfig, registry.config_to_dict(c)) == c for c in gemm.ALL_CONFIGS)
 
 
-def test_config_supports_says_why_not() -> None:
+def test_refuse_config_says_why_not() -> None:
     gemv4 = GemmConfig("gemv", rows=4, sub_groups=8)
-    assert gemm.config_supports(GemmProblem(4, 8, 8), gemv4, "xpu") is None
-    assert "cannot serve M=5" in gemm.config_supports(GemmProblem(5, 8, 8), gemv4, "xpu")
-    assert "sg_rows" in gemm.config_supports(GemmProblem(5, 8, 8), GemmConfig("tiled", 64, 64, 16, 7, 2), "xpu")
+    assert gemm.refuse_config(GemmProblem(4, 8, 8), gemv4, "xpu") is None
+    assert "cannot serve M=5" in gemm.refuse_config(GemmProblem(5, 8, 8), gemv4, "xpu")
+    assert "sg_rows" in gemm.refuse_config(GemmProblem(5, 8, 8), GemmConfig("tiled", 64, 64, 16, 7, 2), "xpu")
 
 
 def test_addmm_with_beta_zero_ignores_the_bias() -> None:

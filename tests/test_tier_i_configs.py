@@ -8,7 +8,7 @@ claim: it compiles for the target and shows the key instructions the family name
 instructions, e.g. triton.gemm's decode tiles on mma.sync, else ``KEY_INSTRUCTIONS[target]``, else
 the target's MMA; what ``inductor-ext asm`` shows), and touches no local memory (issue 30: no
 ``STL``/``LDL`` in the SASS, no spill counts or scratch instructions in the amdgcn; a family
-refuses a config measured spilling in its ``config_supports``). Triton kernels are compiled as a
+refuses a config measured spilling in its ``refuse_config``). Triton kernels are compiled as a
 launch on contiguous tensors specialises them (``family.launch_values``: unit strides are
 constants, as in Inductor's frame); without that every element needs its own address and the
 NVFP4 kernels spilled thousands of registers. The cases are generated from the registry and
@@ -75,7 +75,7 @@ def _problems(family: Family, target: str) -> list[Any]:
 def _cases(name: str, target: str) -> list[tuple[Any, Any, Any]]:
     """(problem, config, kernel) for every config the policies can offer, one per distinct kernel."""
     family = registry.families()[name]
-    check = family.config_supports
+    check = family.refuse_config
     seen, cases = set(), []
     for problem in _problems(family, target):
         for cand in policy.candidates(family, problem, target, "full"):
@@ -173,7 +173,7 @@ def test_every_offered_config_shows_its_key_instructions(compiled, name: str, ta
 def test_no_offered_config_spills(compiled, name: str, target: str) -> None:
     """No offered config touches local memory (issue 30): NVIDIA SASS without STL/LDL, amdgcn
     without spill counts or scratch instructions (``runtime.register_use``). A config that spills
-    is refused by the family's ``config_supports``, with the reason, rather than offered."""
+    is refused by the family's ``refuse_config``, with the reason, rather than offered."""
     failures, unreadable = [], 0
     for problem, config, ks, result in compiled[name, target]:
         if isinstance(result, Exception):

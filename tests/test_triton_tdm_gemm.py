@@ -173,6 +173,6 @@ def test_swap_ab_configs_are_refused():
 
     problem = tdm_gemm.example_problem(8, 4096, 4096)
     swapped = dataclasses.replace(tdm_gemm.configs(problem, "gfx1250")[-1], swap_ab=True)
-    assert tdm_gemm.config_supports(problem, swapped, "gfx1250") == "triton.tdm_gemm has no swap-AB body (swap_ab=True)"
-    assert tdm_gemm.config_supports(problem, dataclasses.replace(swapped, swap_ab=False), "gfx1250") is None
+    assert tdm_gemm.refuse_config(problem, swapped, "gfx1250") == "triton.tdm_gemm has no swap-AB body (swap_ab=True)"
+    assert tdm_gemm.refuse_config(problem, dataclasses.replace(swapped, swap_ab=False), "gfx1250") is None
     assert tdm_gemm.config_from_tile(Tile(16, 128, 256, swap_ab=True)) is None

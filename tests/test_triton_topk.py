@@ -113,7 +113,7 @@ def test_configs_fit_the_row() -> None:
     assert {c.block_m for c in tk.configs(Problem(4096, 64, 8), "gfx950")} == {4, 16}
     assert all(c.block_m == 1 and c.block_n >= 1024 for c in tk.configs(Problem(1, 32000, 64), "gfx950"))
     assert all(c in tk.ALL_CONFIGS for p in GOLDEN.values() for c in tk.configs(p, "gfx950"))
-    assert "below k rounded up" in tk.config_supports(Problem(1, 1000, 33), Config(1, 32), "gfx950")
+    assert "below k rounded up" in tk.refuse_config(Problem(1, 1000, 33), Config(1, 32), "gfx950")
     with pytest.raises(ValueError, match="not one of"):
         tk.configs(Problem(1, 100, 8), "gfx1250")
     with pytest.raises(ValueError, match="block_n=32 is below"):

@@ -7,7 +7,7 @@ compiled with the real toolchain, with the key instructions it found.
     inductor-ext asm triton.gemm --target sm_90a --shape 8x4096x4096 --all-configs
 
 ``--shape`` compiles the config autotuning would try first for that shape (the policies'
-``autotune.policy.candidates``, less what the family's ``config_supports`` refuses); ``--config``
+``autotune.policy.candidates``, less what the family's ``refuse_config`` refuses); ``--config``
 changes fields of it; ``--all-configs`` compiles every offered config and prints one line each.
 Triton kernels are compiled as a launch on contiguous tensors specialises them (the family's
 ``launch_values``: unit strides become constants). Each result says its registers and
@@ -175,7 +175,7 @@ def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_S
     if not offered:
         raise AsmError(f"{family_name} has no config for {problem} on {target}")
     config = apply_overrides(offered[0], config_text)
-    check = family.config_supports
+    check = family.refuse_config
     reason = check(problem, config, target) if check is not None else None
     if reason:
         raise AsmError(f"{family_name} cannot use config {config}: {reason}")
@@ -184,10 +184,10 @@ def build(family_name: str, target: str, shape: tuple[int, int, int] = DEFAULT_S
 
 def offered_configs(family: Family, problem: Any, target: str) -> list[Any]:
     """The configs autotuning benchmarks for ``problem`` (every policy's, ``effort="full"``), in
-    the order it tries them, without those the family's ``config_supports`` refuses."""
+    the order it tries them, without those the family's ``refuse_config`` refuses."""
     from inductor_ext.autotune import policy
 
-    check = family.config_supports
+    check = family.refuse_config
     return [c.config for c in policy.candidates(family, problem, target, "full")
             if check is None or not check(problem, c.config, target)]
 

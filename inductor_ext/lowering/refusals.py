@@ -3,14 +3,14 @@ and the reason, and logs in one form.
 
 The stages, in the order lowering asks them (each is one function here):
 
-    here      the family cannot run in this compile: the target it claims, its toolchain, the
-              tensors' device, the graph's wrapper                        (``refusals.here``)
+    here      the family cannot run in this compile: the target it claims, its toolchain (and
+              the family's ``refuse_here``), the tensors' device, the graph's wrapper (``refusals.here``)
     problem   it cannot serve this problem: symbolic sizes it cannot leave open, the family's
-              ``problem_for`` and ``supports``, Inductor's glue for its template  (``refusals.problem``)
+              ``problem_for`` and ``refuse_problem``, Inductor's glue for its template (``refusals.problem``)
     config    it cannot render this config for the problem: a value outside the Config's declared
-              ones, or the family's ``config_supports``                   (``refusals.config``)
+              ones, or the family's ``refuse_config``                     (``refusals.config``)
     measured  the config renders but measured to lose on this host: neither built nor timed (the
-              family's ``ruled_out``; a cached or forced config still serves) (``refusals.measured``)
+              family's ``refuse_measured``; a cached or forced config still serves) (``refusals.measured``)
 
 What the decision rules then say of the timed choices (the margin, the cache, ``force_template``)
 is the decision's reason (``autotune/decide.py``), not a refusal.
@@ -63,7 +63,7 @@ def _here(config: ExtConfig, family: Family, device: str, cpp_wrapper: bool) -> 
     claimed = family.targets
     if config.target not in claimed:
         return f"verified for {', '.join(claimed)}, not target {config.target}"
-    missing = registry.missing(family)  # a toolchain not installed here, or the family's own missing()
+    missing = registry.missing(family)  # a toolchain not installed here, or the family's own refuse_here()
     if missing:
         return f"{family.name} cannot run here: {missing}"
     if device == "cpu" and not family.runs_on_cpu:
@@ -99,26 +99,26 @@ def problem(family: Family, spec: OpSpec) -> Any:
     built = family.problem_for(spec)
     if isinstance(built, str):
         return Refusal("problem", family.name, built)
-    # problem_for describes the op; supports() is the family's word on serving it (render
-    # refuses what supports refuses, so a refused problem must never become a choice)
-    why = family.supports(built)
+    # problem_for describes the op; refuse_problem() is the family's word on serving it (render
+    # refuses what refuse_problem refuses, so a refused problem must never become a choice)
+    why = family.refuse_problem(built)
     return Refusal("problem", family.name, why) if why else built
 
 
 def config(family: Family, problem: Any, config: Any, target: str) -> Refusal | None:
     """Why the family cannot render ``config`` for ``problem``, or None: a value outside what the
     Config declares (``templates/allowed.py``; the autotune cache would refuse to store the
-    winner), or the family's own ``config_supports``."""
+    winner), or the family's own ``refuse_config``."""
     try:
         registry.config_from_dict(family, registry.config_to_dict(config))
     except allowed.InvalidField as e:
         return Refusal("config", family.name, f"outside its declared values: {e}", config)
-    why = family.config_supports(problem, config, target) if family.config_supports is not None else None
+    why = family.refuse_config(problem, config, target) if family.refuse_config is not None else None
     return Refusal("config", family.name, why, config) if why else None
 
 
 def measured(family: Family, problem: Any, config: Any, target: str) -> Refusal | None:
-    """Why ``config`` is left unbuilt and untimed (the family's ``ruled_out``: it measured to
+    """Why ``config`` is left unbuilt and untimed (the family's ``refuse_measured``: it measured to
     lose for this problem on this host), or None to time it."""
-    why = family.ruled_out(problem, config, target) if family.ruled_out is not None else None
+    why = family.refuse_measured(problem, config, target) if family.refuse_measured is not None else None
     return Refusal("measured", family.name, why, config) if why else None

@@ -2,7 +2,7 @@
 
 A family is one module (one DSL x one op family, e.g. ``templates/triton/gemm.py``, the example to
 copy) that keeps its parts as plain module names (``NAME``, ``CHOICE_KIND``, ``OPS``, ``TARGETS``,
-``Problem``, ``Config``, ``problem_for``, ``supports``, ``configs``, ...) and ends with its record,
+``Problem``, ``Config``, ``problem_for``, ``refuse_problem``, ``configs``, ...) and ends with its record,
 ``FAMILY = Family.of_module(__name__)``, which gathers them. Building the record checks it, so a
 malformed family fails at import naming what it lacks. The rest of ext reads the record's fields,
 never the module. Each hook's contract is its ``Protocol`` in ``templates/family_hooks.py``.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -81,7 +82,11 @@ _DATA = ("name", "choice_kind", "ops", "targets", "all_configs", "inductor_templ
 
 
 # What every record must be given, and what each choice kind adds (record field names).
-_REQUIRED = ("ops", "targets", "Problem", "Config", "problem_for", "supports", "configs", "module")
+_REQUIRED = ("ops", "targets", "Problem", "Config", "problem_for", "refuse_problem", "configs", "module")
+# The hooks' names before each named its refusal stage (lowering/refusals.py): a family module that
+# still defines one (a third party's, found through an entry point) is read with a DeprecationWarning.
+_OLD_NAMES = {"missing": "refuse_here", "supports": "refuse_problem", "config_supports": "refuse_config",
+              "ruled_out": "refuse_measured"}
 _BY_KIND = {"triton_template": ("render", "inductor_source", "inductor_kwargs"), "extern": ("render", "call", "all_configs"),
             "inductor_template": ("inductor_template",)}
 
@@ -90,6 +95,12 @@ def by_target(table: Mapping[str, Sequence[tuple[str, str]]]) -> Callable[[Any, 
     """``Family.key_instructions`` from a ``{target: [(asm stage, regex), ...]}`` table, for a
     family whose key instructions do not depend on the problem."""
     return lambda problem, config, target: table.get(target, ())
+
+
+def _renamed(module_name: str, how: str, old: str, new: str) -> None:
+    # stacklevel 3: the family module's ``Family.of_module(__name__)`` line
+    warnings.warn(f"family module {module_name} {how} the hook {old!r}, now named {new!r}: rename it "
+                  f"(templates/family_hooks.py)", DeprecationWarning, stacklevel=3)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -110,7 +121,7 @@ class Family:
     Problem: type = _ABSENT
     Config: type = _ABSENT
     problem_for: hooks.ProblemFor = _ABSENT
-    supports: hooks.Supports = _ABSENT
+    refuse_problem: hooks.RefuseProblem = _ABSENT
     configs: hooks.Configs = _ABSENT
     # the family's module, given by name and looked up while it is imported; its source (with the
     # resource files it reads, and its imports') is hashed into cache keys (lowering/template_keys.py)
@@ -124,12 +135,12 @@ class Family:
     decomposition: hooks.Decomposition | None = None  # inductor_template "subgraph"
     extern_op: str | None = None  # extern with its own torch op ("ns::op")
     extern_kwargs: hooks.ExternKwargs | None = None
-    config_supports: hooks.ConfigRefusal | None = None
-    ruled_out: hooks.ConfigRefusal | None = None
+    refuse_config: hooks.RefuseConfig | None = None
+    refuse_measured: hooks.RefuseMeasured | None = None
     config_from_tile: hooks.ConfigFromTile | None = None  # set: a GEMM family, which takes the GEMM tile policies
     pdl: bool = False  # its Problem's use_pdl field turns on programmatic dependent launch
     grid: hooks.Grid | None = None  # triton_template: the launch grid (None: Inductor's GEMM grid)
-    missing: hooks.Missing | None = None
+    refuse_here: hooks.RefuseHere | None = None
     prebuild: hooks.Prebuild | None = None
     cpu_executor: str | None = None  # what runs its kernels on CPU tensors under interpret mode
     runs_on_cpu: bool = False  # its kernels are CPU kernels (no interpreter needed)
@@ -149,13 +160,22 @@ class Family:
         ``Family.of_module(__name__)``): each field is the module's name for it, the field's own
         name for a hook or a class (``problem_for``, ``Problem``) and its upper-case name for data
         (``NAME``, ``OPS``, ``ALL_CONFIGS``, ``PDL``); a ``KEY_INSTRUCTIONS`` table stands for
-        ``by_target(KEY_INSTRUCTIONS)``. ``given`` fields win (a hook under another name)."""
+        ``by_target(KEY_INSTRUCTIONS)``. ``given`` fields win (a hook under another name). A hook
+        under its old name (``supports``, ``config_supports``, ``ruled_out``, ``missing``) and not
+        its new one is taken, with a ``DeprecationWarning``."""
         names = vars(sys.modules[module_name])
         found: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             spelling = f.name.upper() if f.name in _DATA else f.name
             if f.name != "module" and spelling in names:
                 found[f.name] = names[spelling]
+        for old, new in _OLD_NAMES.items():
+            if old in given and new not in given:
+                _renamed(module_name, "is given", old, new)
+                given[new] = given.pop(old)
+            elif old in names and new not in found and new not in given:
+                _renamed(module_name, "defines", old, new)
+                found[new] = names[old]
         if "key_instructions" not in found and "KEY_INSTRUCTIONS" in names:
             found["key_instructions"] = by_target(names["KEY_INSTRUCTIONS"])
         return cls(**{**found, **given, "module": module_name})

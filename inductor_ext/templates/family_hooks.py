@@ -3,8 +3,11 @@ and means, so a type checker sees a family's wrong signature (``templates/family
 types its fields with them). The parameters are positional: a family may name them as it likes.
 
 Refusals are reason strings (None: no refusal), never exceptions; lowering files each under its
-stage (``lowering/refusals.py``): ``missing`` is the here stage, ``problem_for`` and ``supports`` the
-problem stage, ``config_supports`` the config stage, ``ruled_out`` the measured stage.
+stage (``lowering/refusals.py``), and each refusing hook is named for its stage: ``refuse_here``,
+``refuse_problem``, ``refuse_config``, ``refuse_measured``. ``problem_for`` keeps its name: it builds
+the Problem, and a str it returns instead is filed under the problem stage, as ``refuse_problem``'s
+reason is. (The hooks' old names, ``missing``, ``supports``, ``config_supports`` and ``ruled_out``,
+are still read from a family module, with a ``DeprecationWarning``: ``Family.of_module``.)
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ class ProblemFor(Protocol):
     def __call__(self, spec: Any, /) -> Any: ...
 
 
-class Supports(Protocol):
-    """``supports(problem)``: None, or why the family cannot serve this problem at all."""
+class RefuseProblem(Protocol):
+    """``refuse_problem(problem)`` (the problem stage): None, or why the family cannot serve this
+    problem at all."""
 
     def __call__(self, problem: Any, /) -> str | None: ...
 
@@ -33,10 +37,17 @@ class Configs(Protocol):
     def __call__(self, problem: Any, target: str, /) -> Sequence[Any]: ...
 
 
-class ConfigRefusal(Protocol):
-    """``config_supports(problem, config, target)``: why the family cannot render this config for
-    this problem. ``ruled_out(problem, config, target)``: why a config it can render measured to
-    lose here (autotuning neither builds nor times it; a cached or forced config still serves)."""
+class RefuseConfig(Protocol):
+    """``refuse_config(problem, config, target)`` (the config stage): None, or why the family cannot
+    render this config for this problem."""
+
+    def __call__(self, problem: Any, config: Any, target: str, /) -> str | None: ...
+
+
+class RefuseMeasured(Protocol):
+    """``refuse_measured(problem, config, target)`` (the measured stage): None, or why a config the
+    family can render measured to lose here (autotuning neither builds nor times it; a cached or
+    forced config still serves)."""
 
     def __call__(self, problem: Any, config: Any, target: str, /) -> str | None: ...
 
@@ -100,9 +111,9 @@ class Grid(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]: ...
 
 
-class Missing(Protocol):
-    """``missing()``: None when the family's kernels can run here, else what to install (lowering
-    then offers ATen alone, with that reason)."""
+class RefuseHere(Protocol):
+    """``refuse_here()`` (the here stage): None when the family's kernels can run here, else what to
+    install (lowering then offers ATen alone, with that reason)."""
 
     def __call__(self) -> str | None: ...
 

@@ -1,7 +1,7 @@
 """The GEMM a Linear layer makes, ``x @ W.T`` (A (M, K) and B = W.T both contiguous along K), read
 from ``mm`` / ``addmm`` / ``scaled_mm`` OpSpecs (lowering/ops/ has their input orders). Shared by the families that only serve that
 layout (the Tensor Data Mover GEMMs of FlyDSL and Triton): the op decoding lives here once, and
-each family's ``supports`` adds its own limits.
+each family's ``refuse_problem`` adds its own limits.
 
 - ``mm`` / ``addmm``: bf16/fp16, one dtype throughout, addmm's bias over N with alpha and beta;
 - ``scaled_mm`` (``aten._scaled_mm``): fp8 e4m3 with fp32 tensor-wise (one value each) or row-wise ([M, 1], [1, N])

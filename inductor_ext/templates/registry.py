@@ -59,11 +59,11 @@ def unavailable() -> dict[str, str]:
 
 def missing(family: Family) -> str | None:
     """None when ``family``'s kernels can be built here, else why not: a module its DSL
-    package ``REQUIRES`` is not installed, or the family's own ``missing()`` says what is absent."""
+    package ``REQUIRES`` is not installed, or the family's own ``refuse_here()`` says what is absent."""
     for name in _required(family.module.__name__.rpartition(".")[0]):
         if not _installed(name):
             return f"needs {name}, which is not installed here: {extras.hint(name)}"
-    return family.missing() if family.missing is not None else None
+    return family.refuse_here() if family.refuse_here is not None else None
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,7 @@ template, so the rewrite happens before that, on the pre-grad graph: ``torch.sof
 ``F.softmax``, ``torch.special.softmax``, ``nn.Softmax`` and ``Tensor.softmax``, with or without
 ``dtype=``. An exact upcast feeding only the softmax (``softmax(logits.float(), -1)``) is folded
 into its output dtype, so a bf16 row is read once. It fires only where a family enabled for
-this compile accepts the problem (its ``problem_for`` and ``supports``): elsewhere Inductor's
+this compile accepts the problem (its ``problem_for`` and ``refuse_problem``): elsewhere Inductor's
 fused softmax stays. Training works: the op's backward is ATen's softmax backward.
 """
 
@@ -106,7 +106,7 @@ class VocabSoftmax(ExtGraphPass):
     def _served(self, spec: OpSpec) -> bool:
         for family in offered_families(self.config, "softmax", spec.device_type):
             problem = family.problem_for(spec)
-            if not isinstance(problem, str) and family.supports(problem) is None:
+            if not isinstance(problem, str) and family.refuse_problem(problem) is None:
                 return True
         return False
 

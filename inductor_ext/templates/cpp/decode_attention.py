@@ -77,7 +77,7 @@ def problem_for(spec: OpSpec) -> DecodeAttentionProblem | str:
                                      q.dtype, float(spec.scalars["scale"]), kind)
     if q.shape[2] != 1:
         return f"{q.shape[2]} query tokens: decode attention takes one per sequence"
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 def _mask_kind(mask: TensorSpec | None, q: TensorSpec, k: TensorSpec) -> str:
@@ -94,7 +94,7 @@ def _mask_kind(mask: TensorSpec | None, q: TensorSpec, k: TensorSpec) -> str:
     return f"a mask of dtype {mask.dtype}: the kernel applies bool masks or adds one of {DTYPES}"
 
 
-def supports(problem: DecodeAttentionProblem) -> str | None:
+def refuse_problem(problem: DecodeAttentionProblem) -> str | None:
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
     if problem.heads % problem.kv_heads:

@@ -59,7 +59,7 @@ class FlashAttentionProblem:
     kv_heads: int = size()
     queries: int = size()
     keys: int = size()
-    head_dim: int = integer(low=min(HEAD_DIMS), high=max(HEAD_DIMS))  # one of HEAD_DIMS (supports)
+    head_dim: int = integer(low=min(HEAD_DIMS), high=max(HEAD_DIMS))  # one of HEAD_DIMS (refuse_problem)
     value_dim: int = integer(low=min(HEAD_DIMS), high=max(HEAD_DIMS))
     dtype: str = one_of(DTYPES)
     scale: float = number()
@@ -93,7 +93,7 @@ def problem_for(spec: OpSpec) -> FlashAttentionProblem | str:
         return kind
     problem = FlashAttentionProblem(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3],
                                     v.shape[3], q.dtype, float(spec.scalars["scale"]), kind)
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 def _mask_kind(mask: TensorSpec | None, q: TensorSpec, k: TensorSpec) -> str:
@@ -108,7 +108,7 @@ def _mask_kind(mask: TensorSpec | None, q: TensorSpec, k: TensorSpec) -> str:
     return "bool"
 
 
-def supports(problem: FlashAttentionProblem) -> str | None:
+def refuse_problem(problem: FlashAttentionProblem) -> str | None:
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
     if problem.head_dim != problem.value_dim or problem.head_dim not in HEAD_DIMS:
@@ -151,7 +151,7 @@ def configs(problem: FlashAttentionProblem, target: str) -> list[FlashAttentionC
     return [FlashAttentionConfig(form) for form in host_forms(problem.dtype)[:1]]
 
 
-def config_supports(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str) -> str | None:
+def refuse_config(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str) -> str | None:
     """Why this CPU cannot run ``config`` for ``problem`` (a cached decision from another machine
     naming a form this one lacks), or None."""
     forms = host_forms(problem.dtype)
@@ -161,7 +161,7 @@ def config_supports(problem: FlashAttentionProblem, config: FlashAttentionConfig
 
 
 def render(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str = "cpu") -> KernelSource:
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"{NAME} cannot render {problem}: {reason}")
     source = (KERNEL.replace("{D}", str(problem.head_dim)).replace("{BF16}", str(int(problem.dtype == "bfloat16")))
@@ -223,7 +223,7 @@ def _function(problem: FlashAttentionProblem, config: FlashAttentionConfig, targ
 KERNEL = resource_text(__name__, "flash_attention.cpp")
 
 
-def missing() -> str | None:
+def refuse_here() -> str | None:
     """What to install for this family to build its kernels, or None."""
     from inductor_ext.runtime import toolchain
 

@@ -114,10 +114,10 @@ def problem_for(spec: OpSpec) -> CppGemmProblem | str:
         alpha, beta = float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0))
         problem = CppGemmProblem(spec.op, a.shape[0], b.shape[1], a.shape[1], a.dtype, alpha=alpha, beta=beta,
                                  constant_weight=True, dynamic_m=bool(a.dynamic and a.dynamic[0]))
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: CppGemmProblem) -> str | None:
+def refuse_problem(problem: CppGemmProblem) -> str | None:
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
     if min(problem.m, problem.n, problem.k, problem.batch) <= 0:
@@ -135,7 +135,7 @@ def host_isas() -> tuple[str, ...]:
     return ("avx2",) if capability == "AVX2" else ()
 
 
-def config_supports(problem: CppGemmProblem, config: CppGemmConfig, target: str) -> str | None:
+def refuse_config(problem: CppGemmProblem, config: CppGemmConfig, target: str) -> str | None:
     """AMX multiplies pairs of K elements (VNNI2), and only plain products (alpha == 1). A fixed
     cache blocking is whole register blocks, and needs the sizes it blocks known when compiling."""
     if config.isa == "amx" and (problem.k % 2 or problem.alpha != 1.0):
@@ -181,7 +181,7 @@ def _native_bf16_dot() -> bool:
     return torch.cpu._is_avx512_bf16_supported() and not torch.cpu._is_amx_tile_supported()
 
 
-def ruled_out(problem: CppGemmProblem, config: CppGemmConfig, target: str) -> str | None:
+def refuse_measured(problem: CppGemmProblem, config: CppGemmConfig, target: str) -> str | None:
     """Why autotuning leaves ``config`` out for ``problem`` on this host (measured to lose, above),
     or None. Not a refusal: a cached or forced config still serves."""
     if config.isa != "avx512":
@@ -209,7 +209,7 @@ def configs(problem: CppGemmProblem, target: str) -> list[CppGemmConfig]:
         isas.sort(key=lambda isa: isa == "amx")
     found = [CppGemmConfig(isa, *blocking) for isa in isas for blocking in _BLOCKINGS[(isa, problem.dtype)]]
     found += _cache_blocked(problem, isas)
-    return [c for c in found if config_supports(problem, c, target) is None]
+    return [c for c in found if refuse_config(problem, c, target) is None]
 
 
 def _cache_blocked(problem: CppGemmProblem, isas: list[str]) -> list[CppGemmConfig]:

@@ -80,7 +80,7 @@ from inductor_ext.templates.family import Family, OpSpec
 
 __all__ = [
     "NAME", "FAMILY", "TARGETS", "NvFp4GemmProblem", "NvFp4GemmConfig", "CuteDslCompileError",
-    "supports", "config_supports", "configs", "config_from_tile", "render",
+    "refuse_problem", "refuse_config", "configs", "config_from_tile", "render",
     "compile_for_sm100", "compile_many_for_sm100", "run",
 ]
 
@@ -177,7 +177,7 @@ def problem_for(spec: OpSpec) -> NvFp4GemmProblem | str:
         return f"A strides {list(a.stride)} are not K-major (expected [{k_half}, 1])"
     problem = NvFp4GemmProblem(m=m, n=b_t.shape[1], k=2 * k_half, out_dtype=spec.scalars["out_dtype"],
                                alpha="tensor", bias=bias is not None)
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 KEY_INSTRUCTIONS = {"sm_100a": [("ptx", r"tcgen05\.mma\.cta_group::[12]\.kind::mxf4nvf4\.block_scale\.block16"),
@@ -194,7 +194,7 @@ def compile_asm(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str)
     return compile_for_sm100(problem, config)
 
 
-def supports(problem: NvFp4GemmProblem) -> str | None:
+def refuse_problem(problem: NvFp4GemmProblem) -> str | None:
     """None when the template can serve ``problem``, else the reason it cannot."""
     if min(problem.m, problem.n, problem.k) <= 0:
         return f"empty problem {problem.m}x{problem.n}x{problem.k}"
@@ -210,9 +210,9 @@ def supports(problem: NvFp4GemmProblem) -> str | None:
     return None
 
 
-def config_supports(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str | None = None) -> str | None:
+def refuse_config(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str | None = None) -> str | None:
     """None when ``config`` can compile ``problem``, else why not (quack's blockscaled config rule)."""
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         return reason
     if target is not None and target not in TARGETS:
@@ -232,7 +232,7 @@ def config_supports(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: 
     return None
 
 
-# Candidates, best guess first. Every one passes config_supports and is compiled and checked at
+# Candidates, best guess first. Every one passes refuse_config and is compiled and checked at
 # tier I (tests/test_cutedsl_nvfp4.py). M <= 128 fills at most one 128-row MMA, so parallelism
 # comes from N: decode-like M (<= 64) tries the narrowest tiles (most CTAs) first, and a cluster
 # along N (which multicasts the A tile all CTAs of a row share); larger M starts with the 2-CTA
@@ -301,7 +301,7 @@ def kernel_name(problem: NvFp4GemmProblem, config: NvFp4GemmConfig) -> str:
 
 def render(problem: NvFp4GemmProblem, config: NvFp4GemmConfig, target: str = "sm_100a") -> KernelSource:
     """A launcher module for (problem, config): the kernel itself is quack's, not generated text."""
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     name = kernel_name(problem, config)
@@ -439,7 +439,7 @@ def compile_many_for_sm100(jobs: Iterable[tuple[NvFp4GemmProblem, NvFp4GemmConfi
     (its imports take most of a cold compile's time). Raises the first failing job's error."""
     resolved = []
     for problem, config in jobs:
-        reason = supports(problem)
+        reason = refuse_problem(problem)
         if reason:
             raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
         config = config or configs(problem, "sm_100a")[0]
@@ -489,7 +489,7 @@ def _build(job: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     from quack.gemm_runtime import host
 
     problem, config = NvFp4GemmProblem(**job["problem"]), NvFp4GemmConfig(**job["config"])
-    reason = config_supports(problem, config)
+    reason = refuse_config(problem, config)
     if reason:
         raise ValueError(f"{NAME} {config.name()} for {problem}: {reason}")
     kwargs = _quack_compile_kwargs(problem, config)
@@ -544,7 +544,7 @@ def run(a: Any, b: Any, a_scale: Any, b_scale: Any, config: NvFp4GemmConfig, *,
     problem = NvFp4GemmProblem(m, n, 2 * k2, alpha="tensor" if isinstance(alpha, torch.Tensor)
                                else "none" if alpha is None else "scalar", bias=bias is not None,
                                use_pdl=bool(use_pdl))
-    reason = config_supports(problem, config)
+    reason = refuse_config(problem, config)
     if reason:
         raise ValueError(reason)
     if isinstance(alpha, torch.Tensor) and (alpha.dtype != torch.float32 or alpha.numel() != 1):

@@ -98,10 +98,10 @@ def problem_for(spec: OpSpec) -> GemmProblem | str:
     b_k_major, b_vec = common.major(b.stride, 0, 1, k)
     problem = GemmProblem(m, n, k, a.dtype, a_k_major, b_k_major, a_vec and b_vec, bias is not None,
                           float(spec.scalars.get("alpha", 1.0)), float(spec.scalars.get("beta", 1.0)))
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: GemmProblem) -> str | None:
+def refuse_problem(problem: GemmProblem) -> str | None:
     """None when the family can serve ``problem``, else the reason it cannot."""
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
@@ -133,7 +133,7 @@ def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
     return common.fitting(table, problem.m, problem.n)
 
 
-def config_supports(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
+def refuse_config(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
     """None when ``config`` can compute ``problem`` on ``target``, else why not."""
     if config.vec > 1 and not problem.vec_ok:
         return f"config {config.name()} loads 16 bytes at once; these strides need vec=1"
@@ -150,7 +150,7 @@ def kernel_name(problem: GemmProblem, config: GemmConfig) -> str:
 def render(problem: GemmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
     name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
     return common.render_launcher(__name__, NAME, problem, config, target, name, tiling(problem, config, target),
-                                  problem.m, problem.n, supports(problem) or config_supports(problem, config, target))
+                                  problem.m, problem.n, refuse_problem(problem) or refuse_config(problem, config, target))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -227,7 +227,7 @@ def compile_asm(problem: GemmProblem, config: GemmConfig, target: str = "gfx950"
 
 
 def isa_many(jobs: list[tuple[GemmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, NAME, TARGETS, jobs, reason=lambda p, c, t: config_supports(p, c, t),
+    return common.compile_isa(__name__, NAME, TARGETS, jobs, reason=lambda p, c, t: refuse_config(p, c, t),
                               static=lambda p: replace(p, m=1, n=1, k=1, vec_ok=True, alpha=1.0, beta=1.0),
                               name=kernel_name, cache=cache)
 

@@ -93,10 +93,10 @@ def problem_for(spec: OpSpec) -> GroupedMmProblem | str:
         b_vec = False  # each group's matrix must start 16-byte aligned for 16-byte loads
     problem = GroupedMmProblem(t, n, k, g, a.dtype, spec.out.dtype, a_k_major, b_k_major, a_vec and b_vec,
                                bias is not None)
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: GroupedMmProblem) -> str | None:
+def refuse_problem(problem: GroupedMmProblem) -> str | None:
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
     if problem.out_dtype not in (problem.dtype, "float32"):
@@ -120,14 +120,14 @@ def _as_gemm(problem: GroupedMmProblem) -> GemmProblem:
                        problem.vec_ok)
 
 
-def config_supports(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
-    return gemm.config_supports(_as_gemm(problem), config, target)
+def refuse_config(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> str | None:
+    return gemm.refuse_config(_as_gemm(problem), config, target)
 
 
 def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> GroupedMmProblem | str:
     """``inductor-ext asm``'s problem for an MxNxK shape: M tokens over 8 experts, (K, N) weights."""
     problem = GroupedMmProblem(m, n, k, 8, dtype or "bfloat16", dtype or "bfloat16")
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 # ------------------------------------------------------------------------------------ render
@@ -141,7 +141,7 @@ def kernel_name(problem: GroupedMmProblem, config: GemmConfig) -> str:
 def render(problem: GroupedMmProblem, config: GemmConfig, target: str = "gfx950") -> KernelSource:
     name = kernel_name(problem, config) + ("" if target == "gfx950" else f"_{target}")
     return common.render_launcher(__name__, NAME, problem, config, target, name, tiling(problem, config, target),
-                                  problem.t, problem.n, supports(problem) or config_supports(problem, config, target))
+                                  problem.t, problem.n, refuse_problem(problem) or refuse_config(problem, config, target))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -232,7 +232,7 @@ def compile_asm(problem: GroupedMmProblem, config: GemmConfig, target: str = "gf
 
 def isa_many(jobs: list[tuple[GroupedMmProblem, GemmConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
     return common.compile_isa(__name__, NAME, TARGETS, jobs,
-                              reason=lambda p, c, t: supports(p) or config_supports(p, c, t),
+                              reason=lambda p, c, t: refuse_problem(p) or refuse_config(p, c, t),
                               static=lambda p: replace(p, t=1, n=1, k=1, groups=1, vec_ok=True), name=kernel_name,
                               cache=cache)
 

@@ -125,10 +125,10 @@ def problem_for(spec: OpSpec) -> MxScaledMmProblem | str:
     if bias is not None and (bias.dtype != out or tuple(bias.shape) != (n,)):
         return f"bias must be [{n}] in the output dtype {out}, got {bias.shape} {bias.dtype}"
     problem = MxScaledMmProblem(m, n, k, fmt, layout_a, out, bias is not None)
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: MxScaledMmProblem) -> str | None:
+def refuse_problem(problem: MxScaledMmProblem) -> str | None:
     if problem.fmt not in FORMATS:
         return f"format {problem.fmt} not in {tuple(FORMATS)}"
     if problem.scale_layout not in SCALE_LAYOUTS:
@@ -159,7 +159,7 @@ def configs(problem: MxScaledMmProblem, target: str) -> list[MxScaledMmConfig]:
 ALL_CONFIGS = tuple(dict.fromkeys(c for table in _CONFIGS.values() for c in table))
 
 
-def config_supports(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx950") -> str | None:
+def refuse_config(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx950") -> str | None:
     return tiling(problem, config).reason()
 
 
@@ -169,7 +169,7 @@ def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> MxScale
     if fmt not in FORMATS:
         return f"--dtype {dtype!r}: use one of {', '.join([*FORMATS, *TORCH_FORMATS])}"
     problem = MxScaledMmProblem(m, n, k, fmt)
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 # ------------------------------------------------------------------------------------ render
@@ -181,7 +181,7 @@ def kernel_name(problem: MxScaledMmProblem, config: MxScaledMmConfig) -> str:
 
 def render(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: str = "gfx950") -> KernelSource:
     return common.render_launcher(__name__, NAME, problem, config, target, kernel_name(problem, config),
-                                  tiling(problem, config), problem.m, problem.n, supports(problem) or config_supports(problem, config))
+                                  tiling(problem, config), problem.m, problem.n, refuse_problem(problem) or refuse_config(problem, config))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -283,7 +283,7 @@ def compile_asm(problem: MxScaledMmProblem, config: MxScaledMmConfig, target: st
 
 def isa_many(jobs: list[tuple[MxScaledMmProblem, MxScaledMmConfig, str]], *,
              cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, NAME, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_supports(p, c),
+    return common.compile_isa(__name__, NAME, TARGETS, jobs, reason=lambda p, c, t: refuse_problem(p) or refuse_config(p, c),
                               static=lambda p: replace(p, m=1, n=1, k=BLOCK), name=kernel_name, cache=cache)
 
 

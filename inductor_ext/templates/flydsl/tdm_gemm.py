@@ -75,16 +75,16 @@ def tiling(problem: TdmGemmProblem, config: TdmGemmConfig) -> GemmTiling:
 def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
     """The problem for an ``mm`` / ``addmm`` / ``scaled_mm`` OpSpec (``x @ W.T``), or why not served."""
     problem = linear.linear_problem(spec, NAME)
-    return problem if isinstance(problem, str) else supports(problem) or problem
+    return problem if isinstance(problem, str) else refuse_problem(problem) or problem
 
 
 def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> TdmGemmProblem | str:
     """``inductor-ext asm``'s problem: ``x @ W.T`` (this family's layout), bf16 or fp8 scaled."""
     problem = linear.example_problem(m, n, k, dtype)
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: TdmGemmProblem) -> str | None:
+def refuse_problem(problem: TdmGemmProblem) -> str | None:
     reason = linear.dtype_reason(problem)
     if reason:
         return reason
@@ -112,7 +112,7 @@ def configs(problem: TdmGemmProblem, target: str) -> list[TdmGemmConfig]:
 ALL_CONFIGS = tuple(dict.fromkeys(_CONFIGS_16 + _CONFIGS_8))
 
 
-def config_supports(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250") -> str | None:
+def refuse_config(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250") -> str | None:
     if problem.k % config.block_k:
         return f"K={problem.k} is not a multiple of block_k={config.block_k}"
     t = tiling(problem, config)
@@ -132,7 +132,7 @@ def kernel_name(problem: TdmGemmProblem, config: TdmGemmConfig) -> str:
 
 def render(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "gfx1250") -> KernelSource:
     return common.render_launcher(__name__, NAME, problem, config, target, kernel_name(problem, config),
-                                  tiling(problem, config), problem.m, problem.n, supports(problem) or config_supports(problem, config))
+                                  tiling(problem, config), problem.m, problem.n, refuse_problem(problem) or refuse_config(problem, config))
 
 
 # ------------------------------------------------------------------------------------- kernel
@@ -218,7 +218,7 @@ def compile_asm(problem: TdmGemmProblem, config: TdmGemmConfig, target: str = "g
 
 def isa_many(jobs: list[tuple[TdmGemmProblem, TdmGemmConfig, str]], *,
              cache: str | None = None) -> list[dict[str, str]]:
-    return common.compile_isa(__name__, NAME, TARGETS, jobs, reason=lambda p, c, t: supports(p) or config_supports(p, c),
+    return common.compile_isa(__name__, NAME, TARGETS, jobs, reason=lambda p, c, t: refuse_problem(p) or refuse_config(p, c),
                               static=lambda p: replace(p, m=1, n=1, k=4096, alpha=1.0, beta=1.0), name=kernel_name,
                               cache=cache)
 

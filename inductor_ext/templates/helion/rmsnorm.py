@@ -81,10 +81,10 @@ def problem_for(spec: OpSpec) -> RmsNormProblem | str:
         rows *= s
     eps = spec.scalars.get("eps")
     problem = RmsNormProblem(rows, x.shape[-1], x.dtype, DEFAULT_EPS if eps is None else float(eps))
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: RmsNormProblem) -> str | None:
+def refuse_problem(problem: RmsNormProblem) -> str | None:
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
     if problem.rows <= 0 or problem.n <= 0:
@@ -101,7 +101,7 @@ def configs(problem: RmsNormProblem, target: str) -> list[RmsNormConfig]:
 def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> RmsNormProblem | str:
     """``inductor-ext asm``'s problem for an MxNxK shape: M rows of N (K unused); or why not."""
     problem = RmsNormProblem(m, n, dtype or "bfloat16")
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 def _args(problem: RmsNormProblem) -> tuple[Any, ...]:
@@ -119,7 +119,7 @@ def kernel_name(problem: RmsNormProblem, config: RmsNormConfig) -> str:
 
 
 def render(problem: RmsNormProblem, config: RmsNormConfig, target: str = "gfx950") -> KernelSource:
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     return common.render(NAME, rmsnorm_body, kernel_name(problem, config), config, target, problem.rows, _args(problem))
@@ -128,7 +128,7 @@ def render(problem: RmsNormProblem, config: RmsNormConfig, target: str = "gfx950
 def isa_many(jobs: list[tuple[RmsNormProblem, RmsNormConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
     """The FlyDSL backend's code compiled for gfx950 (``amdgcn``, ``hsaco_b64``, ``metadata``)."""
     for problem, _, target in jobs:
-        if target not in TARGETS or supports(problem):
+        if target not in TARGETS or refuse_problem(problem):
             raise ValueError(f"{NAME} does not compile {problem} for {target}")
     return common.flydsl_isa(rmsnorm_body, [(kernel_name(p, c), c.block_m, _args(p)) for p, c, _ in jobs], cache=cache)
 

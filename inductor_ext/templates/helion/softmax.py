@@ -57,10 +57,10 @@ def problem_for(spec: OpSpec) -> SoftmaxProblem | str:
     for s in x.shape[:-1]:
         rows *= s
     problem = SoftmaxProblem(rows, x.shape[-1], x.dtype)
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: SoftmaxProblem) -> str | None:
+def refuse_problem(problem: SoftmaxProblem) -> str | None:
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
     if problem.rows <= 0 or problem.n <= 0:
@@ -77,7 +77,7 @@ def configs(problem: SoftmaxProblem, target: str) -> list[SoftmaxConfig]:
 def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> SoftmaxProblem | str:
     """``inductor-ext asm``'s problem for an MxNxK shape: M rows of N (K unused); or why not."""
     problem = SoftmaxProblem(m, n, dtype or "bfloat16")
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 def _args(problem: SoftmaxProblem) -> tuple[Any, ...]:
@@ -93,7 +93,7 @@ def kernel_name(problem: SoftmaxProblem, config: SoftmaxConfig) -> str:
 
 
 def render(problem: SoftmaxProblem, config: SoftmaxConfig, target: str = "gfx950") -> KernelSource:
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     return common.render(NAME, softmax_body, kernel_name(problem, config), config, target, problem.rows, _args(problem))
@@ -101,7 +101,7 @@ def render(problem: SoftmaxProblem, config: SoftmaxConfig, target: str = "gfx950
 
 def isa_many(jobs: list[tuple[SoftmaxProblem, SoftmaxConfig, str]], *, cache: str | None = None) -> list[dict[str, str]]:
     for problem, _, target in jobs:
-        if target not in TARGETS or supports(problem):
+        if target not in TARGETS or refuse_problem(problem):
             raise ValueError(f"{NAME} does not compile {problem} for {target}")
     return common.flydsl_isa(softmax_body, [(kernel_name(p, c), c.block_m, _args(p)) for p, c, _ in jobs], cache=cache)
 

@@ -74,7 +74,7 @@ def problem_for(spec: OpSpec) -> Problem | str:
     return Problem(a.shape[0], b.shape[2], a.shape[1], b.shape[0], a.dtype, out)
 
 
-def supports(problem: Problem) -> str | None:
+def refuse_problem(problem: Problem) -> str | None:
     if problem.dtype not in DTYPES or problem.result_dtype not in DTYPES:
         return f"dtypes {problem.dtype} -> {problem.result_dtype} not in {DTYPES}"
     if problem.rows > MAX_ROWS:
@@ -128,7 +128,7 @@ kernel void grouped_mm_gemv(
 
 
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     if config.vec % 4 or 32 * config.simdgroups > 1024:
@@ -159,7 +159,7 @@ def call(problem: Problem, config: Config, target: str, a: "torch.Tensor", b: "t
 def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem | str:
     """``inductor-ext asm --shape MxNxK``: M routed rows over 8 experts of [K, N] weights."""
     problem = Problem(m, n, k, 8, dtype or "bfloat16")
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:

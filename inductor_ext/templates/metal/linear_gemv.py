@@ -75,7 +75,7 @@ def problem_for(spec: OpSpec) -> Problem | str:
     return Problem(m, n, k, x.dtype, bias is not None, spec.scalars.get("activation"))
 
 
-def supports(problem: Problem) -> str | None:
+def refuse_problem(problem: Problem) -> str | None:
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
     if problem.m > MAX_M:
@@ -137,7 +137,7 @@ kernel void linear_gemv(
 
 
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     if config.vec % 4 or 32 * config.simdgroups > 1024:
@@ -175,7 +175,7 @@ def call(problem: Problem, config: Config, target: str, *tensors: "torch.Tensor"
 def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem | str:
     """``inductor-ext asm --shape MxNxK``: ``F.linear`` of M rows, N outputs, K inputs."""
     problem = Problem(m, n, k, dtype or "bfloat16")
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:

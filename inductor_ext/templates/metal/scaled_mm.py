@@ -118,7 +118,7 @@ def problem_for(spec: OpSpec) -> Problem | str:
                    k_contiguous=a.stride[1] == 1 and b.stride[0] == 1)
 
 
-def supports(problem: Problem) -> str | None:
+def refuse_problem(problem: Problem) -> str | None:
     if problem.out_dtype not in OUT_DTYPES:
         return f"out_dtype {problem.out_dtype} not in {OUT_DTYPES}"
     if problem.scaling not in ("tensorwise", "rowwise"):
@@ -317,7 +317,7 @@ def _grid(problem: Problem, c: Config) -> list[int]:
 
 
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     _check(problem, config)

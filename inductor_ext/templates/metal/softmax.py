@@ -74,7 +74,7 @@ def problem_for(spec: OpSpec) -> Problem | str:
     return Problem(rows, n, x.dtype, out)
 
 
-def supports(problem: Problem) -> str | None:
+def refuse_problem(problem: Problem) -> str | None:
     if problem.dtype not in DTYPES or problem.result_dtype not in DTYPES:
         return f"dtypes {problem.dtype} -> {problem.result_dtype} not in {DTYPES}"
     if problem.n < MIN_COLUMNS:
@@ -200,7 +200,7 @@ def _check(config: Config) -> None:
 
 
 def render(problem: Problem, config: Config, target: str) -> KernelSource:
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     _check(config)
@@ -238,7 +238,7 @@ def call(problem: Problem, config: Config, target: str, x: "torch.Tensor") -> "t
 def example_problem(m: int, n: int, k: int, dtype: str | None) -> Problem | str:
     """``inductor-ext asm --shape MxNxK``: softmax over M rows of N (K is not used)."""
     problem = Problem(m, n, dtype or "float32")
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 def compile_asm(problem: Problem, config: Config, target: str) -> dict[str, str]:

@@ -145,10 +145,10 @@ def problem_for(spec: OpSpec) -> GemmProblem | str:
         return f"sycl.gemm needs one dtype for A, B, bias and C; got {sorted(d for d in dtypes if d)}"
     problem = GemmProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, bias=bias is not None,
                           alpha=float(spec.scalars.get("alpha", 1.0)), beta=float(spec.scalars.get("beta", 1.0)))
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: GemmProblem) -> str | None:
+def refuse_problem(problem: GemmProblem) -> str | None:
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
     if min(problem.m, problem.n, problem.k) <= 0:
@@ -179,7 +179,7 @@ def configs(problem: GemmProblem, target: str) -> list[GemmConfig]:
     return found + (fitting or [_TILED_CONFIGS[-1]])
 
 
-def config_supports(problem: GemmProblem, config: GemmConfig, target: str) -> str | None:
+def refuse_config(problem: GemmProblem, config: GemmConfig, target: str) -> str | None:
     """None when ``config`` can compute ``problem``, else why not (a gemv keeps at most ``rows`` rows)."""
     reason = config.check()
     if reason is None and config.kind == "gemv" and problem.m > config.rows:
@@ -300,7 +300,7 @@ _GEMV = """\
 
 def render(problem: GemmProblem, config: GemmConfig, target: str = "xpu") -> KernelSource:
     """The SYCL source computing ``problem`` with ``config``, and its launch."""
-    reason = supports(problem) or config.check()
+    reason = refuse_problem(problem) or config.check()
     if reason:
         raise ValueError(f"sycl.gemm cannot serve {problem} with {config}: {reason}")
     if target not in TARGETS:
@@ -343,7 +343,7 @@ def _device(device: "str | torch.device") -> str:
     return str(device)
 
 
-def missing() -> str | None:
+def refuse_here() -> str | None:
     """None when these kernels can run here, else what to install (Intel's SYCL runtime wheels)."""
     from inductor_ext.runtime import sycl
 
@@ -433,7 +433,7 @@ def compile_asm(problem: GemmProblem, config: GemmConfig, target: str) -> dict[s
     from inductor_ext.runtime import sycl
     from inductor_ext.runtime.sycl import spirv
 
-    reason = supports(problem) or config_supports(problem, config, target)
+    reason = refuse_problem(problem) or refuse_config(problem, config, target)
     if reason:
         raise ValueError(f"sycl.gemm cannot serve {problem} with {config}: {reason}")
     spirv.disassembler()  # say what is missing before compiling

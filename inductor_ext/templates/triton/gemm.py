@@ -107,10 +107,10 @@ def problem_for(spec: OpSpec) -> GemmProblem | str:
     problem = GemmProblem(a.shape[0], b.shape[1], a.shape[1], a.dtype, spec.out.dtype,
                           allow_tf32=spec.scalars.get("fp32_precision") == "tf32",
                           k_dynamic=bool(a.dynamic and a.dynamic[1]) or bool(b.dynamic and b.dynamic[0]))
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: GemmProblem) -> str | None:
+def refuse_problem(problem: GemmProblem) -> str | None:
     """None when the template can serve ``problem``, else the reason it cannot."""
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
@@ -201,7 +201,7 @@ def key_instructions(problem: GemmProblem, config: GemmConfig, target: str) -> l
 # Triton 3.9 compiles them for contiguous operands (tier I: tests/test_tier_i_configs.py;
 # `inductor-ext asm triton.gemm --target T --shape MxNxK --all-configs`), per target and
 # precision ("ieee": full-fp32 FMAs, whose operand tiles live in registers; "tf32"; "16bit":
-# bf16/fp16). config_supports refuses them, so they are never offered.
+# bf16/fp16). refuse_config refuses them, so they are never offered.
 _G = GemmConfig
 SPILLS: dict[tuple[str, str], dict[GemmConfig, int]] = {
     ("sm_90a", "ieee"): {_G(16, 128, 256, 8, 4, 2): 334, _G(64, 128, 128, 8, 4, 2): 2469, _G(64, 64, 64, 8, 4, 3): 2,
@@ -227,7 +227,7 @@ for (_target, _precision), _tiles in {
 del _target, _precision, _tiles
 
 
-def config_supports(problem: GemmProblem, config: GemmConfig, target: str) -> str | None:
+def refuse_config(problem: GemmProblem, config: GemmConfig, target: str) -> str | None:
     """None when ``config`` may be offered for ``problem`` on ``target``; why not for a config
     measured spilling registers there (``SPILLS``)."""
     precision = input_precision(problem, target) if problem.dtype == "float32" else "16bit"
@@ -364,7 +364,7 @@ def inductor_kwargs(problem: GemmProblem, config: GemmConfig, target: str) -> di
 
 def render(problem: GemmProblem, config: GemmConfig, target: str = "cpu") -> KernelSource:
     """A standalone Triton module computing ``problem`` with ``config``."""
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"triton.gemm cannot serve {problem}: {reason}")
     if problem.use_pdl and not pdl_target(target):

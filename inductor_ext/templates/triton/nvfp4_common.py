@@ -381,7 +381,7 @@ def launch_values(problem: Any, a_packed: bool) -> dict[str, int]:
 def check_render(family: str, targets: Sequence[str], problem: Any, config: Any, target: str,
                  reason: str | None) -> None:
     """Raise ValueError when ``target`` is not one of ``targets``, or with ``reason`` (the family's
-    supports / check_config verdict) when there is one."""
+    refuse_problem / check_config verdict) when there is one."""
     if target not in targets:
         raise ValueError(f"target {target!r} is not one of {targets}")
     if reason:

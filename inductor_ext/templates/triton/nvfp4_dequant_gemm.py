@@ -19,7 +19,7 @@ from the reference. ``tl.dot`` on the decoded bf16/fp16 tiles is ``wgmma.mma_asy
 Scale layouts (``scale_layout``) as in ``nvfp4_gemm``: ``"plain"`` strided ``[rows, K // 16]`` or
 ``"blocked"`` (``kernels.nvfp4.to_blocked``, read in place; needs BLOCK_K a multiple of 64).
 
-Limits (``supports``): K a multiple of 16 (whole scale blocks); K tails shorter than BLOCK_K are
+Limits (``refuse_problem``): K a multiple of 16 (whole scale blocks); K tails shorter than BLOCK_K are
 masked (zero codes, zero scales, zero activations). M = 1 works; for small M the ``swap_ab``
 configs compute acc^T = W A^T so N fills the 64-row wgmma side.
 
@@ -93,7 +93,7 @@ def problem_for(spec: OpSpec) -> Nvfp4DequantGemmProblem | str:
     if spec.op not in OPS:
         return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
     problem = Nvfp4DequantGemmProblem(**common.problem_fields(spec), a_dtype="nvfp4")
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> Nvfp4DequantGemmProblem:
@@ -101,7 +101,7 @@ def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> Nvfp4De
     return Nvfp4DequantGemmProblem(m, n, k, a_dtype="nvfp4", out_dtype=dtype or "bfloat16", scale_layout="blocked")
 
 
-def supports(problem: Nvfp4DequantGemmProblem) -> str | None:
+def refuse_problem(problem: Nvfp4DequantGemmProblem) -> str | None:
     """None when the template can serve ``problem``, else the reason it cannot."""
     reason = common.check_shape(problem)
     if not reason and problem.a_dtype not in A_DTYPES:
@@ -129,7 +129,7 @@ def check_config(config: Nvfp4DequantGemmConfig, problem: Nvfp4DequantGemmProble
 # Triton 3.9 compiles them with contiguous operands and NVFP4 or bf16 activations (tier I:
 # tests/test_tier_i_configs.py; `inductor-ext asm triton.nvfp4_dequant_gemm --target sm_90a
 # --shape MxNxK --all-configs`): the codes are decoded to bf16 in registers, so wide K tiles and
-# deep pipelines with 4 warps run out of them. config_supports refuses them.
+# deep pipelines with 4 warps run out of them. refuse_config refuses them.
 _C = Nvfp4DequantGemmConfig
 SPILLS: dict[str, dict[Nvfp4DequantGemmConfig, int]] = {"sm_90a": {
     _C(16, 128, 256, 1, 4, 6, swap_ab=True): 48,
@@ -305,7 +305,7 @@ def constexprs(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig)
     return common.kernel_constexprs(problem, config, A_NVFP4=problem.a_dtype == "nvfp4")
 
 
-def config_supports(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig, target: str) -> str | None:
+def refuse_config(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig, target: str) -> str | None:
     """check_config, and no config measured spilling on ``target`` (``SPILLS``; render still
     renders those, e.g. for ``inductor-ext asm --config``)."""
     return check_config(config, problem, target) or common.spill_reason(config, target, SPILLS)
@@ -325,7 +325,7 @@ def inductor_kwargs(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmCo
 def render(problem: Nvfp4DequantGemmProblem, config: Nvfp4DequantGemmConfig, target: str = "cpu") -> KernelSource:
     """A standalone Triton module computing ``problem`` with ``config``."""
     common.check_render(NAME, TARGETS, problem, config, target,
-                        supports(problem) or check_config(config, problem, target))
+                        refuse_problem(problem) or check_config(config, problem, target))
     name = kernel_name(problem, config)
     source = _STANDALONE.format(name=name, body=BODY, epilogue=EPILOGUE, dot_dtype=dot_dtype(problem))
     # without NVFP4 activations A_SCALE is unused: run() passes B_SCALE there

@@ -22,7 +22,7 @@ Scale layouts (``Nvfp4GemmProblem.scale_layout``), both per operand ``[rows, K /
   ``torch._scaled_mm`` and torchao take), read in place, so no un-swizzle pass is needed.
 The layout only changes the scale addresses: the MMA reads scales from tensor memory either way.
 
-Limits (``supports``): K a multiple of 16 (whole scale blocks; K // 2 bytes per row need not be
+Limits (``refuse_problem``): K a multiple of 16 (whole scale blocks; K // 2 bytes per row need not be
 16-byte aligned, tails of K smaller than BLOCK_K are masked with zero codes and zero scales).
 M = 1 works; for small M the ``swap_ab`` configs put N on the MMA's M side (acc^T = B A^T).
 
@@ -90,7 +90,7 @@ def problem_for(spec: OpSpec) -> Nvfp4GemmProblem | str:
     if spec.op not in OPS:
         return f"{NAME} serves {', '.join(OPS)}, not {spec.op}"
     problem = Nvfp4GemmProblem(**common.problem_fields(spec))
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 # What ``inductor-ext asm`` looks for beyond the target's MMA: the native block16 NVFP4 MMA.
@@ -102,7 +102,7 @@ def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> Nvfp4Ge
     return Nvfp4GemmProblem(m, n, k, out_dtype=dtype or "bfloat16", scale_layout="blocked")
 
 
-def supports(problem: Nvfp4GemmProblem) -> str | None:
+def refuse_problem(problem: Nvfp4GemmProblem) -> str | None:
     """None when the template can serve ``problem``, else the reason it cannot."""
     return common.check_shape(problem) or common.check_epilogue(problem)
 
@@ -129,14 +129,14 @@ def check_config(config: Nvfp4GemmConfig, target: str | None = None) -> str | No
 
 # Configs the policies propose that touch local memory (STL + LDL in the SASS) as Triton 3.9
 # compiles them with contiguous operands (tier I: tests/test_tier_i_configs.py; `inductor-ext asm
-# triton.nvfp4_gemm --target sm_100a --shape 1x4096x4096 --all-configs`); config_supports refuses them.
+# triton.nvfp4_gemm --target sm_100a --shape 1x4096x4096 --all-configs`); refuse_config refuses them.
 SPILLS: dict[str, dict[Nvfp4GemmConfig, int]] = {"sm_100a": {
     Nvfp4GemmConfig(16, 128, 256, 1, 4, 4, swap_ab=True): 4,  # at M = 1; 70 registers
     Nvfp4GemmConfig(16, 128, 256, 1, 4, 3, swap_ab=True): 4,
 }}
 
 
-def config_supports(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str) -> str | None:
+def refuse_config(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str) -> str | None:
     """check_config, and no config measured touching local memory on ``target`` (``SPILLS``;
     render still renders those, e.g. for ``inductor-ext asm --config``)."""
     return check_config(config, target) or common.spill_reason(config, target, SPILLS)
@@ -264,7 +264,7 @@ def inductor_kwargs(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: 
 
 def render(problem: Nvfp4GemmProblem, config: Nvfp4GemmConfig, target: str = "cpu") -> KernelSource:
     """A standalone Triton module computing ``problem`` with ``config``."""
-    common.check_render(NAME, TARGETS, problem, config, target, supports(problem) or check_config(config, target))
+    common.check_render(NAME, TARGETS, problem, config, target, refuse_problem(problem) or check_config(config, target))
     name = kernel_name(problem, config)
     source = _STANDALONE.format(name=name, body=BODY, epilogue=EPILOGUE)
     return common.kernel_source(NAME, name, source, problem, config, constexprs(problem, config), a_type="*u8")

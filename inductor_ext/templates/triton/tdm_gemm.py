@@ -55,7 +55,7 @@ def config_from_tile(tile: Any) -> GemmConfig | None:
     return None if getattr(tile, "swap_ab", False) else gemm.config_from_tile(tile)
 
 
-def config_supports(problem: TdmGemmProblem, config: GemmConfig, target: str) -> str | None:
+def refuse_config(problem: TdmGemmProblem, config: GemmConfig, target: str) -> str | None:
     """A swap-AB config (triton.gemm's decode body, e.g. from a shared cache entry) is refused:
     rendered here it would run the plain body under the swapped config's name."""
     return "triton.tdm_gemm has no swap-AB body (swap_ab=True)" if config.swap_ab else None
@@ -67,10 +67,10 @@ KEY_INSTRUCTIONS = amd.key_instructions({"gfx1250": ("tdm_load", "tdm_wait", "wm
 def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> TdmGemmProblem | str:
     """``inductor-ext asm``'s problem: ``x @ W.T`` (this family's layout), bf16 or fp8 scaled."""
     problem = linear.example_problem(m, n, k, dtype)
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
-def supports(problem: TdmGemmProblem) -> str | None:
+def refuse_problem(problem: TdmGemmProblem) -> str | None:
     reason = linear.dtype_reason(problem)
     if reason:
         return reason
@@ -82,7 +82,7 @@ def supports(problem: TdmGemmProblem) -> str | None:
 def problem_for(spec: OpSpec) -> TdmGemmProblem | str:
     """The problem for an ``mm`` / ``addmm`` / ``scaled_mm`` OpSpec, or why not served."""
     problem = linear.linear_problem(spec, NAME)
-    return problem if isinstance(problem, str) else supports(problem) or problem
+    return problem if isinstance(problem, str) else refuse_problem(problem) or problem
 
 
 # Candidates, best first: 4 or 8 waves, 2-3 stages of TDM prefetch (LDS is 320 KB on gfx1250).
@@ -189,7 +189,7 @@ def constexprs(problem: TdmGemmProblem, config: GemmConfig, target: str = "gfx12
 
 def render(problem: TdmGemmProblem, config: GemmConfig, target: str = "gfx1250") -> KernelSource:
     """A standalone Triton module computing ``problem`` with ``config``."""
-    reason = supports(problem)
+    reason = refuse_problem(problem)
     if reason:
         raise ValueError(f"{NAME} cannot serve {problem}: {reason}")
     name = kernel_name(problem, config)
@@ -242,7 +242,7 @@ def run(problem: TdmGemmProblem, config: GemmConfig, target: str, *tensors: Any)
 
 
 __all__ = ["NAME", "FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TdmGemmProblem",
-           "TdmGemmConfig", "KEY_INSTRUCTIONS", "problem_for", "supports", "config_supports", "configs", "config_from_tile", "constexprs",
+           "TdmGemmConfig", "KEY_INSTRUCTIONS", "problem_for", "refuse_problem", "refuse_config", "configs", "config_from_tile", "constexprs",
            "example_problem",
            "render", "inductor_source", "inductor_kwargs", "run"]
 

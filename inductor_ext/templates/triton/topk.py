@@ -93,10 +93,10 @@ def problem_for(spec: OpSpec) -> TopkProblem | str:
     for s in x.shape[:-1]:
         rows *= s
     problem = TopkProblem(rows, x.shape[-1], int(spec.scalars["k"]), bool(spec.scalars.get("largest", True)), x.dtype)
-    return supports(problem) or problem  # sorted=False is served too: sorted is one valid order
+    return refuse_problem(problem) or problem  # sorted=False is served too: sorted is one valid order
 
 
-def supports(problem: TopkProblem) -> str | None:
+def refuse_problem(problem: TopkProblem) -> str | None:
     if problem.dtype not in DTYPES:
         return f"dtype {problem.dtype} not in {DTYPES}"
     if problem.rows <= 0 or problem.n <= 0:
@@ -108,7 +108,7 @@ def supports(problem: TopkProblem) -> str | None:
     return None
 
 
-def config_supports(problem: TopkProblem, config: TopkConfig, target: str) -> str | None:
+def refuse_config(problem: TopkProblem, config: TopkConfig, target: str) -> str | None:
     if config.block_n < k_pad(problem.k):
         return f"block_n={config.block_n} is below k rounded up to a power of two ({k_pad(problem.k)})"
     return None
@@ -124,13 +124,13 @@ def configs(problem: TopkProblem, target: str) -> list[TopkConfig]:
         chosen = [c for c in _SHORT if c.block_n == fit]
     else:
         chosen = list(_LONG)
-    return [c for c in chosen if config_supports(problem, c, target) is None]
+    return [c for c in chosen if refuse_config(problem, c, target) is None]
 
 
 def example_problem(m: int, n: int, k: int, dtype: str | None = None) -> TopkProblem | str:
     """``inductor-ext asm``'s problem for an MxNxK shape: top-k of M rows of N; K is k."""
     problem = TopkProblem(m, n, k, True, dtype or "bfloat16")
-    return supports(problem) or problem
+    return refuse_problem(problem) or problem
 
 
 # One body for every problem: constexprs pick the direction, the padding of k and single chunks.
@@ -191,7 +191,7 @@ def constexprs(problem: TopkProblem, config: TopkConfig) -> dict[str, object]:
 
 def render(problem: TopkProblem, config: TopkConfig, target: str = "gfx950") -> KernelSource:
     """A standalone Triton module computing ``problem`` with ``config``."""
-    reason = supports(problem) or config_supports(problem, config, target)
+    reason = refuse_problem(problem) or refuse_config(problem, config, target)
     if reason:
         raise ValueError(f"{NAME} cannot serve {problem} with {config}: {reason}")
     name = kernel_name(problem, config)
@@ -229,7 +229,7 @@ def call(problem: TopkProblem, config: TopkConfig, target: str, x: "torch.Tensor
 
 
 __all__ = ["NAME", "FAMILY", "TARGETS", "OPS", "CHOICE_KIND", "CPU_EXECUTOR", "Problem", "Config", "TopkProblem",
-           "TopkConfig", "ALL_CONFIGS", "KEY_INSTRUCTIONS", "problem_for", "supports", "config_supports", "configs",
+           "TopkConfig", "ALL_CONFIGS", "KEY_INSTRUCTIONS", "problem_for", "refuse_problem", "refuse_config", "configs",
            "example_problem", "kernel_name", "constexprs", "render", "compile_asm", "call", "k_pad"]
 
 
