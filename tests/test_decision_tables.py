@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from inductor_ext.autotune.decision_tables import TableSet, parse_table, portabl
 from inductor_ext.lowering import decision_record
 from inductor_ext.targets import cpu
 
+ROOT = Path(__file__).resolve().parents[1]
 PROVENANCE = {"cpu": "test CPU", "form": "test", "date": "2026-12-06", "torch": torch.__version__,
               "inductor_ext": "0.1.0", "command": "tests/test_decision_tables.py"}
 # the host's own vector micro-kernel: every machine this suite runs on has AVX-512 or AVX2
@@ -258,3 +261,30 @@ def test_timed_efforts_still_time(model, keys, tmp_path: Path, monkeypatch) -> N
     table = _write(tmp_path, [_entry(portable(first, form)), _entry(portable(second, form))])
     decisions = _compile(model, {"decision_tables": table, "autotune": "quick"}, monkeypatch)
     assert all(d.reason.startswith("benchmark") for d in decisions), [d.reason for d in decisions]
+
+
+# ------------------------------------------------------------------ the script that builds tables
+
+
+def _script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "build_decision_tables.py"), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_build_script_plans_the_grid_it_is_asked_for() -> None:
+    done = _script("--out", "t.json", "--styles", "llama,bert", "--widths", "768", "--tokens", "1,16",
+                   "--dtypes", "float32", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["llama-768 float32 1 tokens", "llama-768 float32 16 tokens",
+                                        "bert-768 float32 1 tokens", "bert-768 float32 16 tokens"]
+
+
+@pytest.mark.parametrize("args, why", [
+    (("--styles", "llama,t5"), "'t5' is not one of"),
+    (("--dtypes", "float16"), "'float16' is not one of"),
+    (("--widths", "12345"), "no style has any of those widths"),
+    (("--tokens", "1,x"), "invalid literal"),
+])
+def test_the_build_script_says_what_is_wrong_in_one_line(args: tuple[str, ...], why: str) -> None:
+    done = _script("--out", "t.json", "--dry-run", *args)
+    assert done.returncode == 2 and why in done.stderr and "Traceback" not in done.stderr, done.stderr
