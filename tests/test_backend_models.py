@@ -151,7 +151,7 @@ def test_ext_is_a_registered_dynamo_backend():
 def test_ext_backend_compiled_each_model(case, ext_calls):
     # One Dynamo graph with grad, one without: no graph breaks, both through the ext backend.
     assert case.compiles == 2
-    assert all(c.preset == "cpu" and c.autotune == "quick" for c in ext_calls)
+    assert all(c.preset == "cpu" and c.autotune == "model" for c in ext_calls)
 
 
 def test_forward_matches_eager(case):

@@ -305,7 +305,9 @@ class Compiled:
 
 def compile_and_run(built: Built, options: dict[str, Any], cache: str) -> Compiled:
     torch._dynamo.reset()
-    options = {**options, "interpret": True, "autotune_cache": cache, "inductor": {"fx_graph_cache": False}}
+    # timed, as every preset but cpu (whose default serves untimed: autotune="model") does by default
+    options = {"autotune": "quick", **options, "interpret": True, "autotune_cache": cache,
+               "inductor": {"fx_graph_cache": False}}
     first = len(decision_record.decisions)
     with ext_log_lines() as lines, torch.no_grad():
         got = torch.compile(built.fn, backend="ext", options=options)(*built.args)

@@ -349,6 +349,7 @@ class Prefill(torch.nn.Module):
 
 
 def _compile(m, options, x):
+    options = {"autotune": "quick", **options}  # the timed path (the cpu preset's default times nothing)
     torch._dynamo.reset()
     first = len(decision_record.decisions)
     with tune.fresh_inductor_caches(), torch.no_grad():

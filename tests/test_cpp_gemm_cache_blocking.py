@@ -106,6 +106,7 @@ class Head(torch.nn.Module):
 
 
 def _compile(m, x, options):
+    options = {"autotune": "quick", **options}  # the timed path (the cpu preset's default times nothing)
     torch._dynamo.reset()
     first = len(decision_record.decisions)
     with tune.fresh_inductor_caches(), torch.no_grad():

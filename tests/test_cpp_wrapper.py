@@ -42,6 +42,7 @@ Q = torch.randn(1, 6, 1, 48, generator=torch.Generator().manual_seed(0))
 
 def _compile(tmp, options):
     """Compile under the C++ wrapper; outputs at every length, decisions, the dumped code."""
+    options = {"autotune": "quick", **options}  # the timed path (the cpu preset's default times nothing)
     torch._dynamo.reset()
     first = len(decision_record.decisions)
     dump = tmp / "dump"

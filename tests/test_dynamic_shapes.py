@@ -124,7 +124,7 @@ def cpu(with_fake_family, tmp_path_factory):
     family enabled beside them."""
     torch.manual_seed(0)
     m = Step().eval()
-    options = {"preset": "cpu", "templates": ["cpp.gemm", "cpp.decode_attention", fake.NAME],
+    options = {"preset": "cpu", "autotune": "quick", "templates": ["cpp.gemm", "cpp.decode_attention", fake.NAME],
                "force_template": ["cpp.gemm", "cpp.decode_attention"],
                "autotune_cache": str(tmp_path_factory.mktemp("dynamic") / "cache.db")}
     return _run(m, options, SIZES)

@@ -224,7 +224,7 @@ def test_mode_max_autotune_keeps_an_explicit_autotune_option():
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_mode_other_inductor_modes_pass_their_patches(mode):
     config, patches = resolve_config(CPU_INPUTS, None, mode)
-    assert config.autotune == "quick"  # the cpu preset's
+    assert config.autotune == "model"  # the cpu preset's
     assert patches == dict(list_mode_options(mode))
 
 
