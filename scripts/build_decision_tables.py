@@ -117,6 +117,13 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def _commands(earlier: str, this: str) -> str:
+    """The commands that built a table, joined by ``&&``, cut to the provenance's 512 characters
+    (the latest kept whole)."""
+    joined = f"{earlier} && {this}" if earlier else this
+    return joined if len(joined) <= 512 else ("... " + joined[-508:] if len(this) <= 508 else this[:512])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the table file to write (JSON)")
@@ -158,11 +165,13 @@ def main() -> int:
     out = Path(args.out)
     form = cpu.host_form()
     entries: dict[str, Entry] = {}
+    earlier = ""  # the commands that built the table so far (--update)
     if args.update and out.exists():
         table = decision_tables.load_table(out)
         if table is None:
             parser.error(f"--update: {out} is no table this inductor_ext reads (see the line above)")
         entries.update({d: e for d, e in table.entries.items()})
+        earlier = table.provenance.get("command", "")
     with tempfile.TemporaryDirectory(prefix="decision_table_") as scratch:
         for i, unit in enumerate(plan):
             started = time.monotonic()
@@ -184,7 +193,7 @@ def main() -> int:
             print(f"[{i + 1}/{len(plan)}] {unit}: {new} new decisions ({time.monotonic() - started:.0f} s)", flush=True)
     provenance = {"cpu": cpu.host_name(), "form": form, "date": datetime.date.today().isoformat(),
                   "torch": torch.__version__, "inductor_ext": __version__,
-                  "command": " ".join(["python", *sys.argv])[:512]}
+                  "command": _commands(earlier, " ".join(["python", *sys.argv]))}
     text = decision_tables.table_text(entries.values(), provenance)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(text)

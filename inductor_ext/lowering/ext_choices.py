@@ -241,7 +241,7 @@ class ExtChoices(InductorChoices):
         module = registry.families().get(entry.winner)
         if module is None or entry.winner not in prepared:
             return self._only(choices, decision, choices[0],
-                              f"fallback: {source}d winner {entry.winner} is not enabled".replace("tabled", "table's"))
+                              f"fallback: the {source}'s winner {entry.winner} is not enabled")
         chosen = self._servable(module, prepared[entry.winner], entry.config, decision.node)
         if chosen is None:
             return self._only(choices, decision, choices[0], f"fallback: the {source}'s config could not be generated")
@@ -268,8 +268,8 @@ class ExtChoices(InductorChoices):
             return
         options = {"preset": self.config.preset, "templates": list(self.config.templates),
                    "template_margin": self.config.template_margin, "freezing": self.config.freezing}
-        job = tune_queue.Job(key, tuple(ops.constant_name(n) is not None for n in kernel_inputs.nodes()), torch.get_num_threads(),
-                             options)
+        constants = tuple(ops.constant_name(n) is not None for n in kernel_inputs.nodes())  # frozen weights
+        job = tune_queue.Job(key, constants, torch.get_num_threads(), options)
         queue = tune_queue.TuneQueue()
         try:
             if queue.add(job):
