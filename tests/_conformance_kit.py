@@ -5,14 +5,19 @@ files, ``tests/conformance_ops/<op>.py``, found by listing that folder.
 
 A new op's builder is one new file there, named as the op (``OpSpec.op``), defining
 ``build(case: Case, freezing: bool) -> Built`` and, optionally, ``DTYPES`` (the dtypes drawn for
-it; default fp32, bf16, fp16), importing what it needs from this module (``_rms_norm`` in
-``test_conformance.py`` shows the shape of one). The grid (every preset x op x family) then covers the op with no
-edit of ``test_conformance.py``.
+it; default fp32, bf16, fp16) and ``TILED`` (which Case sizes a family's config fields tile, e.g.
+``{"m": TILE_FIELDS["m"]}``: those are drawn at the tiles' boundaries), importing what it needs
+from this module (``_rms_norm`` in ``test_conformance.py`` shows the shape of one). The grid
+(every preset x op x family) then covers the op with no edit of ``test_conformance.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import math
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -80,6 +85,53 @@ def last_dim_input(case: Case, n: int) -> torch.Tensor:
     elif case.layout == "3d":
         x = torch.randn(1, case.m, n) * 3
     return x.to(case.dtype)
+
+
+# ------------------------------------------------------------------ sizes at the tiles' boundaries
+
+# The largest size drawn at a tile boundary: shapes stay small (the grid runs on two cores, some
+# families in an interpreter), so 2 * block + 1 is left out where it passes this.
+LARGEST_BOUNDARY = 257
+
+# Config fields that tile a drawn size (Case field -> field names): a GEMM family's block or
+# work-group tile along M, N and K.
+TILE_FIELDS = {"m": ("block_m", "tile_m"), "n": ("block_n", "tile_n"), "k": ("block_k", "tile_k")}
+
+
+def config_tiles(configs: Iterable[Any], fields: dict[str, tuple[str, ...]]) -> dict[str, set[int]]:
+    """The tile sizes ``configs`` use along each drawn size named in ``fields`` (Case field ->
+    config field names; a field a config lacks, or 0 there, tiles nothing)."""
+    tiles: dict[str, set[int]] = {dim: set() for dim in fields}
+    for config in configs:
+        names = {f.name for f in dataclasses.fields(config)}
+        for dim, wanted in fields.items():
+            tiles[dim] |= {getattr(config, name) for name in wanted if name in names and getattr(config, name) > 0}
+    return tiles
+
+
+def kernel_blocks(kernel: str) -> tuple[int, int]:
+    """The query and key block sizes (``QB``, ``KB``) of a C++ attention kernel's source, the same
+    in each of its forms; a kernel that no longer spells them fails here, loudly."""
+    found = set(re.findall(r"\bQB = (\d+), KB = (\d+)\b", kernel))
+    if len(found) != 1:
+        raise AssertionError(f"expected one 'QB = <n>, KB = <n>' in the kernel's source, found {sorted(found)}")
+    (query, key), = found
+    return int(query), int(key)
+
+
+def boundary_sizes(blocks: Iterable[int], plain: tuple[int, ...], largest: int = LARGEST_BOUNDARY) -> tuple[int, ...]:
+    """The sizes to draw for a dimension tiled by ``blocks``: 1, b - 1, b, b + 1 and 2b + 1 for
+    each (up to ``largest``), then ``plain`` (the sizes drawn without tiles). First, which
+    hypothesis draws first (its simplest example), comes lcm(blocks) + 1: whole tiles of every
+    block and a one-element tail (the largest boundary, if that passes ``largest``). Without
+    blocks: ``plain`` as it is."""
+    blocks = tuple(blocks)
+    edges = {s for b in blocks for s in (1, b - 1, b, b + 1, 2 * b + 1) if 1 <= s <= largest}
+    if not edges:
+        return plain
+    first = math.lcm(*blocks) + 1
+    first = first if first <= largest else max(edges)
+    return (first, *sorted(edges - {first}), *(s for s in plain if s not in edges | {first}))
 
 
 def op_modules() -> dict[str, ModuleType]:

@@ -4,7 +4,9 @@ claim x, per family, one shape it accepts and one it refuses.
 
 A case is drawn by hypothesis from one shape grid per op (decode M 1..4, prefill M 17/64/129, K
 not a multiple of any tile, with and without bias, fp32/bf16/fp16 (fp64 for a dtype no GEMM
-family takes), contiguous, sliced, transposed and 3-D inputs) until the family's own
+family takes), contiguous, sliced, transposed and 3-D inputs; a size the family tiles, at its
+tiles' boundaries first: 1, block-1, block, block+1, 2*block+1 for each block its configs or
+kernel use, ``tile_sizes``; the first case drawn, lcm(blocks)+1) until the family's own
 ``problem_for``/``refuse_problem`` says it accepts (or refuses) the op's inputs as eager sees them. The
 case is then compiled through ``backend="ext"`` autotuned with the preset's families, where the
 family must be offered (or not offered, with its reason in one log line), and, when accepted, once
@@ -19,7 +21,9 @@ draws ``INDUCTOR_EXT_CONFORMANCE_EXAMPLES`` cases (default 1); derandomized, so 
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -274,12 +278,54 @@ _DTYPES = {op: _FLOATS + (torch.float64,) for op in ("mm", "addmm", "bmm", "scal
 _DTYPES.update({op: tuple(module.DTYPES) for op, module in _OWN_FILES.items() if hasattr(module, "DTYPES")})
 
 
+# Which drawn sizes a family's tiles apply to, per op (Case field -> config fields naming the tile):
+# a GEMM's M, N and K; the rows of an op over the last dim (no tile of a row's length: topk's rows
+# are 4n long, softmax's come from its variant). A builder's own file may say so for its op
+# (``TILED``). Prefill attention's tokens (Case.k) are tiled by the kernel's query and key blocks
+# (``tile_sizes``).
+_ROWS = {"m": kit.TILE_FIELDS["m"]}
+TILED: dict[str, dict[str, tuple[str, ...]]] = {
+    **{op: kit.TILE_FIELDS for op in ("mm", "addmm", "bmm", "scaled_mm", "nvfp4_gemm", "grouped_mm")},
+    **{op: _ROWS for op in ("rms_norm", "softmax", "topk")},
+}
+TILED.update({op: module.TILED for op, module in _OWN_FILES.items() if hasattr(module, "TILED")})
+_TOKENS_TILED = ("prefill_attention", "prefill_attention_causal")
+
+
+@functools.lru_cache(maxsize=None)
+def tile_sizes(preset: str, op: str, family_name: str) -> dict[str, tuple[int, ...]]:
+    """Per drawn size (Case field), the tile sizes of ``family_name`` along it on the preset's
+    target: the fields ``TILED`` names in its configs (``all_configs`` and what ``configs`` gives
+    for a decode and a prefill case of the op in each dtype drawn), and for prefill attention the
+    kernel's query and key blocks. Empty for a family with no tiles: its draws stay the plain ones."""
+    family = registry.get(family_name)
+    fields = TILED.get(op, {})
+    found = list(family.all_configs)
+    freezing = bool(targets.presets()[preset].get("freezing", False))
+    with torch.random.fork_rng():
+        for m, dtype in itertools.product((1, 64), _DTYPES.get(op, _FLOATS) if fields else ()):
+            try:
+                built = BUILDERS[op](Case(m, 40, 64, dtype, "contiguous", op == "addmm", 0), freezing)
+            except (RuntimeError, NotImplementedError):
+                continue
+            problem = family.problem_for(built.spec)
+            if not isinstance(problem, str) and family.refuse_problem(problem) is None:
+                found += family.configs(problem, targets.presets()[preset]["target"])
+    tiles = kit.config_tiles(found, fields)
+    if op in _TOKENS_TILED and hasattr(family.module, "KERNEL"):
+        tiles["k"] = set(kit.kernel_blocks(family.module.KERNEL))
+    return {dim: tuple(sorted(sizes)) for dim, sizes in tiles.items() if sizes}
+
+
 @st.composite
-def cases(draw: Any, op: str) -> Case:
+def cases(draw: Any, op: str, tiles: dict[str, tuple[int, ...]] | None = None) -> Case:
+    """One case of ``op``; a size the family tiles (``tiles``, from ``tile_sizes``) is drawn at
+    its tiles' boundaries first (``kit.boundary_sizes``), then among the plain sizes."""
+    tiles = tiles or {}
     return Case(
-        m=draw(st.sampled_from((1, 2, 3, 4, 17, 64, 129))),
-        n=draw(st.sampled_from((24, 40, 8))),
-        k=draw(st.sampled_from((64, 37, 48, 16))),
+        m=draw(st.sampled_from(kit.boundary_sizes(tiles.get("m", ()), (1, 2, 3, 4, 17, 64, 129)))),
+        n=draw(st.sampled_from(kit.boundary_sizes(tiles.get("n", ()), (24, 40, 8)))),
+        k=draw(st.sampled_from(kit.boundary_sizes(tiles.get("k", ()), (64, 37, 48, 16)))),
         dtype=draw(st.sampled_from(_DTYPES.get(op, _FLOATS))),
         layout=draw(st.sampled_from(("contiguous", "3d", "sliced", "transposed"))),
         bias=op == "addmm" if op in ("mm", "addmm") else draw(st.booleans()),
@@ -336,6 +382,26 @@ def test_every_op_a_family_claims_has_a_builder():
     assert not missing, f"no conformance builder for op(s) {missing}: add tests/conformance_ops/<op>.py (see {kit.__file__})"
 
 
+def test_sizes_a_family_tiles_are_drawn_at_its_tiles_boundaries():
+    """The tiles come from the families themselves (a renamed config field or kernel constant
+    must not quietly drop the boundaries), and every boundary of each is among the sizes drawn."""
+    for preset, op, family_name in GRID:
+        tiles = tile_sizes(preset, op, family_name)
+        for dim, blocks in tiles.items():
+            drawn = kit.boundary_sizes(blocks, ())
+            want = {s for b in blocks for s in (1, b - 1, b, b + 1, 2 * b + 1) if 1 <= s <= kit.LARGEST_BOUNDARY}
+            assert want <= set(drawn), (preset, op, family_name, dim, drawn)
+            first = math.lcm(*blocks) + 1
+            assert drawn[0] == (first if first <= kit.LARGEST_BOUNDARY else max(want))
+    assert set(tile_sizes("cpu", "mm", "cpp.gemm")) == {"m", "n", "k"}
+    assert set(tile_sizes("hopper", "mm", "triton.gemm")) == {"m", "n", "k"}
+    assert set(tile_sizes("xpu", "mm", "sycl.gemm")) == {"m", "n", "k"}
+    assert set(tile_sizes("gfx950", "rms_norm", "helion.rmsnorm")) == {"m"}
+    assert tile_sizes("cpu", "prefill_attention_causal", "cpp.flash_attention") == {"k": (32, 64)}
+    assert tile_sizes("cpu", "decode_attention", "cpp.decode_attention") == {}  # no tiles: the plain draws
+    assert kit.boundary_sizes((), (1, 2, 3)) == (1, 2, 3)
+
+
 def test_the_grid_covers_every_preset_with_a_cpu_executor():
     presets = {preset for preset, _, _ in GRID}
     expected = {p for p, data in targets.presets().items()
@@ -360,7 +426,7 @@ def test_conformance(preset: str, op: str, family_name: str, want: str, data: An
     if want == "accepted" and missing:
         pytest.skip(f"{family_name} cannot run on this machine: {missing}")
     freezing = bool(targets.presets()[preset].get("freezing", False))
-    case = data.draw(cases(op), label="case")
+    case = data.draw(cases(op, tile_sizes(preset, op, family_name)), label="case")
     torch.manual_seed(0)
     try:
         built = builder(case, freezing)

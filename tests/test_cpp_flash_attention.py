@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from _conformance_kit import kernel_blocks
 from _pre_grad import pre_grad_graph
 from inductor_ext import presets, tune
 from inductor_ext.kernels.prefill_attention_ops import OP
@@ -170,14 +171,20 @@ CASES = [
     (2, 70, 150, 2, 2, 128, "is_causal"),  # fewer queries than keys: each sees keys 0..i only
     (1, 130, 60, 2, 1, 64, "is_causal"),  # more queries than keys: the last 70 see every key
 ]
-# Every block boundary the kernel's tiles imply (32 queries, 64 keys a block): 1, block-1, block,
-# block+1 and 2*block+1 of each, under a causal mask, whose block skip depends on where the last
-# query block ends (65: the last query block holds one query, at the first key of a key block).
-QUERY_BLOCK, KEY_BLOCK = 32, 64
+# Every block boundary the kernel's tiles imply (its QB queries against KB keys a block, read from
+# its source: 32 and 64): 1, block-1, block, block+1 and 2*block+1 of each, under is_causal, a
+# causal mask and none; the causal block skip depends on where the last query block ends (65: the
+# last query block holds one query, at the first key of a key block).
+QUERY_BLOCK, KEY_BLOCK = kernel_blocks(family.KERNEL)
 BOUNDARIES = sorted({1, QUERY_BLOCK - 1, QUERY_BLOCK, QUERY_BLOCK + 1, KEY_BLOCK - 1, KEY_BLOCK, KEY_BLOCK + 1,
                      2 * QUERY_BLOCK + 1, 2 * KEY_BLOCK + 1})
-CASES += [(1, n, n, 2, 2, 64, kind) for n in BOUNDARIES for kind in ("is_causal", "causal")]
+CASES += [(1, n, n, 2, 2, 64, kind) for n in BOUNDARIES for kind in ("is_causal", "causal", None)]
 CASES += [(1, 65, 64, 2, 2, 64, "is_causal"), (1, 64, 65, 2, 2, 64, "is_causal")]
+# queries and keys at different edges: one key block past one query, one query block past one key,
+# a query block short of two key blocks and a tail, and the reverse
+EDGE_PAIRS = [(1, KEY_BLOCK + 1), (QUERY_BLOCK + 1, 1), (QUERY_BLOCK - 1, 2 * KEY_BLOCK + 1),
+              (2 * QUERY_BLOCK + 1, KEY_BLOCK - 1), (KEY_BLOCK + 1, QUERY_BLOCK)]
+CASES += [(1, lq, lk, 2, 2, 64, kind) for lq, lk in EDGE_PAIRS for kind in ("is_causal", None)]
 
 
 def _mask(kind, batch, lq, lk):

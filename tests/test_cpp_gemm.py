@@ -5,7 +5,9 @@
   eager, every candidate timed against ATen, dumps naming the kernel's config, which is the one
   benchmarked; an offline build (``tune.build``) that stores real decisions, and a
   ``cache-only`` compile that reuses them with zero benchmarks;
-- freezing's guard: a weight changed after the compile is never used stale.
+- freezing's guard: a weight changed after the compile is never used stale;
+- each micro-kernel at its register block's edges (M, N, K at 1, block-1, block, block+1,
+  2*block+1) against float64.
 
 Each graph is compiled once per module (fixtures), with Inductor's caches fresh.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -28,7 +31,7 @@ from torch._inductor.utils import fresh_cache
 from _logs import ext_log_lines, records_of
 
 from inductor_ext import dumps, presets, tune
-from inductor_ext.autotune import policy
+from inductor_ext.autotune import cache_layers, policy
 from inductor_ext.autotune.cache import AutotuneCache, Entry
 from inductor_ext.kernels import mkldnn_packed_ops
 from inductor_ext.lowering import (cold_timing, cpp_gemm, decision_record, ext_choices, frozen_params, jinja_templates,
@@ -721,3 +724,95 @@ def test_lowering_module_imports_on_its_own():
     done = subprocess.run([sys.executable, "-c", "import inductor_ext.lowering.cpp_gemm"], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ at the micro-kernel's edges
+
+
+def _edges(block, step=1):
+    """1, block-1, block, block+1 and 2*block+1 (in ``step``s: AMX takes K in pairs, so there
+    2, block-2, block, block+2 and 2*block+2)."""
+    return sorted({s for s in (step, block - step, block, block + step, 2 * block + step) if s >= step})
+
+
+def _edge_shapes(block_m, block_n, block_k, k_step):
+    """(M, N, K) triples that take every edge size of each dimension at least once, the three
+    dimensions' lists walked out of step (so no two triples share all of their edges)."""
+    ms, ns, ks = _edges(block_m), _edges(block_n), _edges(block_k, k_step)
+    return [(ms[i % len(ms)], ns[(i + 1) % len(ns)], ks[(i + 2) % len(ks)]) for i in range(max(map(len, (ms, ns, ks))))]
+
+
+def _edge_op(i, m, n, k):
+    """addmm, mm and bmm in turn, but where Inductor would decompose the GEMM before lowering (on
+    CPU: one row of small sizes in addmm, K=1 in bmm or in a small mm), no template is asked: a
+    single row goes through mm, a single K through addmm."""
+    return "mm" if m == 1 else "addmm" if k == 1 else ("addmm", "mm", "bmm")[i % 3]
+
+
+class Edges(torch.nn.Module):
+    """One GEMM per shape (``_edge_op``): a linear with a bias (addmm), one without (mm), frozen
+    weights as the template takes them, or a bmm of two activations (batch 2)."""
+
+    def __init__(self, shapes):
+        super().__init__()
+        self.ops = [_edge_op(i, *shape) for i, shape in enumerate(shapes)]
+        self.linears = torch.nn.ModuleList(torch.nn.Linear(k, n, bias=op == "addmm")
+                                           for op, (m, n, k) in zip(self.ops, shapes))
+
+    def forward(self, *xs):
+        return tuple(torch.bmm(x[0], x[1]) if op == "bmm" else linear(x)
+                     for op, linear, x in zip(self.ops, self.linears, xs))
+
+
+def _edge_inputs(shapes, ops, dtype):
+    g = torch.Generator().manual_seed(5)
+    return tuple((torch.randn(2, m, k, generator=g).to(dtype), (torch.randn(2, k, n, generator=g) / k**0.5).to(dtype))
+                 if op == "bmm" else torch.randn(m, k, generator=g).to(dtype) for op, (m, n, k) in zip(ops, shapes))
+
+
+# The micro-kernels whose edges are computed, by ISA and dtype, in one graph each. Each shape is a
+# C++ kernel built (~5 s of a loaded 2-core host): the AVX-512 one is what serves fp32 from M=16 on
+# (ruled_out); Inductor's own pick for smaller fp32 GEMMs, 8x48, runs the same vector code.
+EDGE_KERNELS = {
+    ("avx512", torch.float32): ((16, 16, 1),),
+    ("amx", torch.bfloat16): ((32, 16, 32),),  # AMX tiles: 16 rows x 32 bytes, K in pairs
+}
+
+
+@pytest.mark.parametrize("isa, dtype", list(EDGE_KERNELS), ids=lambda p: str(p).removeprefix("torch."))
+def test_each_micro_kernel_computes_gemms_at_its_block_edges(monkeypatch, tmp_path, isa, dtype):
+    """M, N and K at 1, block-1, block, block+1 and 2*block+1 of each micro-kernel's register block
+    (K in pairs under AMX), through mm, addmm and bmm: every GEMM is served by the template with
+    its micro-kernel (read as a cached winner, so nothing is timed and the graph is built once; the
+    C++ Inductor rendered has that register block), and each output matches a float64 reference."""
+    if isa not in gemm.host_isas():
+        pytest.skip(f"this CPU does not run the {isa} micro-kernels (it runs {gemm.host_isas()})")
+    planned = [(gemm.CppGemmConfig(isa, *block), shape) for block in EDGE_KERNELS[isa, dtype]
+               for shape in _edge_shapes(*block, k_step=2 if isa == "amx" else 1)]
+    shapes = [shape for _, shape in planned]
+    torch.manual_seed(0)
+    m = Edges(shapes).eval().to(dtype)
+    config_of = {(op, shape): config for op, (config, shape) in zip(m.ops, planned)}
+
+    def cached(self, key):  # each GEMM's decision, as if a build had stored its micro-kernel
+        *_, a, b = key.shapes
+        config = config_of.get((key.op, (a[-2], b[-1], a[-1])))
+        return None if config is None else (Entry(key, "cpp.gemm", dataclasses.asdict(config)), "edges")
+
+    monkeypatch.setattr(cache_layers.DecisionSources, "get", cached)
+    args = _edge_inputs(shapes, m.ops, dtype)
+    with torch.no_grad():
+        want = copy.deepcopy(m).double()(*(tuple(t.double() for t in a) if isinstance(a, tuple) else a.double()
+                                           for a in args))
+    _, got, decisions, benchmarks = _compile(m, args, {"preset": "cpu", "dump_dir": str(tmp_path)})
+    assert benchmarks == 0 and sorted(d.op for d in decisions) == sorted(m.ops), decisions
+    assert all(d.reason == "cache" and d.winner.startswith("cpp_") for d in decisions), decisions
+    kernels = [k for k in dumps.read_index(tmp_path)["kernels"] if k["template"] == "cpp.gemm"]
+    assert sorted(json.dumps(k["config"], sort_keys=True) for k in kernels) == \
+        sorted(json.dumps(dataclasses.asdict(config), sort_keys=True) for config, _ in planned), kernels
+    for k in kernels:
+        _assert_register_block((tmp_path / k["file"]).read_text(), k["config"])
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2**-7, "atol": 2**-6}
+    for (config, shape), g, w in zip(planned, got, want):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g.double(), w, **tolerance, msg=lambda msg, c=config, s=shape: f"{c.name()} {s}: {msg}")

@@ -284,3 +284,104 @@ def test_a_template_serves_only_when_it_beats_every_aten_choice_by_the_margin(at
         assert winner.startswith("t") and template_ms[int(winner[1:])] == fastest_template
     else:
         assert winner.startswith("a") and aten_ms[int(winner[1:])] == fastest_aten
+
+
+def _warm(draw, time_ms, warm):
+    """A warm timing near the flushed one (regimes that agree: the cpu preset times both), or none."""
+    return time_ms * draw(st.floats(min_value=0.8, max_value=1.25)) if warm else None
+
+
+def _several_aten(draw, times, packed=False, warm=False):
+    """2-5 ATen choices (one of them the packed GEMM freezing calls, with ``packed``)."""
+    n = draw(st.integers(2, 5))
+    packs = draw(st.lists(st.booleans(), min_size=n, max_size=n)) if packed else [False] * n
+    return [aten(t := draw(times), _warm(draw, t, warm), name=f"a{i}", packed=p) for i, p in enumerate(packs)]
+
+
+def _in_any_order(draw, candidates):
+    return draw(st.permutations(candidates))
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data(), margin=st.sampled_from([0.0, 0.02, 0.05, 0.1]), warm=st.booleans())
+def test_a_served_template_beat_the_fastest_aten_choice_whatever_the_order(data, margin, warm):
+    """The rule's definition over several ATen choices (the packed GEMM among them, any order,
+    templates near them, failed ones, a family's default config; all timed warm too, or none):
+    whatever serves is one of the candidates and finite; a template serves only when the fastest
+    template beats the fastest ATen choice by the margin, and is itself no slower than that ATen
+    choice (nor, timed warm, slower by over the margin: a default standing in for a config that
+    beat it); ATen serves otherwise: its fastest choice, or the (fastest) packed GEMM that one does
+    not beat by the margin in both regimes."""
+    draw = data.draw
+    atens = _several_aten(draw, _times, packed=True, warm=warm)
+    fastest_ms = min(a.time_ms for a in atens)
+    near = st.floats(min_value=0.8, max_value=1.2, allow_nan=False).map(lambda r: fastest_ms * r)
+    templates = [template(f"t{i}", t, _warm(draw, t, warm), default=i == 0 and draw(st.booleans()))
+                 for i, t in enumerate(draw(st.lists(st.one_of(near, st.just(INF)), min_size=1, max_size=4)))]
+    candidates = _in_any_order(draw, atens + templates)
+    fastest = min((c for c in candidates if c.is_aten), key=lambda c: c.time_ms)  # the first of equals
+    best = min(candidates, key=lambda c: c.time_ms)
+    chosen, reason = decide.pick(best, candidates, margin)
+    assert any(chosen is c for c in candidates) and chosen.time_ms < INF, (chosen, reason)
+    fastest_template = min(t.time_ms for t in templates)
+    if fastest_template * (1 + margin) >= fastest.time_ms:
+        assert chosen.is_aten, (chosen, reason)
+    if chosen.is_aten:  # the fastest, or the packed GEMM, unless the fastest beats it by the margin in both regimes
+        beaten = (fastest.time_ms * (1 + margin) < chosen.time_ms
+                  and (not warm or fastest.warm_ms * (1 + margin) < chosen.warm_ms))
+        fastest_packed = min((a.time_ms for a in atens if a.packed), default=None)
+        assert chosen.time_ms == fastest.time_ms or (chosen.time_ms == fastest_packed and not beaten), (chosen, reason)
+    else:
+        assert fastest_template * (1 + margin) < fastest.time_ms and chosen.time_ms <= fastest.time_ms, (chosen, reason)
+        assert not warm or chosen.warm_ms <= fastest.warm_ms * (1 + margin), (chosen, reason)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), margin=st.sampled_from([0.0, 0.02, 0.05, 0.1]))
+def test_a_default_standing_in_for_a_faster_config_loses_to_no_aten_choice(data, margin):
+    """Several ATen choices in any order, all timed warm too (the cpu preset); the family's fastest
+    config beats the fastest ATen choice by the margin, and its default config is timed near it, so
+    that it may stand in for it (within the margin of it, in either regime). Whichever template
+    serves is no slower than the fastest ATen choice, nor over the margin slower than it warm;
+    otherwise that ATen choice serves."""
+    draw = data.draw
+    ratio = st.floats(min_value=0.8, max_value=1.25)  # warm against flushed: the regimes agree
+    fastest_ms = draw(_times)
+    others = [fastest_ms * draw(st.floats(min_value=1.0, max_value=1.5)) for _ in range(draw(st.integers(1, 4)))]
+    atens = [aten(t, t * draw(ratio), name=f"a{i}") for i, t in enumerate([fastest_ms, *others])]
+    best_ms = fastest_ms / (1 + margin) * draw(st.floats(min_value=0.8, max_value=0.99))
+    default_ms = fastest_ms * draw(st.floats(min_value=0.8, max_value=1.3))
+    templates = [template("t0", default_ms, default_ms * draw(ratio), default=True),
+                 template("t1", best_ms, best_ms * draw(ratio))]
+    candidates = _in_any_order(draw, atens + templates)
+    fastest = min((c for c in candidates if c.is_aten), key=lambda c: c.time_ms)  # the first of equals
+    chosen, reason = decide.pick(min(candidates, key=lambda c: c.time_ms), candidates, margin)
+    if chosen.is_aten:
+        assert chosen is fastest, (chosen, reason)
+    else:
+        assert chosen.time_ms <= fastest.time_ms and chosen.warm_ms <= fastest.warm_ms * (1 + margin), (chosen, reason)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), margin=st.sampled_from([0.0, 0.05]))
+def test_a_forced_familys_fastest_finite_candidate_serves(data, margin):
+    """force_template over candidate sets: several ATen choices, two template families with
+    failed (inf) candidates among theirs, in any order. With a forced family that has a finite
+    candidate, the fastest finite candidate of the forced families serves, however slow, and says
+    so; where every forced candidate failed, the rules decide among the rest (no failed one serves)."""
+    draw = data.draw
+    atens = _several_aten(draw, _times)
+    templates = [template(f"{family}-{i}", t, family=family)
+                 for family in ("triton.gemm", "cpp.gemm")
+                 for i, t in enumerate(draw(st.lists(st.one_of(_times, st.just(INF)), min_size=1, max_size=3)))]
+    forced = tuple(draw(st.lists(st.sampled_from(["triton.gemm", "cpp.gemm"]), min_size=1, max_size=2, unique=True)))
+    candidates = _in_any_order(draw, atens + templates)
+    best = min(candidates, key=lambda c: c.time_ms)
+    chosen, reason = decide.pick(best, candidates, margin, forced)
+    finite = [c for c in candidates if c.family in forced and c.time_ms < INF]
+    if finite:
+        assert any(chosen is c for c in finite), (chosen, reason)
+        assert chosen.time_ms == min(c.time_ms for c in finite) and reason == f"force_template={chosen.family}"
+    else:
+        assert chosen.family not in forced and chosen.time_ms < INF and not reason.startswith("force_template"), \
+            (chosen, reason)
