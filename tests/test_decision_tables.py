@@ -288,3 +288,12 @@ def test_the_build_script_plans_the_grid_it_is_asked_for() -> None:
 def test_the_build_script_says_what_is_wrong_in_one_line(args: tuple[str, ...], why: str) -> None:
     done = _script("--out", "t.json", "--dry-run", *args)
     assert done.returncode == 2 and why in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_forced_family_is_timed_and_served_under_the_untimed_default(model, keys, tmp_path: Path, monkeypatch) -> None:
+    """force_template (debugging) still forces under autotune="model": the forced family's
+    candidates are timed as under "quick", and its fastest serves."""
+    decisions = _compile(model, {"force_template": "cpp.gemm", "decision_tables": str(tmp_path / "none.json")},
+                         monkeypatch)
+    assert [d.reason for d in decisions] == ["force_template=cpp.gemm"] * 2
+    assert all(any(c["family"] == "cpp.gemm" and c["time_us"] for c in d.candidates) for d in decisions)

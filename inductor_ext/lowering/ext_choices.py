@@ -166,8 +166,9 @@ class ExtChoices(InductorChoices):
             # asked twice for a ruled-out default: cached, so it logs one line
             ruled_out = None if family in forced_templates(self.config) else functools.cache(
                 functools.partial(_measured, module, ready.problem, self.config.target, node))
-            proposed = policy.candidates(module, ready.problem, self.config.target, self.config.autotune,
-                                         ruled_out=ruled_out)
+            # forced under an untimed effort: the forced family's candidates are timed as under "quick"
+            effort = "quick" if self.config.autotune in UNTIMED else self.config.autotune
+            proposed = policy.candidates(module, ready.problem, self.config.target, effort, ruled_out=ruled_out)
             if default is not None and all(c.config != default for c in proposed) \
                     and (ruled_out is None or not ruled_out(default)):
                 proposed.append(policy.Candidate(default, "default"))  # the baseline is timed unless ruled out
