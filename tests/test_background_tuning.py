@@ -5,6 +5,7 @@ refused, never run."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sqlite3
@@ -170,7 +171,7 @@ def test_served_untimed_now_tuned_by_the_worker_and_cached_for_the_next_process(
                                                                                   monkeypatch, capsys) -> None:
     (tmp_path / "two_linears.py").write_text(MODEL)
     monkeypatch.syspath_prepend(str(tmp_path))
-    from two_linears import TwoLinears  # the same module the next process imports
+    TwoLinears = importlib.import_module("two_linears").TwoLinears  # the same module the next process imports
 
     torch.manual_seed(0)
     model, x = TwoLinears().eval(), torch.randn(16, 64)

@@ -1,4 +1,4 @@
-"""Every package the code, the tests and the benches import is declared in pyproject.toml, so the
+"""Every package the code, the tests, the benches and the scripts import is declared in pyproject.toml, so the
 README's install on a fresh machine brings it. (A package that merely arrived with another one,
 as jinja2 with torch or jsonschema with nothing, passed CI on a machine with extras installed by
 hand, and failed for a new user.)"""
@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("inductor_ext", "tests", "bench")
+SCANNED = ("inductor_ext", "tests", "bench", "scripts")
 # Modules whose distribution the installed metadata cannot name: the CuTeDSL wheel puts
 # `cutlass` on sys.path through a .pth file, so no RECORD lists it as a top-level module.
 NOT_IN_METADATA = {"cutlass": "nvidia-cutlass-dsl"}
