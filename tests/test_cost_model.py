@@ -138,3 +138,69 @@ def test_observations_compare_only_their_kind() -> None:
                             dtypes=("float32", "float32"), device_name=FORM, arch="cpu", preset="cpu",
                             fp32_precision="ieee")
     assert cost_model.kind_of(transposed) != o.kind  # a weight stored the other way is another kind
+
+
+# ------------------------------------------------------------------ the parts, on numbers worked by hand
+# (each pins what a mutant of cost_model.py changed and no test above saw: scripts/mutate_changes.py)
+
+
+def test_work_is_a_gemms_multiply_adds_and_anything_elses_root_of_its_sizes() -> None:
+    assert cost_model._work(key(16, 768, 64)) == pytest.approx(math.log2(16 * 768 * 64))
+    bmm = ProblemKey(op="bmm", shapes=((4, 16, 64), (4, 64, 32)), strides=((1024, 64, 1), (2048, 32, 1)),
+                     dtypes=("float32", "float32"), device_name=FORM, arch="cpu", preset="cpu", fp32_precision="ieee")
+    assert cost_model._work(bmm) == pytest.approx(math.log2(4 * 16 * 64 * 32))
+    attention = ProblemKey(op="prefill_attention", shapes=((1, 2, 8, 64),) * 3, strides=((1024, 512, 64, 1),) * 3,
+                           dtypes=("float32",) * 3, device_name=FORM, arch="cpu", preset="cpu")
+    assert cost_model._work(attention) == pytest.approx(0.5 * 3 * math.log2(1 * 2 * 8 * 64))
+
+
+def test_a_contiguous_three_d_input_is_contiguous() -> None:
+    assert cost_model._is_contiguous((4, 16, 64), (1024, 64, 1))
+    assert not cost_model._is_contiguous((4, 16, 64), (1024, 1, 16))
+    assert cost_model._is_contiguous((1, 16, 64), (7, 64, 1))  # a size-1 dim's stride says nothing
+
+
+def test_sub_microsecond_aten_times_are_observations() -> None:
+    assert cost_model.observe(entry(1, 8, 8, 0.5, 0.25)) is not None
+
+
+def test_predicted_times_scale_with_the_work() -> None:
+    """ATen's time exactly proportional to M*N*K in the table: the prediction at an unseen size is exact."""
+    entries = [entry(m, n, 768, m * n * 768 / 1e4, m * n * 768 / 2e4) for m in (1, 4, 16, 64) for n in (768, 2048)]
+    p = CostModel.from_entries(entries).predict(key(8, 1024, 768))
+    assert p.aten_us == pytest.approx(8 * 1024 * 768 / 1e4) and p.template_us == pytest.approx(8 * 1024 * 768 / 2e4)
+    assert p.neighbours == cost_model.NEIGHBOURS
+
+
+def test_neighbours_weigh_by_the_inverse_square_of_one_plus_their_distance() -> None:
+    near, far = entry(4, 768, 768, 100.0, 50.0), entry(16, 768, 768, 100.0, 200.0)  # distance 1 and 1 from M=8
+    farther = entry(64, 768, 768, 100.0, 100.0)  # distance 3
+    p = CostModel.from_entries([near, far, farther]).predict(key(8, 768, 768))
+    w = [1 / 2 ** 2, 1 / 2 ** 2, 1 / 4 ** 2]
+    want = (w[0] * math.log(0.5) + w[1] * math.log(2.0) + w[2] * 0.0) / sum(w)
+    assert p.log_ratio == pytest.approx(want)
+
+
+def test_the_error_is_the_quantile_of_the_misses_not_the_largest() -> None:
+    entries = [entry(2 ** i, 768, 768, 100.0, 50.0) for i in range(10)] + [entry(1024, 768, 768, 100.0, 400.0)]
+    model = CostModel.from_entries(entries)
+    kind = cost_model.kind_of(key(1, 768, 768))
+    group = model._by_kind[kind]
+    misses = sorted(abs(cost_model._nearest(group[:i] + group[i + 1:], o.sizes, o.work)[0] - o.log_ratio)
+                    for i, o in enumerate(group))
+    assert model.error(kind) == pytest.approx(misses[int(cost_model.ERROR_QUANTILE * len(misses))])
+    assert model.error(kind) < misses[-1]
+
+
+def test_a_winning_neighbour_at_the_radius_still_lends_its_config() -> None:
+    at_radius = entry(64, 768, 768, 100.0, 50.0)  # M=64 is log2 distance 3 from M=8
+    p = CostModel.from_entries([at_radius, entry(2, 768, 768, 100.0, 50.0), entry(1, 768, 768, 100.0, 50.0)]
+                               ).predict(key(8, 768, 768))
+    assert len(p.configs) == 1  # the same config from all three, once
+    only_far = CostModel.from_entries([at_radius]).predict(key(8, 768, 768))
+    assert only_far.configs == (("cpp.gemm", CONFIG),)
+
+
+def test_a_prediction_exactly_at_the_margin_does_not_win() -> None:
+    p = cost_model.Prediction(-math.log1p(0.05), 0.0, 100.0, 100 / 1.05, (("cpp.gemm", CONFIG),), 4)
+    assert not p.template_wins(0.05) and p.template_wins(0.04)
