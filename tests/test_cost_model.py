@@ -174,10 +174,10 @@ def test_predicted_times_scale_with_the_work() -> None:
 
 def test_neighbours_weigh_by_the_inverse_square_of_one_plus_their_distance() -> None:
     near, far = entry(4, 768, 768, 100.0, 50.0), entry(16, 768, 768, 100.0, 200.0)  # distance 1 and 1 from M=8
-    farther = entry(64, 768, 768, 100.0, 100.0)  # distance 3
+    farther = entry(64, 768, 768, 100.0, 300.0)  # distance 3
     p = CostModel.from_entries([near, far, farther]).predict(key(8, 768, 768))
     w = [1 / 2 ** 2, 1 / 2 ** 2, 1 / 4 ** 2]
-    want = (w[0] * math.log(0.5) + w[1] * math.log(2.0) + w[2] * 0.0) / sum(w)
+    want = (w[0] * math.log(0.5) + w[1] * math.log(2.0) + w[2] * math.log(3.0)) / sum(w)
     assert p.log_ratio == pytest.approx(want)
 
 
