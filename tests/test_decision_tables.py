@@ -127,6 +127,50 @@ def test_a_table_is_read_again_when_its_bytes_change_even_at_the_same_mtime(tmp_
     assert decision_tables.load_table(path).get(_key(1)).winner == "aten"
 
 
+def test_a_tables_text_is_sorted_ascii_json_and_never_nan() -> None:
+    a, b = _entry(_key(1)), _entry(_key(16))
+    assert table_text([a, b], PROVENANCE) == table_text([b, a], PROVENANCE)  # same entries, same bytes
+    text = table_text([a], {**PROVENANCE, "cpu": "Ryzen \u00e9"})
+    assert text.isascii() and "Ryzen \\u00e9" in text
+    assert text.index('"command":') < text.index('"cpu": "Ryzen')  # keys sorted: command before cpu
+    bad = _entry(_key(2))
+    bad.winner_time_us = float("nan")
+    with pytest.raises(ValueError):
+        table_text([bad], PROVENANCE)
+    with pytest.raises(ValueError, match="provenance needs date, torch"):
+        table_text([a], {k: v for k, v in PROVENANCE.items() if k not in ("date", "torch")})
+
+
+def test_refused_entries_are_counted_and_summed_up_past_a_few_lines(caplog) -> None:
+    doc = json.loads(_table([_entry(_key(m)) for m in range(1, 10)]))
+    for d in doc["entries"][:7]:
+        d["config"]["block_m"] = 10 ** 9
+    with caplog.at_level(logging.WARNING, logger="inductor_ext.autotune"):
+        table = parse_table(json.dumps(doc).encode(), "t.json")
+    assert table.refused == 7 and len(table.entries) == 2
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == decision_tables.MAX_REFUSED_LINES + 1
+    assert lines[-1] == "ext: decision table t.json: 7 entries refused in all"
+
+
+def test_a_refused_file_says_so_once_and_names_its_path(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("[]")
+    with caplog.at_level(logging.WARNING, logger="inductor_ext.autotune"):
+        assert decision_tables.load_table(path) is None and decision_tables.load_table(path) is None
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and str(path) in lines[0], lines
+
+
+def test_the_tables_digest_follows_their_content() -> None:
+    one = TableSet([parse_table(_table([_entry(_key(1))]), "t")])
+    same = TableSet([parse_table(_table([_entry(_key(1))]), "t")])
+    other = TableSet([parse_table(_table([_entry(_key(1), winner="aten")]), "t")])
+    assert one.digest() != other.digest()
+    assert TableSet([]).digest() != one.digest() and len(one.digest()) == 64
+    assert one.tables[0].digest != same.tables[0].digest or one.digest() == same.digest()
+
+
 def test_the_first_table_holding_a_key_wins() -> None:
     mine = parse_table(_table([_entry(_key(1), winner="aten")]), "mine")
     package = parse_table(_table([_entry(_key(1)), _entry(_key(2))]), "package")
