@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sqlite3
 import subprocess
@@ -48,9 +49,13 @@ def own_cache(tmp_path: Path, monkeypatch) -> Path:
 def test_a_job_reads_back_and_anything_else_is_refused() -> None:
     job = _job()
     assert Job.from_json(job.to_json()) == job
+    for threads in (1, 4096):  # the bounds are threads a machine can have
+        assert Job.from_json(json.dumps({**json.loads(job.to_json()), "threads": threads})).threads == threads
     for spoil, why in ((lambda d: d["key"].update(op="prefill_attention"), "op"),
                        (lambda d: d.update(constants=[True]), "one bool per input"),
                        (lambda d: d.update(threads=0), "threads"),
+                       (lambda d: d.update(threads=4097), "threads"),
+                       (lambda d: d.update(threads=2.0), "threads"),
                        (lambda d: d["options"].update(autotune_cache="/etc/x"), "options may hold only"),
                        (lambda d: d.pop("options"), "exactly")):
         d = json.loads(job.to_json())
@@ -91,12 +96,30 @@ def test_a_queue_file_with_sql_of_its_own_is_refused_never_run(own_cache: Path) 
         assert conn.execute("SELECT digest, state FROM jobs").fetchall() == [(_job().key.digest(), "pending")]
 
 
-def test_a_folder_others_may_write_queues_nothing(own_cache: Path) -> None:
+def test_a_folder_others_may_write_queues_nothing(own_cache: Path, caplog) -> None:
     own_cache.mkdir(mode=0o700)
     own_cache.chmod(0o777)
     queue = TuneQueue()
-    assert "writable by other users" in queue.usable() and not queue.add(_job())
+    with caplog.at_level(logging.INFO, logger="inductor_ext.autotune"):
+        assert "writable by other users" in queue.usable() and not queue.add(_job())
     assert not queue.path.exists()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"ext: background tuning queues nothing: {own_cache} is writable by other users (mode 777)"]
+
+
+def test_a_worker_that_cannot_start_is_one_line_saying_what_to_run(own_cache: Path, monkeypatch, caplog) -> None:
+    def refuse(*args, **kwargs):
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(tune_queue, "_started", set())
+    monkeypatch.setenv("INDUCTOR_EXT_BACKGROUND_WORKER", "1")
+    queue = TuneQueue()
+    queue.usable()
+    with caplog.at_level(logging.WARNING, logger="inductor_ext.autotune"):
+        tune_queue.start_worker(queue)
+    assert [r.getMessage() for r in caplog.records] == [
+        "ext: could not start the background tuning worker (no processes left); run `inductor-ext tune work`"]
 
 
 def test_one_worker_per_machine(own_cache: Path) -> None:
@@ -120,6 +143,7 @@ def test_a_compile_starts_the_worker_once_detached_unless_told_not_to(own_cache:
     assert len(started) == 1
     cmd, kw = started[0]
     assert cmd[1:] == ["-m", "inductor_ext.background_tuning"] and kw["start_new_session"]
+    assert kw["stdout"].name == kw["stderr"].name == str(queue.path.with_name("background.log"))
     monkeypatch.setattr(tune_queue, "_started", set())
     monkeypatch.setenv("INDUCTOR_EXT_BACKGROUND_WORKER", "0")
     tune_queue.start_worker(queue)
