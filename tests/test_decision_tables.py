@@ -286,6 +286,30 @@ def test_the_model_never_serves_a_predicted_loss(model, keys, tmp_path: Path, mo
     assert decisions[0].reason.startswith("model: ATen's default; template predicted 1.20x")
 
 
+def test_the_model_never_serves_a_template_its_rule_does_not_pick(model, keys, tmp_path: Path, monkeypatch) -> None:
+    """Near entries where the template won (so configs to serve exist) and lost: the mean predicts a
+    loss, and ATen serves."""
+    (first, form), _ = keys
+    near = [_entry(portable(ProblemKey.from_dict({**first.to_dict(), "shapes": [[m, 64], [64, 96]]}), form),
+                   winner=winner, template_us=t) for m, winner, t in ((8, "cpp.gemm", 9.0), (32, "cpp.gemm", 9.0),
+                                                                    (4, "aten", 20.0), (64, "aten", 20.0))]
+    decisions = _compile(model, {"decision_tables": _write(tmp_path, near)}, monkeypatch)
+    assert decisions[0].reason.startswith("model: ATen's default; template predicted"), decisions[0].reason
+    assert all(c["family"] != "cpp.gemm" for c in decisions[0].candidates)
+
+
+def test_a_table_edited_in_place_compiles_the_graph_again(model, keys, tmp_path: Path, monkeypatch) -> None:
+    """The graph's key holds the tables' digest: Inductor's FX graph cache must not serve a graph
+    decided by the table as it was."""
+    (first, form), (second, _) = keys
+    table = _write(tmp_path, [_entry(portable(first, form), winner="aten"),
+                              _entry(portable(second, form), winner="aten")])
+    assert [d.winner for d in _compile(model, {"decision_tables": table}, monkeypatch)][0].startswith("mm")
+    _write(tmp_path, [_entry(portable(first, form)), _entry(portable(second, form), winner="aten")])
+    decisions = _compile(model, {"decision_tables": table}, monkeypatch)
+    assert decisions and decisions[0].reason == "table" and decisions[0].candidates[-1]["family"] == "cpp.gemm"
+
+
 def test_a_corrupted_table_never_fails_a_compile(model, keys, tmp_path: Path, monkeypatch, caplog) -> None:
     (first, form), (second, _) = keys
     doc = json.loads(table_text([_entry(portable(first, form)), _entry(portable(second, form))], PROVENANCE))
