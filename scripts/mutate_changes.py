@@ -55,6 +55,18 @@ DETECTED = {"killed": "killed", "caught by type check": "killed", "timeout": "ti
 JUDGED_OTHER = {"survived": "survived", "no tests": "no_tests", "suspicious": "survived"}
 
 
+# A test's subprocess that imports the mutated tree (it has mutants/ on its PYTHONPATH) runs the
+# mutant under test like the test itself, but while mutmut records which test calls which function
+# ("stats") it must run plain code: recording needs mutmut's config, which mutmut reads from the
+# current folder, and a subprocess's is another one (it fails there).
+SITECUSTOMIZE = """\
+import os
+
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    os.environ["MUTANT_UNDER_TEST"] = ""
+"""
+
+
 class UsageError(Exception):
     """A mistake on the command line: one line on stderr, exit status 2."""
 
@@ -75,8 +87,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tests", default="auto", help="'auto' or comma-separated test files (default: auto)")
     p.add_argument("--pytest-args", default="",
                    help="more pytest arguments, split like a shell line (e.g. \"--deselect tests/t.py::test_x\")")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds a mutant may take beyond its tests' clean time, before doubling (default 30)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="a mutant times out after 3 x (its tests' clean time + this) seconds, and after twice "
+                        "that of CPU time: a cold compile in a forked child can take far longer than the "
+                        "same tests warm (default 60)")
     p.add_argument("--sample", type=int, default=0, help="at most this many mutants per source file, drawn at random")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample's draw (default 0)")
     p.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
@@ -284,7 +298,7 @@ def mutmut_config(copy: Path, files: list[str], tests: list[str], timeout: float
         "also_copy": also,
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": pytest_args,
-        "timeout_multiplier": 2.0,
+        "timeout_multiplier": 3.0,
         "timeout_constant": timeout,
         "process_isolation": "forkserver",  # torch is not fork-safe once it has run anything
         "use_git_change_detection": False,
@@ -362,6 +376,9 @@ def worker(plan_path: str) -> int:
         fm.mutate_file_contents(rel, text, set(lines))
         for short, (line, what) in named:
             mutants[get_mutant_name(Path(rel), short)] = {"file": rel, "line": line, "mutation": what}
+    # mutmut generates the mutants again in forked workers, file by file: without the recording
+    fm.MutationVisitor._create_mutations = create  # type: ignore[method-assign]
+    fm.function_trampoline_arrangement = arrange
     if plan["sample"]:
         rng = random.Random(plan["seed"])
         keep: list[str] = []
@@ -468,6 +485,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if files:
             copy = make_copy(root)
+            (copy / "sitecustomize.py").write_text(SITECUSTOMIZE)  # mutmut copies it into mutants/
             with (copy / "pyproject.toml").open("a", encoding="utf-8") as f:
                 f.write(mutmut_config(copy, sorted(files), union, args.timeout, shlex.split(args.pytest_args)))
             plan = {"lines": {f: sorted(ls) for f, ls in files.items()}, "tests": union, "sample": args.sample,
@@ -484,11 +502,12 @@ def run(args: argparse.Namespace) -> int:
                 worker_proc.wait()
             result_path = copy / ".mutate_out.json"
             if not result_path.exists():
-                tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-                error = f"mutmut failed (status {worker_proc.returncode}): {tail[0][:300]}"
+                error = f"mutmut failed (status {worker_proc.returncode}): {_last_line(log)}"
             else:
                 result = json.loads(result_path.read_text())
                 mutants, error = result["mutants"], result["error"]
+                if error:
+                    error += f": {_last_line(log)}"
         report = summarize(files, tests, mutants, groups)
         report.update(base=None if args.all_lines else args.base, sample=args.sample or None, seed=args.seed,
                       wall_s=round(time.monotonic() - start, 1), error=error, dry_run=args.dry_run)
@@ -512,6 +531,13 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(copy, ignore_errors=True)
         elif copy is not None:
             print(f"mutate_changes: the copy is kept: {copy}", file=sys.stderr)
+
+
+def _last_line(log: Path) -> str:
+    """mutmut's last words, without its spinner's lines."""
+    lines = [x.strip() for x in re.split(r"[\r\n]", log.read_text(errors="replace"))]
+    lines = [x for x in lines if x and not ("\u2800" <= x[0] <= "\u28ff")]  # braille: the spinner
+    return lines[-1][:300] if lines else "(no output)"
 
 
 def _stop(proc: subprocess.Popen) -> None:
