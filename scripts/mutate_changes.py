@@ -221,6 +221,15 @@ def imported_modules(test_file: Path) -> set[str]:
     return names
 
 
+def read_map(root: Path) -> dict:
+    if not (root / MAP_FILE).is_file():
+        return {}
+    try:
+        return tomllib.loads((root / MAP_FILE).read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{MAP_FILE}: {e}") from None
+
+
 def select_tests(root: Path, files: list[str], tests_arg: str) -> dict[str, list[str]]:
     if tests_arg != "auto":
         chosen = [t.strip() for t in tests_arg.split(",") if t.strip()]
@@ -228,12 +237,7 @@ def select_tests(root: Path, files: list[str], tests_arg: str) -> dict[str, list
             if not (root / t.split("::")[0]).is_file():
                 raise UsageError(f"--tests: {t} is not a file")
         return {f: chosen for f in files}
-    mapping: dict[str, list[str]] = {}
-    if (root / MAP_FILE).is_file():
-        try:
-            mapping = tomllib.loads((root / MAP_FILE).read_text(encoding="utf-8")).get("tests", {})
-        except tomllib.TOMLDecodeError as e:
-            raise UsageError(f"{MAP_FILE}: {e}") from None
+    mapping: dict[str, list[str]] = read_map(root).get("tests", {})
     test_files = sorted((root / TESTS_DIR).rglob("test_*.py")) if (root / TESTS_DIR).is_dir() else []
     imports = {t.relative_to(root).as_posix(): imported_modules(t) for t in test_files}
     users: dict[str, set[str]] | None = None  # module -> the package's modules importing it, when asked
@@ -301,6 +305,13 @@ def mutmut_config(copy: Path, files: list[str], tests: list[str], timeout: float
         "timeout_multiplier": 3.0,
         "timeout_constant": timeout,
         "process_isolation": "forkserver",  # torch is not fork-safe once it has run anything
+        # The fork server imports only the third-party modules the map file lists ("preload"): the
+        # tests' conftest and the package import afresh in every run, so a session's setup (this
+        # repo's conftest makes a fresh autotune cache folder per session) is each run's own, not
+        # one shared by every mutant, and code that runs at import (dataclass field declarations)
+        # runs as the mutant under test.
+        "forkserver_warmup": "import",
+        "preload_modules_file": str(copy / ".mutate_preload.txt"),
         "use_git_change_detection": False,
     }
     return "\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in conf.items())
@@ -488,6 +499,7 @@ def run(args: argparse.Namespace) -> int:
             (copy / "sitecustomize.py").write_text(SITECUSTOMIZE)  # mutmut copies it into mutants/
             with (copy / "pyproject.toml").open("a", encoding="utf-8") as f:
                 f.write(mutmut_config(copy, sorted(files), union, args.timeout, shlex.split(args.pytest_args)))
+            (copy / ".mutate_preload.txt").write_text("".join(f"{m}\n" for m in read_map(root).get("preload", [])))
             plan = {"lines": {f: sorted(ls) for f, ls in files.items()}, "tests": union, "sample": args.sample,
                     "seed": args.seed, "jobs": args.jobs, "dry_run": args.dry_run, "out": str(copy / ".mutate_out.json")}
             (copy / ".mutate_plan.json").write_text(json.dumps(plan))

@@ -46,6 +46,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pkg
 from pkg.mod import add, is_big
 
 
@@ -60,6 +61,9 @@ def test_add_in_a_subprocess(tmp_path):  # runs the mutant too; while mutmut rec
 
 
 def test_is_big():
+    marker = Path(pkg.SESSION_DIR) / "seen"  # each run of the tests is a session of its own
+    assert not marker.exists()
+    marker.touch()
     assert is_big(1000)
 '''
 
@@ -81,8 +85,12 @@ def repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
-    (repo / "pkg" / "__init__.py").write_text("")
+    # read at import, as the package's cache folders are
+    (repo / "pkg" / "__init__.py").write_text("import os\n\nSESSION_DIR = os.environ.get('SESSION_DIR')\n")
     (repo / "pkg" / "mod.py").write_text(BASE_MOD)
+    # like the package's conftest, which makes a fresh autotune cache folder per session: so no mutant's
+    # run may see what another left there
+    (repo / "tests" / "conftest.py").write_text("import os, tempfile\n\nos.environ['SESSION_DIR'] = tempfile.mkdtemp()\n")
     (repo / "tests" / "test_mod.py").write_text(TEST.replace(", is_big", "").split("\n\ndef test_is_big")[0])
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
@@ -106,7 +114,8 @@ def run_script(repo: Path, *args: str, timeout: float = 240) -> subprocess.Compl
 
 def test_changed_lines_are_mutated_and_the_report_names_each_survivor(repo: Path) -> None:
     before = snapshot(repo)
-    r = run_script(repo, "--base", "main", "--json", "--timeout", "20")
+    # one mutant at a time: a later run would see what an earlier one left in a shared session
+    r = run_script(repo, "--base", "main", "--json", "--timeout", "20", "--jobs", "1")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["error"] is None
