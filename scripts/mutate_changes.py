@@ -7,8 +7,9 @@
 
 The mutants are mutmut's (pinned in the dev extra: this script drives its internals). mutmut
 copies the sources into ``mutants/`` with every mutant behind a trampoline and runs each mutant in
-a process forked from one that has imported the tests already, so a mutant costs its tests' time,
-not a fresh interpreter importing torch. Here mutmut only ever works in a throwaway copy of the
+a process forked from a server that has imported the heavy third-party modules (``preload`` in
+``scripts/mutate_changes.toml``: torch, ...), so a mutant costs its tests' time and an import of
+the package and its tests, not a fresh interpreter importing torch. Here mutmut only ever works in a throwaway copy of the
 work tree (tracked files and untracked ones git does not ignore), so the work tree itself is never
 written, whatever stops the run.
 
@@ -340,6 +341,7 @@ def worker(plan_path: str) -> int:
     import mutmut.__main__ as mm
     from mutmut.mutation import file_mutation as fm
     from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.runners.harness import PytestRunner
     from mutmut.state import state
     from mutmut.stats import status_by_exit_code
     from mutmut.utils.format_utils import get_mutant_name
@@ -397,6 +399,23 @@ def worker(plan_path: str) -> int:
             names = [n for n, m in mutants.items() if m["file"] == rel]
             keep += names if len(names) <= plan["sample"] else rng.sample(names, plan["sample"])
         mutants = {n: mutants[n] for n in keep}
+    # mutmut hands pytest a run's tests in the order of a set: put them back in the order the suite
+    # ran them while mutmut recorded stats (its file, by name), so tests that lean on what an earlier
+    # test of the session left (test_decision_tables.py's keys fixture) run as in the suite
+    regular = PytestRunner._pytest_args_regular_run
+    stats_file = Path.cwd() / "mutants" / "mutmut-stats.json"
+
+    def in_suite_order(self, tests):  # type: ignore[no-untyped-def]
+        tests = list(tests)
+        if len(tests) > 1:
+            try:
+                order = {t: i for i, t in enumerate(json.loads(stats_file.read_text())["duration_by_test"])}
+            except (OSError, ValueError, KeyError):
+                order = {}
+            tests.sort(key=lambda t: (order.get(t, len(order)), t))
+        return regular(self, tests)
+
+    PytestRunner._pytest_args_regular_run = in_suite_order  # type: ignore[method-assign]
     result = {"mutants": mutants, "error": None}
     if mutants and not plan["dry_run"] and plan["tests"]:
         state()._covered_lines = {str((Path("mutants") / rel).absolute()): set(lines)
