@@ -7,8 +7,9 @@
 
 The mutants are mutmut's (pinned in the dev extra: this script drives its internals). mutmut
 copies the sources into ``mutants/`` with every mutant behind a trampoline and runs each mutant in
-a process forked from one that has imported the tests already, so a mutant costs its tests' time,
-not a fresh interpreter importing torch. Here mutmut only ever works in a throwaway copy of the
+a process forked from a server that has imported the heavy third-party modules (``preload`` in
+``scripts/mutate_changes.toml``: torch, ...), so a mutant costs its tests' time and an import of
+the package and its tests, not a fresh interpreter importing torch. Here mutmut only ever works in a throwaway copy of the
 work tree (tracked files and untracked ones git does not ignore), so the work tree itself is never
 written, whatever stops the run.
 
@@ -55,6 +56,18 @@ DETECTED = {"killed": "killed", "caught by type check": "killed", "timeout": "ti
 JUDGED_OTHER = {"survived": "survived", "no tests": "no_tests", "suspicious": "survived"}
 
 
+# A test's subprocess that imports the mutated tree (it has mutants/ on its PYTHONPATH) runs the
+# mutant under test like the test itself, but while mutmut records which test calls which function
+# ("stats") it must run plain code: recording needs mutmut's config, which mutmut reads from the
+# current folder, and a subprocess's is another one (it fails there).
+SITECUSTOMIZE = """\
+import os
+
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    os.environ["MUTANT_UNDER_TEST"] = ""
+"""
+
+
 class UsageError(Exception):
     """A mistake on the command line: one line on stderr, exit status 2."""
 
@@ -75,8 +88,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tests", default="auto", help="'auto' or comma-separated test files (default: auto)")
     p.add_argument("--pytest-args", default="",
                    help="more pytest arguments, split like a shell line (e.g. \"--deselect tests/t.py::test_x\")")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds a mutant may take beyond its tests' clean time, before doubling (default 30)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="a mutant times out after 3 x (its tests' clean time + this) seconds, and after twice "
+                        "that of CPU time: a cold compile in a forked child can take far longer than the "
+                        "same tests warm (default 60)")
     p.add_argument("--sample", type=int, default=0, help="at most this many mutants per source file, drawn at random")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample's draw (default 0)")
     p.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
@@ -207,6 +222,15 @@ def imported_modules(test_file: Path) -> set[str]:
     return names
 
 
+def read_map(root: Path) -> dict:
+    if not (root / MAP_FILE).is_file():
+        return {}
+    try:
+        return tomllib.loads((root / MAP_FILE).read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{MAP_FILE}: {e}") from None
+
+
 def select_tests(root: Path, files: list[str], tests_arg: str) -> dict[str, list[str]]:
     if tests_arg != "auto":
         chosen = [t.strip() for t in tests_arg.split(",") if t.strip()]
@@ -214,12 +238,7 @@ def select_tests(root: Path, files: list[str], tests_arg: str) -> dict[str, list
             if not (root / t.split("::")[0]).is_file():
                 raise UsageError(f"--tests: {t} is not a file")
         return {f: chosen for f in files}
-    mapping: dict[str, list[str]] = {}
-    if (root / MAP_FILE).is_file():
-        try:
-            mapping = tomllib.loads((root / MAP_FILE).read_text(encoding="utf-8")).get("tests", {})
-        except tomllib.TOMLDecodeError as e:
-            raise UsageError(f"{MAP_FILE}: {e}") from None
+    mapping: dict[str, list[str]] = read_map(root).get("tests", {})
     test_files = sorted((root / TESTS_DIR).rglob("test_*.py")) if (root / TESTS_DIR).is_dir() else []
     imports = {t.relative_to(root).as_posix(): imported_modules(t) for t in test_files}
     users: dict[str, set[str]] | None = None  # module -> the package's modules importing it, when asked
@@ -284,9 +303,16 @@ def mutmut_config(copy: Path, files: list[str], tests: list[str], timeout: float
         "also_copy": also,
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": pytest_args,
-        "timeout_multiplier": 2.0,
+        "timeout_multiplier": 3.0,
         "timeout_constant": timeout,
         "process_isolation": "forkserver",  # torch is not fork-safe once it has run anything
+        # The fork server imports only the third-party modules the map file lists ("preload"): the
+        # tests' conftest and the package import afresh in every run, so a session's setup (this
+        # repo's conftest makes a fresh autotune cache folder per session) is each run's own, not
+        # one shared by every mutant, and code that runs at import (dataclass field declarations)
+        # runs as the mutant under test.
+        "forkserver_warmup": "import",
+        "preload_modules_file": str(copy / ".mutate_preload.txt"),
         "use_git_change_detection": False,
     }
     return "\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in conf.items())
@@ -315,6 +341,7 @@ def worker(plan_path: str) -> int:
     import mutmut.__main__ as mm
     from mutmut.mutation import file_mutation as fm
     from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.runners.harness import PytestRunner
     from mutmut.state import state
     from mutmut.stats import status_by_exit_code
     from mutmut.utils.format_utils import get_mutant_name
@@ -362,6 +389,9 @@ def worker(plan_path: str) -> int:
         fm.mutate_file_contents(rel, text, set(lines))
         for short, (line, what) in named:
             mutants[get_mutant_name(Path(rel), short)] = {"file": rel, "line": line, "mutation": what}
+    # mutmut generates the mutants again in forked workers, file by file: without the recording
+    fm.MutationVisitor._create_mutations = create  # type: ignore[method-assign]
+    fm.function_trampoline_arrangement = arrange
     if plan["sample"]:
         rng = random.Random(plan["seed"])
         keep: list[str] = []
@@ -369,6 +399,23 @@ def worker(plan_path: str) -> int:
             names = [n for n, m in mutants.items() if m["file"] == rel]
             keep += names if len(names) <= plan["sample"] else rng.sample(names, plan["sample"])
         mutants = {n: mutants[n] for n in keep}
+    # mutmut hands pytest a run's tests in the order of a set: put them back in the order the suite
+    # ran them while mutmut recorded stats (its file, by name), so tests that lean on what an earlier
+    # test of the session left (test_decision_tables.py's keys fixture) run as in the suite
+    regular = PytestRunner._pytest_args_regular_run
+    stats_file = Path.cwd() / "mutants" / "mutmut-stats.json"
+
+    def in_suite_order(self, tests):  # type: ignore[no-untyped-def]
+        tests = list(tests)
+        if len(tests) > 1:
+            try:
+                order = {t: i for i, t in enumerate(json.loads(stats_file.read_text())["duration_by_test"])}
+            except (OSError, ValueError, KeyError):
+                order = {}
+            tests.sort(key=lambda t: (order.get(t, len(order)), t))
+        return regular(self, tests)
+
+    PytestRunner._pytest_args_regular_run = in_suite_order  # type: ignore[method-assign]
     result = {"mutants": mutants, "error": None}
     if mutants and not plan["dry_run"] and plan["tests"]:
         state()._covered_lines = {str((Path("mutants") / rel).absolute()): set(lines)
@@ -468,8 +515,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if files:
             copy = make_copy(root)
+            (copy / "sitecustomize.py").write_text(SITECUSTOMIZE)  # mutmut copies it into mutants/
             with (copy / "pyproject.toml").open("a", encoding="utf-8") as f:
                 f.write(mutmut_config(copy, sorted(files), union, args.timeout, shlex.split(args.pytest_args)))
+            (copy / ".mutate_preload.txt").write_text("".join(f"{m}\n" for m in read_map(root).get("preload", [])))
             plan = {"lines": {f: sorted(ls) for f, ls in files.items()}, "tests": union, "sample": args.sample,
                     "seed": args.seed, "jobs": args.jobs, "dry_run": args.dry_run, "out": str(copy / ".mutate_out.json")}
             (copy / ".mutate_plan.json").write_text(json.dumps(plan))
@@ -484,11 +533,12 @@ def run(args: argparse.Namespace) -> int:
                 worker_proc.wait()
             result_path = copy / ".mutate_out.json"
             if not result_path.exists():
-                tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-                error = f"mutmut failed (status {worker_proc.returncode}): {tail[0][:300]}"
+                error = f"mutmut failed (status {worker_proc.returncode}): {_last_line(log)}"
             else:
                 result = json.loads(result_path.read_text())
                 mutants, error = result["mutants"], result["error"]
+                if error:
+                    error += f": {_last_line(log)}"
         report = summarize(files, tests, mutants, groups)
         report.update(base=None if args.all_lines else args.base, sample=args.sample or None, seed=args.seed,
                       wall_s=round(time.monotonic() - start, 1), error=error, dry_run=args.dry_run)
@@ -512,6 +562,13 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(copy, ignore_errors=True)
         elif copy is not None:
             print(f"mutate_changes: the copy is kept: {copy}", file=sys.stderr)
+
+
+def _last_line(log: Path) -> str:
+    """mutmut's last words, without its spinner's lines."""
+    lines = [x.strip() for x in re.split(r"[\r\n]", log.read_text(errors="replace"))]
+    lines = [x for x in lines if x and not ("\u2800" <= x[0] <= "\u28ff")]  # braille: the spinner
+    return lines[-1][:300] if lines else "(no output)"
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -293,3 +293,36 @@ def test_the_reported_attack_runs_nothing_and_the_compile_falls_back_to_aten(rep
         assert "is not allowed: an int in [1, 16]" in line
     assert "skipping" in imported and "shipped.json entries[0] (addmm 8x16x24 fp32)" in imported
     assert "ignoring the entry for mm 8x8x16 fp32" in looked_up
+
+
+def test_each_declaration_keeps_its_default_and_allows_only_its_values():
+    """The declaration helpers on a dataclass made here, at run time (the families' run at import)."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Declared:
+        m: int = allowed.size()
+        block: int = allowed.integer(16, low=16, high=256, power_of_two=True)
+        ratio: float = allowed.number(0.5, low=0.25, high=4.0)
+        scale: float = allowed.number(1.0, high=2.0**63)
+        fast: bool = allowed.flag(True)
+        path: str | None = allowed.one_of(("tiled", None), "tiled")
+
+    assert allowed.build(Declared, {"m": 7}, "D") == Declared(7, 16, 0.5, 1.0, True, "tiled")
+    rules = allowed.declared(Declared)
+    assert [rules[name].describe() for name in ("m", "block", "ratio", "scale", "fast", "path")] == [
+        f"an int in [1, {2**62}]", "a power of two in [16, 256]", "a finite number in [0.25, 4]",
+        "a finite number in [-inf, 9.223372036854776e+18]", "true or false", "one of 'tiled', None"]
+    for name, value in [("m", 0), ("block", 24), ("ratio", 0.2), ("fast", 1), ("path", "gemv")]:
+        with pytest.raises(allowed.InvalidField, match=rf"^D\.{name} = {value!r} is not allowed: "):
+            allowed.build(Declared, {"m": 7, name: value}, "D")
+    with pytest.raises(allowed.InvalidField, match=r"^D\.m = \(missing\) is not allowed: an int in \[1, "):
+        allowed.build(Declared, {}, "D")
+    with pytest.raises(allowed.InvalidField, match=r"^D\.\* = \[1\] is not allowed: an object with the fields "
+                                                   r"m, block, ratio, scale, fast, path$"):
+        allowed.build(Declared, [1], "D")
+    for values in [(), ("tiled", 1)]:
+        with pytest.raises(TypeError, match="one_of takes strings"):
+            allowed.one_of(values)
+    long = "x" * 118  # its repr is 120 characters: shown whole; one more is cut
+    assert repr(long) in str(allowed.InvalidField("D", "path", long, "no"))
+    assert str(allowed.InvalidField("D", "path", long + "x", "no")).startswith(f"D.path = {repr(long)[:117]}...")

@@ -41,6 +41,12 @@ def is_big(x):
     return x > 100
 '''
 TEST = '''\
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pkg
 from pkg.mod import add, is_big
 
 
@@ -48,7 +54,16 @@ def test_add():
     assert add(2, 3) == 5
 
 
+def test_add_in_a_subprocess(tmp_path):  # runs the mutant too; while mutmut records stats, plain code
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-c", "from pkg.mod import add; assert add(2, 3) == 5"], cwd=tmp_path,
+                   env=env, check=True)
+
+
 def test_is_big():
+    marker = Path(pkg.SESSION_DIR) / "seen"  # each run of the tests is a session of its own
+    assert not marker.exists()
+    marker.touch()
     assert is_big(1000)
 '''
 
@@ -70,8 +85,12 @@ def repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)
     (repo / "tests").mkdir()
-    (repo / "pkg" / "__init__.py").write_text("")
+    # read at import, as the package's cache folders are
+    (repo / "pkg" / "__init__.py").write_text("import os\n\nSESSION_DIR = os.environ.get('SESSION_DIR')\n")
     (repo / "pkg" / "mod.py").write_text(BASE_MOD)
+    # like the package's conftest, which makes a fresh autotune cache folder per session: so no mutant's
+    # run may see what another left there
+    (repo / "tests" / "conftest.py").write_text("import os, tempfile\n\nos.environ['SESSION_DIR'] = tempfile.mkdtemp()\n")
     (repo / "tests" / "test_mod.py").write_text(TEST.replace(", is_big", "").split("\n\ndef test_is_big")[0])
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
@@ -95,7 +114,8 @@ def run_script(repo: Path, *args: str, timeout: float = 240) -> subprocess.Compl
 
 def test_changed_lines_are_mutated_and_the_report_names_each_survivor(repo: Path) -> None:
     before = snapshot(repo)
-    r = run_script(repo, "--base", "main", "--json", "--timeout", "20")
+    # one mutant at a time: a later run would see what an earlier one left in a shared session
+    r = run_script(repo, "--base", "main", "--json", "--timeout", "20", "--jobs", "1")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["error"] is None
@@ -121,16 +141,32 @@ def test_the_table_lists_rates_and_survivors_with_file_and_line(repo: Path) -> N
     assert any(line.startswith("  pkg/mod.py:6: ") and "[no selected test reaches it]" in line for line in lines)
 
 
-def test_an_interrupted_run_leaves_the_work_tree_and_no_copy(repo: Path) -> None:
+def test_each_changed_file_gets_its_own_mutants_and_row(repo: Path) -> None:
+    """A short file listed last (an untracked one) beside a longer one: each file's mutants are
+    read against its own lines."""
+    (repo / "pkg" / "zz.py").write_text("def one():\n    return 1\n")
+    r = run_script(repo, "--base", "main", "--json", "--timeout", "20")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert [(m["path"], m["mutants"], m["killed"], m["survived"], m["no_tests"]) for m in report["modules"]] == [
+        ("pkg/mod.py", 3, 1, 2, 0), ("pkg/zz.py", 1, 0, 0, 1)]
+    (survivor,) = [s for s in report["total"]["survivors"] if s["file"] == "pkg/zz.py"]
+    assert (survivor["line"], survivor["mutation"], survivor["status"]) == (2, "return 1 -> return 2", "no tests")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_leaves_the_work_tree_and_no_copy(repo: Path, sig: int) -> None:
     before = snapshot(repo)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # Ctrl-C as at a terminal, also where this test runs in a background job (which ignores SIGINT)
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "--base", "main"], cwd=repo, env={**env, **GIT_ENV},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = proc.stderr.readline()  # "... mutmut's log: <copy>/mutate_changes.log": the worker has started
     assert "mutmut's log:" in first, first
     copy = Path(first.rsplit(": ", 1)[1].strip()).parent
     time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
     assert "interrupted" in err and "Traceback" not in err

@@ -77,3 +77,21 @@ def test_a_built_binary_changed_since_is_built_again(tmp_path: Path) -> None:
     out.write_bytes(b"planted")
     toolchain.build_once(out, command, "a shim")
     assert len(builds) == 2 and out.read_bytes() == b"built"
+
+
+def test_a_written_file_is_private_and_a_failed_write_leaves_no_temporary(tmp_path: Path, monkeypatch) -> None:
+    target = tmp_path / "k.py"
+    private_files.write_new(target, b"x = 1\n")
+    assert target.read_bytes() == b"x = 1\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    monkeypatch.setattr(private_files.os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        private_files.write_new(target, b"x = 2\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.py"] and target.read_bytes() == b"x = 1\n"
+
+
+def test_without_posix_owners_a_folder_is_made_with_its_parents_and_kept(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delattr(private_files.os, "getuid")  # as on Windows
+    path = tmp_path / "a" / "b"
+    assert private_files.private_dir(path) == path and path.is_dir()
+    (path / "kept").write_text("")
+    assert private_files.private_dir(path) == path and (path / "kept").exists()
