@@ -13,6 +13,9 @@ the package and its tests, not a fresh interpreter importing torch. Here mutmut 
 work tree (tracked files and untracked ones git does not ignore), so the work tree itself is never
 written, whatever stops the run.
 
+One file past 600 lines, on purpose: it is both the command and the worker it starts
+(``--worker PLAN``) inside mutmut's copy, where only this file is sure to be on the path.
+
 Which lines: ``git diff -U0 BASE`` (committed and uncommitted changes, plus untracked .py files)
 of the Python files in packages (a top-level folder with ``__init__.py``, ``tests/`` left out),
 narrowed to ``--paths``; ``--all-lines`` takes every line of the files under ``--paths`` instead.
