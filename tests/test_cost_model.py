@@ -204,3 +204,35 @@ def test_a_winning_neighbour_at_the_radius_still_lends_its_config() -> None:
 def test_a_prediction_exactly_at_the_margin_does_not_win() -> None:
     p = cost_model.Prediction(-math.log1p(0.05), 0.0, 100.0, 100 / 1.05, (("cpp.gemm", CONFIG),), 4)
     assert not p.template_wins(0.05) and p.template_wins(0.04)
+
+
+def test_timing_is_pruned_only_where_the_template_loses_even_with_the_error_in_its_favour() -> None:
+    assert CostModel.from_entries(grid(1.3)).predict(key(32, 1024, 768)).template_loses(0.05)
+    assert not CostModel.from_entries(grid(0.5)).predict(key(32, 1024, 768)).template_loses(0.05)
+    assert not CostModel.from_entries(grid(1.3)).predict(key(16, 768, 768, dtype="bfloat16")).template_loses(0.0)
+    # exactly at the bound: at its optimistic ratio the template would tie the margin, not beat it;
+    # a smaller margin it would beat, so it is timed
+    at = cost_model.Prediction(-math.log1p(0.05) + 0.1, 0.1, 100.0, 100.0, (), 4)
+    assert at.template_loses(0.05) and not at.template_loses(0.04)
+    assert not cost_model.Prediction(1.0, math.inf, 100.0, 100.0).template_loses(0.0)  # no model: no pruning
+
+
+@settings(max_examples=60, deadline=None)
+@given(ratios=st.lists(_ratio, min_size=3, max_size=10), margin=st.sampled_from([0.0, 0.05, 0.2]),
+       m=st.integers(1, 1024))
+def test_pruning_never_drops_what_the_model_would_serve(ratios: list[float], margin: float, m: int) -> None:
+    """The two sides of one bound: a prediction that serves a template never prunes its timing,
+    and pruning means that even the optimistic ratio does not beat ATen by the margin."""
+    p = CostModel.from_entries([entry(2 ** i, 768, 768, 100.0, 100.0 * r) for i, r in enumerate(ratios)]
+                               ).predict(key(m, 768, 768))
+    assert not (p.template_wins(margin) and p.template_loses(margin))
+    if p.template_loses(margin):
+        assert p.log_ratio is not None and p.log_ratio - p.error >= -math.log1p(margin)
+
+
+def test_configs_of_names_one_familys_winners_nearest_first() -> None:
+    other = {"block_m": 4}
+    p = cost_model.Prediction(-1.0, 0.0, 100.0, 40.0, (("cpp.gemm", CONFIG), ("cpp.flash", other),
+                                                      ("cpp.gemm", {**CONFIG, "block_m": 32})), 3)
+    assert p.configs_of("cpp.gemm") == (CONFIG, {**CONFIG, "block_m": 32})
+    assert p.configs_of("cpp.flash") == (other,) and p.configs_of("triton.gemm") == ()

@@ -230,6 +230,7 @@ def _compile(model: Any, options: dict[str, Any], monkeypatch, asked: list | Non
 def keys(model, tmp_path_factory) -> list[tuple[ProblemKey, str]]:
     """The keys and form the two GEMMs are looked up under, from a compile with no table at all."""
     mp = pytest.MonkeyPatch()
+    mp.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))  # nothing decided earlier serves
     asked: list = []
     try:
         decisions = _compile(model, {"decision_tables": str(tmp_path_factory.mktemp("none") / "none.json")}, mp, asked)
@@ -324,11 +325,47 @@ def test_a_corrupted_table_never_fails_a_compile(model, keys, tmp_path: Path, mo
 
 
 def test_timed_efforts_still_time(model, keys, tmp_path: Path, monkeypatch) -> None:
-    """quick/full time as before: a table is not asked (the build that makes tables times)."""
+    """quick/full time as before: a table entry for the very problem does not serve it (the build
+    that makes tables times); too few entries of a kind make no model, so nothing is pruned."""
+    monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path / "cache"))
     (first, form), (second, _) = keys
     table = _write(tmp_path, [_entry(portable(first, form)), _entry(portable(second, form))])
+    for effort in ("quick", "full"):
+        decisions = _compile(model, {"decision_tables": table, "autotune": effort,
+                                     "autotune_cache": str(tmp_path / f"{effort}.db")}, monkeypatch)
+        assert all(d.reason.startswith("benchmark") for d in decisions), [d.reason for d in decisions]
+
+
+def _near(first: ProblemKey, form: str, winner: str, template_us: float) -> list[Entry]:
+    """Entries of the first GEMM's kind at other row counts, all alike: a model with no error."""
+    return [_entry(portable(ProblemKey.from_dict({**first.to_dict(), "shapes": [[m, 64], [64, 96]]}), form),
+                   winner=winner, template_us=template_us) for m in (4, 8, 32, 64)]
+
+
+def test_quick_times_no_template_where_the_model_says_none_would_win(model, keys, tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path / "cache"))
+    (first, form), _ = keys
+    table = _write(tmp_path, _near(first, form, "aten", 20.0))
     decisions = _compile(model, {"decision_tables": table, "autotune": "quick"}, monkeypatch)
-    assert all(d.reason.startswith("benchmark") for d in decisions), [d.reason for d in decisions]
+    assert all(c["family"] == "aten" for c in decisions[0].candidates), decisions[0].candidates
+    assert decisions[0].reason.startswith(("model: no template timed, none would win: template predicted 2.00x",
+                                           "benchmark")), decisions[0].reason
+    assert any(c["family"] == "cpp.gemm" for c in decisions[1].candidates)  # no entry of its kind: timed as before
+
+
+def test_quick_times_the_configs_that_won_nearby_and_the_default(model, keys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path / "cache"))
+    (first, form), _ = keys
+    table = _write(tmp_path, _near(first, form, "cpp.gemm", 5.0))
+    decisions = _compile(model, {"decision_tables": table, "autotune": "quick"}, monkeypatch)
+    timed = [c for c in decisions[0].candidates if c["family"] == "cpp.gemm"]
+    assert timed[0]["policy"] == "model" and timed[0]["config_dict"] == GEMM_CONFIG, timed
+    assert [c["policy"] for c in timed[1:]] in ([], ["default"])  # the family's default, unless it is the same
+    assert decisions[0].reason.startswith("benchmark")
+    without = _compile(model, {"decision_tables": str(tmp_path / "none.json"), "autotune": "quick",
+                               "autotune_cache": str(tmp_path / "other.db")}, monkeypatch)
+    assert all(c["policy"] != "model" for c in without[0].candidates)
 
 
 # ------------------------------------------------------------------ the script that builds tables

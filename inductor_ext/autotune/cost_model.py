@@ -12,6 +12,9 @@ leave-one-out predictions of the table's own ratios missed (a high quantile, in 
 The rule (``Prediction.template_wins``): a template serves only where the predicted ratio, made
 worse by the model's error, still beats ATen by the margin. Everywhere else ATen serves, the
 safer choice: a wrong template costs speed, a missed one costs only what tuning would have won.
+Timing (``autotune="quick"``) is pruned by the other side of the same bound
+(``Prediction.template_loses``): where even the ratio made better by the error would not beat
+ATen by the margin, no template is timed; elsewhere the configs that won nearby are timed first.
 """
 
 from __future__ import annotations
@@ -65,6 +68,16 @@ class Prediction:
         """Whether a template beats ATen by ``margin`` even if the model errs by its error."""
         return (self.log_ratio is not None and math.isfinite(self.error) and bool(self.configs)
                 and self.log_ratio + self.error < -math.log1p(margin))
+
+    def template_loses(self, margin: float) -> bool:
+        """Whether no template would be served even if the model errs by its error in the
+        template's favour: timing one is wasted (``autotune="quick"`` then times ATen alone)."""
+        return (self.log_ratio is not None and math.isfinite(self.error)
+                and self.log_ratio - self.error >= -math.log1p(margin))
+
+    def configs_of(self, family: str) -> tuple[Mapping[str, Any], ...]:
+        """The configs of ``family`` that won nearby, nearest first."""
+        return tuple(config for name, config in self.configs if name == family)
 
     def text(self) -> str:
         """One line's worth: ``template 0.62x ATen (+-0.08 in log)`` or why there is none."""

@@ -44,6 +44,26 @@ class DefaultPolicy:
         return list(family.configs(problem, target))
 
 
+class ModelPolicy:
+    """The configs that won near the problem in the decision tables (``cost_model.Prediction``),
+    nearest first: ``autotune="quick"`` times these (``QUICK_FROM_MODEL`` of them) instead of
+    the default proposals where the model has any."""
+
+    name = "model"
+
+    def __init__(self, configs: Sequence[Any]) -> None:
+        self.configs = list(configs)
+
+    def applies(self, family: Family, problem: Any, target: str) -> bool:
+        return bool(self.configs)
+
+    def propose(self, family: Family, problem: Any, target: str) -> list[Any]:
+        return list(self.configs)
+
+
+QUICK_FROM_MODEL = 2  # configs "quick" times where the tables name winners nearby (the family default besides)
+
+
 def default_policies(target: str, family: Family | None = None) -> list[Policy]:
     """Policies for a target, most specific first; for ``family``, only those it takes: the
     GEMM tile policies (decode, nvMatmulHeuristics: they read a GEMM problem's m, n, k) only for

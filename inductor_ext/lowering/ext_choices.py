@@ -26,7 +26,7 @@ from inductor_ext.autotune import decide, decision_tables, decision_text, pdl_po
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey
 from inductor_ext.autotune import cache_layers
 from inductor_ext.autotune.cache_layers import DecisionSources
-from inductor_ext.autotune.cost_model import CostModel
+from inductor_ext.autotune.cost_model import CostModel, Prediction
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, ops, parallel_builds,
                                    pdl_consumers, returned_outputs)
@@ -104,7 +104,7 @@ class ExtChoices(InductorChoices):
         parts = [self.config.to_json(), templates_hash(self.config)]
         if self.config.autotune != "off":  # the graph holds the entries it could be served, exactly
             parts.append(self.sources.digest(cache_layers.current_scope()))
-        if self.config.autotune in UNTIMED:  # and the tables and the machine form that served it
+        if self.config.autotune in (*UNTIMED, "quick"):  # and the tables and machine form that served or pruned it
             parts += [self.tables.digest(), cpu_target.host_form() if self.config.device_type == "cpu" else ""]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
@@ -159,6 +159,13 @@ class ExtChoices(InductorChoices):
             return picked
         if untimed is not None:
             return self._only(choices, decision, choices[0], untimed)
+        prediction = self._quick_prediction(decision.key)
+        if prediction is not None and prediction.template_loses(self.config.template_margin):
+            why = f"model: no template timed, none would win: {prediction.text()}"
+            if len(choices) == 1:
+                return self._only(choices, decision, choices[0], why)
+            autotune_log.debug("%s: %s %s %s", node, op_name, decision.problem, why)
+            prepared = {}  # ATen's choices are timed among themselves
         for family, ready in prepared.items():
             module = registry.get(family)
             offered = []
@@ -168,7 +175,12 @@ class ExtChoices(InductorChoices):
                 functools.partial(_measured, module, ready.problem, self.config.target, node))
             # forced under an untimed effort: the forced family's candidates are timed as under "quick"
             effort = "quick" if self.config.autotune in UNTIMED else self.config.autotune
-            proposed = policy.candidates(module, ready.problem, self.config.target, effort, ruled_out=ruled_out)
+            near = self._configs_near(module, prediction)
+            if near:  # quick: the configs that won nearby in the tables, not the default proposals
+                proposed = policy.candidates(module, ready.problem, self.config.target, effort,
+                                             [policy.ModelPolicy(near)], ruled_out)[:policy.QUICK_FROM_MODEL]
+            else:
+                proposed = policy.candidates(module, ready.problem, self.config.target, effort, ruled_out=ruled_out)
             if default is not None and all(c.config != default for c in proposed) \
                     and (ruled_out is None or not ruled_out(default)):
                 proposed.append(policy.Candidate(default, "default"))  # the baseline is timed unless ruled out
@@ -278,6 +290,26 @@ class ExtChoices(InductorChoices):
                 tune_queue.start_worker(queue)
         except tune_queue.BadQueue as e:
             log.warning("ext: background tuning queues nothing: %s", e)
+
+    def _quick_prediction(self, key: ProblemKey) -> Prediction | None:
+        """Under ``autotune="quick"`` (nothing forced), the cost model's word on ``key``: it prunes
+        what is timed (``cost_model.Prediction.template_loses``, ``_configs_near``)."""
+        if self.config.autotune != "quick" or forced_templates(self.config):
+            return None
+        form = self.form(key)
+        return self.model(form).predict(decision_tables.portable(key, form))
+
+    @staticmethod
+    def _configs_near(module: Family, prediction: Prediction | None) -> list[Any]:
+        """The family's configs that won near the problem, as config objects (a table's config
+        the family cannot read is skipped: it is data, not a promise)."""
+        configs = []
+        for config in prediction.configs_of(module.name) if prediction is not None else ():
+            try:
+                configs.append(registry.config_from_dict(module, dict(config)))
+            except ValueError:
+                continue
+        return configs
 
     def _lost_here(self, module: Family, ready: Any, config: Any) -> bool:
         """Whether the family rules ``config`` out for this problem (measured to lose here)."""
