@@ -19,7 +19,8 @@ Arms, each a fresh process with fresh Inductor and ext cache folders (nothing in
 
 Where the time goes (seconds of wall time in the compiling thread, each counted once, innermost wins):
   isa_probe          Inductor's vector-ISA probe (cpu_vec_isa.VecISA.check_build: test builds, each
-                     loaded in a fresh Python); ext reuses its outcome from its cache
+                     loaded in a fresh Python); ext reuses its outcome from its cache, and where it
+                     must probe asks the ISAs side by side (vec_isa_record._ask_side_by_side)
   candidate_builds   C++ builds of autotuning candidates (select_algorithm's precompile, ext's
                      lowering/parallel_builds.py, and builds that happen inside a benchmark)
   benchmarking       timing the choices (select_algorithm's benchmark; ext's flushed and warm timers,
@@ -140,6 +141,9 @@ def install_clock() -> PhaseClock:
     from inductor_ext.lowering import parallel_builds  # ext's own precompile of a decision's C++ candidates
 
     clock.wrap(parallel_builds, "build_all", "candidate_builds")
+    from inductor_ext.lowering import vec_isa_record  # ext asks the probe's ISAs side by side, in threads
+
+    clock.wrap(vec_isa_record, "_ask_side_by_side", "isa_probe")
     original = select_algorithm.AlgorithmSelectorCache.make_precompile_fn
 
     def make_precompile_fn(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -208,3 +209,33 @@ def test_builds_a_process_ran_before_ext_are_recorded_by_the_next(fresh_process,
     with record.reused(cache):
         cpu_vec_isa.pick_vec_isa()
     assert builds == []
+
+
+def test_a_first_probe_asks_the_isas_side_by_side_with_the_same_outcome(fresh_process, avx512_bf16_host,
+                                                                       monkeypatch):
+    """The probe's builds overlap (two or more at once) and Inductor then picks exactly what the
+    probe one build at a time picks, after the very same builds."""
+    import threading
+    import time
+
+    running, most, lock = [0], [0], threading.Lock()
+    stub = cpp_builder.CppBuilder.build
+
+    def slow_build(self, *args, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        stub(self, *args, **kwargs)
+        with lock:
+            running[0] -= 1
+
+    monkeypatch.setattr(cpp_builder.CppBuilder, "build", slow_build)
+    builds = fresh_process()
+    cpu_vec_isa.pick_vec_isa()  # plain Inductor: one build at a time
+    one_at_a_time, picked = sorted(Path(b).name for b in builds), _what_inductor_picked()
+    assert most[0] == 1
+    builds = fresh_process()
+    with record.reused(AutotuneCache(":memory:")):
+        assert _what_inductor_picked() == picked
+    assert sorted(Path(b).name for b in builds) == one_at_a_time and most[0] >= 2
