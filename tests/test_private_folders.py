@@ -311,6 +311,17 @@ def test_a_folder_is_walked_once_per_process(tmp_path: Path, monkeypatch: pytest
     assert _moved_aside(folder)
 
 
+def test_an_entry_that_vanishes_mid_walk_does_not_end_the_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A builder's temporary file removed while the folder is walked is skipped, and the walk goes
+    on to the entries after it (a planted one among them)."""
+    folder = tmp_path / "tools"
+    folder.mkdir(mode=0o700)
+    (folder / "planted").write_text("x")
+    (folder / "planted").chmod(0o666)
+    monkeypatch.setattr(private_files.os, "walk", lambda top: iter([(str(top), [], ["gone.tmp", "planted"])]))
+    assert private_files._first_foreign_entry(folder) == folder / "planted"
+
+
 def test_the_shared_base_folder_is_checked_but_not_walked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache root holds other things (autotune.db, CI's virtual environment): only its own mode counts."""
     base = _folder_with(tmp_path, "inductor_ext")

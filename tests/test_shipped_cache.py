@@ -409,6 +409,36 @@ def test_one_own_file_is_writable_only_when_the_compile_times(tmp_path, monkeypa
     assert [layer.path for layer in reading.layers] == [own] and reading.writable.path != own
 
 
+@pytest.mark.parametrize("mode", [0o620, 0o602])
+def test_a_file_others_can_write_in_a_private_folder_is_only_read(tmp_path, monkeypatch, mode):
+    # the folder is private but the file is not: another user could have swapped its rows
+    monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path / "user"))
+    own = tmp_path / "own" / "c.db"
+    own.parent.mkdir(mode=0o700)
+    _put(own, "own")
+    own.chmod(mode)
+    assert not cache_layers.own_writable(own)
+    sources = cache_layers.DecisionSources((str(own),), times=True)
+    assert [layer.path for layer in sources.layers] == [own] and sources.writable.path != own
+
+
+def test_a_file_of_another_user_in_a_private_folder_is_only_read(tmp_path, monkeypatch):
+    own = tmp_path / "own" / "c.db"
+    own.parent.mkdir(mode=0o700)
+    _put(own, "own")
+    real_stat = Path.stat
+    other = os.getuid() + 1
+
+    def stat_as_other(self, *args, **kwargs):
+        info = real_stat(self, *args, **kwargs)
+        if self == own:
+            return os.stat_result((info.st_mode, info.st_ino, info.st_dev, info.st_nlink, other,
+                                   *tuple(info)[5:]))
+        return info
+    monkeypatch.setattr(Path, "stat", stat_as_other)
+    assert not cache_layers.own_writable(own)
+
+
 def test_a_file_in_a_folder_others_can_write_is_a_layer_and_no_cache_is_written_there(tmp_path, monkeypatch):
     monkeypatch.setenv("INDUCTOR_EXT_CACHE_DIR", str(tmp_path / "user"))
     shared = tmp_path / "shared"
