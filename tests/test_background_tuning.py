@@ -143,6 +143,8 @@ def test_a_compile_starts_the_worker_once_detached_unless_told_not_to(own_cache:
     assert len(started) == 1
     cmd, kw = started[0]
     assert cmd[1:] == ["-m", "inductor_ext.background_tuning"] and kw["start_new_session"]
+    # nothing of the compiling process leaks into the worker: no open files, no terminal input
+    assert kw["close_fds"] is True and kw["stdin"] is subprocess.DEVNULL
     assert kw["stdout"].name == kw["stderr"].name == str(queue.path.with_name("background.log"))
     monkeypatch.setattr(tune_queue, "_started", set())
     monkeypatch.setenv("INDUCTOR_EXT_BACKGROUND_WORKER", "0")

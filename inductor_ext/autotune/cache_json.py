@@ -10,12 +10,13 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from inductor_ext.autotune.cache_entry import SCHEMA_VERSION, BadRow, Entry, ProblemKey, bounded_json, shown
 from inductor_ext.templates.allowed import InvalidField
 
-__all__ = ["EXPORT_FORMAT", "OutputError", "read_json", "temp_beside", "to_json_text", "write_json"]
+__all__ = ["EXPORT_FORMAT", "OutputError", "document_problem", "read_json", "temp_beside", "to_json_text",
+           "valid_entries", "write_json"]
 
 EXPORT_FORMAT = "inductor_ext.autotune"
 MAX_EXPORT = 256 * 1024 * 1024  # an export of 10k entries is ~60 MB
@@ -39,30 +40,49 @@ def read_json(path: Path, report: Callable[[str, str], None]) -> tuple[list[Entr
         doc = bounded_json(text, str(path), MAX_EXPORT, max_depth=10)
     except BadRow as e:
         raise ValueError(str(e)) from None
-    if not isinstance(doc, dict) or set(doc) != {"format", "schema_version", "entries"}:
-        raise ValueError(f"{path}: expected an object with format, schema_version, entries")
-    if doc["format"] != EXPORT_FORMAT or type(doc["schema_version"]) is not int \
-            or doc["schema_version"] != SCHEMA_VERSION:
-        raise ValueError(f"{path}: format {shown(doc['format'])} "
-                         f"v{shown(doc['schema_version'])}, expected {EXPORT_FORMAT!r} v{SCHEMA_VERSION}")
-    if not isinstance(doc["entries"], list):
-        raise ValueError(f"{path}: entries must be a list")
+    why = document_problem(doc, EXPORT_FORMAT, ("format", "schema_version", "entries"))
+    if why is not None:
+        raise ValueError(f"{path}: {why}")
     incoming: list[Entry] = []
     seen: set[str] = set()
     skipped = 0
-    for i, d in enumerate(doc["entries"]):
-        try:
-            entry = Entry.from_dict(d)
-        except (InvalidField, BadRow) as e:
-            skipped += 1
-            report(f"import {path} {i}", f"skipping {path} entries[{i}] ({_describe(d)}): {e}")
-            continue
+
+    def skip(i: int, d: object, e: Exception) -> None:
+        nonlocal skipped
+        skipped += 1
+        report(f"import {path} {i}", f"skipping {path} entries[{i}] ({_describe(d)}): {e}")
+
+    for i, entry in valid_entries(doc["entries"], skip):
         digest = entry.key.digest()
         if digest in seen:
             raise ValueError(f"{path}: entries[{i}]: duplicate key {entry.key.describe()}")
         seen.add(digest)
         incoming.append(entry)
     return incoming, skipped
+
+
+def document_problem(doc: object, fmt: str, fields: Sequence[str]) -> str | None:
+    """Why ``doc`` is not a ``fmt`` document of exactly ``fields`` (``format``, ``schema_version``
+    this version, ``entries`` a list, and any others the caller checks), or None."""
+    if not isinstance(doc, dict) or set(doc) != set(fields):
+        return f"expected an object with {', '.join(fields)}"
+    if doc["format"] != fmt or type(doc["schema_version"]) is not int or doc["schema_version"] != SCHEMA_VERSION:
+        return f"format {shown(doc['format'])} v{shown(doc['schema_version'])}, expected {fmt!r} v{SCHEMA_VERSION}"
+    if not isinstance(doc["entries"], list):
+        return "entries must be a list"
+    return None
+
+
+def valid_entries(items: list[Any], refuse: Callable[[int, Any, Exception], None]) -> Iterator[tuple[int, Entry]]:
+    """Each of ``items`` the validator reads as an entry, with its index; each one it refuses goes
+    to ``refuse`` (index, item, why) and is skipped."""
+    for i, d in enumerate(items):
+        try:
+            entry = Entry.from_dict(d)
+        except (InvalidField, BadRow) as e:
+            refuse(i, d, e)
+            continue
+        yield i, entry
 
 
 def _describe(d: object) -> str:

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from inductor_ext.autotune.cache_entry import (SCHEMA_VERSION, BadRow, Entry, ProblemKey, bounded_json, printable,
-                                               shown)
-from inductor_ext.templates.allowed import InvalidField
+from inductor_ext.autotune.cache_entry import SCHEMA_VERSION, BadRow, Entry, ProblemKey, bounded_json, printable
+from inductor_ext.autotune.cache_json import document_problem, valid_entries
 
 __all__ = ["TABLE_FORMAT", "Table", "TableSet", "load_table", "package_table_paths", "portable", "table_text"]
 
@@ -98,14 +97,14 @@ def parse_table(data: bytes, name: str) -> Table | None:
         return None
     entries: dict[str, Entry] = {}
     refused = 0
-    for i, d in enumerate(doc["entries"]):
-        try:
-            entry = Entry.from_dict(d)
-        except (BadRow, InvalidField) as e:
-            refused += 1
-            if refused <= MAX_REFUSED_LINES:
-                log.warning("ext: decision table %s: entries[%d] refused and skipped: %s", name, i, printable(str(e)))
-            continue
+
+    def refuse(i: int, d: object, e: Exception) -> None:
+        nonlocal refused
+        refused += 1
+        if refused <= MAX_REFUSED_LINES:
+            log.warning("ext: decision table %s: entries[%d] refused and skipped: %s", name, i, printable(str(e)))
+
+    for _, entry in valid_entries(doc["entries"], refuse):
         entries.setdefault(entry.key.digest(), entry)  # first of duplicates, as a lookup would
     if refused > MAX_REFUSED_LINES:
         log.warning("ext: decision table %s: %d entries refused in all", name, refused)
@@ -114,19 +113,14 @@ def parse_table(data: bytes, name: str) -> Table | None:
 
 def _document_problem(doc: Any) -> str | None:
     """Why ``doc`` is no table, or None."""
-    if not isinstance(doc, dict) or set(doc) != {"format", "schema_version", "provenance", "entries"}:
-        return "expected an object with format, schema_version, provenance, entries"
-    if doc["format"] != TABLE_FORMAT or type(doc["schema_version"]) is not int \
-            or doc["schema_version"] != SCHEMA_VERSION:
-        return (f"format {shown(doc['format'])} v{shown(doc['schema_version'])}, "
-                f"expected {TABLE_FORMAT!r} v{SCHEMA_VERSION}")
+    why = document_problem(doc, TABLE_FORMAT, ("format", "schema_version", "provenance", "entries"))
+    if why is not None:
+        return why
     provenance = doc["provenance"]
     if not isinstance(provenance, dict) or any(f not in provenance for f in PROVENANCE) or not all(
             isinstance(k, str) and isinstance(v, str) and len(v) <= 512 and v.isprintable()
             for k, v in provenance.items()):
         return f"provenance must map {', '.join(PROVENANCE)} to short printable strings"
-    if not isinstance(doc["entries"], list):
-        return "entries must be a list"
     return None
 
 
