@@ -446,12 +446,30 @@ def test_export_import_round_trip(tmp_path: Path) -> None:
     src.close()
 
 
+def test_read_json_skips_each_refused_entry_saying_which_and_counts_them(tmp_path: Path) -> None:
+    from inductor_ext.autotune.cache_json import read_json, write_json
+
+    good = [make_entry(make_key(m=m)) for m in (1, 2, 3)]
+    write_json(good, tmp_path / "x.json")
+    doc = json.loads((tmp_path / "x.json").read_text())
+    for i in (0, 2):
+        doc["entries"][i]["winner"] = "os.system"
+    (tmp_path / "x.json").write_text(json.dumps(doc))
+    said: list[tuple[str, str]] = []
+    entries, skipped = read_json(tmp_path / "x.json", lambda key, line: said.append((key, line)))
+    assert skipped == 2 and [e.key for e in entries] == [good[1].key]
+    assert [key for key, _ in said] == [f"import {tmp_path / 'x.json'} 0", f"import {tmp_path / 'x.json'} 2"]
+    assert all(f"({good[i].key.describe()})" in line and "winner" in line for (_, line), i in zip(said, (0, 2)))
+
+
 @pytest.mark.parametrize(
     "mutate, match",
     [
         (lambda d: d.update(schema_version=SCHEMA_VERSION + 1), "expected"),
         (lambda d: d.update(schema_version=True), "expected"),  # True == 1, but is no version
-        (lambda d: d.pop("format"), "expected an object"),
+        (lambda d: d.pop("format"), "x.json: expected an object with format, schema_version, entries$"),
+        (lambda d: d.update(format="other"), "x.json: format 'other' v1, expected 'inductor_ext.autotune' v1$"),
+        (lambda d: d.update(entries={}), "x.json: entries must be a list$"),
         (lambda d: d["entries"].append(d["entries"][0]), "duplicate"),
     ],
 )

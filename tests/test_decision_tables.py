@@ -85,7 +85,8 @@ def test_a_corrupted_entry_is_refused_with_one_line_and_the_rest_serve(spoil: An
     assert table is not None and table.refused == 1
     assert table.get(good.key) is not None and table.get(bad.key) is None
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "t.json: entries[1] refused" in lines[0] and why in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith("ext: decision table t.json: entries[1] refused and skipped: ")
+    assert why in lines[0], lines
 
 
 @pytest.mark.parametrize("data, why", [

@@ -399,3 +399,15 @@ def test_decode_adds_what_nvmmh_top8_does_not_propose():
           f"also proposed by nvmmh: {agreed_split_tilings}")
     assert len(rows) == len(NVIDIA_TARGETS) * len(DECODE_SHAPES) * len(DECODE_BATCHES)
     assert new_split_tilings > 0
+
+
+def test_the_model_policy_proposes_the_configs_that_won_nearby_in_order() -> None:
+    """``autotune="quick"`` under a cost model: the configs of near table wins, nearest first,
+    credited to "model"; with none it does not apply (the default proposals serve)."""
+    from inductor_ext.autotune import policy as policies
+
+    near = [("a",), ("b",), ("c",)]
+    assert policies.ModelPolicy(near).applies(None, None, "cpu")
+    assert not policies.ModelPolicy([]).applies(None, None, "cpu")
+    got = policies.candidates(None, None, "cpu", "quick", [policies.ModelPolicy(near)])
+    assert [(c.config, c.policy) for c in got] == [(("a",), "model"), (("b",), "model"), (("c",), "model")]
