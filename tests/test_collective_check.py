@@ -9,7 +9,9 @@ and source lines) is tested on 2 gloo ranks in tests/test_comms.py (``dist``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import uuid
 
 import pytest
 import torch
@@ -24,7 +26,7 @@ from inductor_ext.comms_passes.collective_check import agree, flight_recorder
 from inductor_ext.comms_passes.collective_check.fingerprint import (
     Collective, GraphCollectives, describe_graph, first_difference, user_frame,
 )
-from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass, insert_check
+from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass, _check_option, _label, insert_check
 from inductor_ext.lowering.passes import build_stages
 
 
@@ -74,6 +76,16 @@ def test_user_frame_is_the_innermost_line_outside_torch_and_ext():
     only_torch = f'  File "{torch_file}", line 229, in all_gather_single\n    tensor = torch.ops.x()\n'
     assert user_frame(only_torch) == f"{torch_file}:229: tensor = torch.ops.x()"
     assert user_frame(None) == "" and user_frame("no frames here") == ""
+
+
+def test_where_names_the_node_the_bucket_and_the_users_line():
+    """What a mismatch report says of a collective's origin: a bucket lists its first four nodes."""
+    ag = Collective("all_gather", "all_gather_into_tensor.default", "0", 2, ("float32",), ("[4]",), ("[8]",), "")
+    assert ag.where() == "FX node unknown; source line unknown"
+    four = dataclasses.replace(ag, node="ag_3", source="model.py:7: h = self.w(x)", bucket_of=("a", "b", "c", "d"))
+    assert four.where() == "FX node ag_3; a bucket of 4 (a, b, c, d); from model.py:7: h = self.w(x)"
+    five = dataclasses.replace(four, bucket_of=("a", "b", "c", "d", "e"))
+    assert five.where() == "FX node ag_3; a bucket of 5 (a, b, c, d, ...); from model.py:7: h = self.w(x)"
 
 
 def test_description_names_kind_group_dtype_sizes_and_order(fake_world):
@@ -136,6 +148,31 @@ def test_pass_is_on_by_default_when_distributed_and_off_by_option():
             presets.resolve({"preset": "cpu", "collective_check": bad})
 
 
+def test_the_option_takes_a_bool_or_a_positive_timeout_and_names_a_bad_value():
+    """``True``/``False`` or ``{'timeout_s': seconds > 0}`` (an int becomes a float); anything else,
+    a bool for seconds among them, is refused naming the value."""
+    assert _check_option("collective_check", True) is True and _check_option("collective_check", False) is False
+    timed = _check_option("collective_check", {"timeout_s": 5})
+    assert timed == {"timeout_s": 5.0} and type(timed["timeout_s"]) is float
+    for bad in ({"timeout_s": True}, {"timeout_s": -1.5}, {"timeout_s": "5"}, {"timeout_s": 5, "x": 1}, 1, None):
+        with pytest.raises(ExtOptionError) as refused:
+            _check_option("collective_check", bad)
+        assert str(refused.value) == (f"options['collective_check'] = {bad!r}: expected True, False or "
+                                      "{'timeout_s': seconds > 0}")
+
+
+def test_the_label_says_forward_or_backward_from_the_graph_inputs():
+    """AOTAutograd names a forward graph's inputs ``primals_*`` and a backward's ``tangents_*``."""
+    def graph(*names: str) -> torch.fx.Graph:
+        g = torch.fx.Graph()
+        g.output(tuple(g.placeholder(n) for n in names))
+        return g
+
+    assert _label(graph("primals_1", "primals_2")) == "compiled forward graph"
+    assert _label(graph("primals_1", "tangents_1")) == "compiled backward graph"
+    assert _label(graph("x", "y")) == "compiled graph"
+
+
 def test_insert_check_orders_each_groups_first_collective_after_it(fake_world):
     gm = _traced()
     token = insert_check(gm.graph, "g", timeout_s=7)
@@ -167,6 +204,43 @@ def test_compiled_graph_checks_before_its_first_collective(fake_world):
     compiled(torch.randn(4, 8), torch.randn(4, 4))
     assert agree.stats["calls"] == calls + 2
     torch._dynamo.reset()
+
+
+def _one(group: str, label: str) -> GraphCollectives:
+    return GraphCollectives(label, (Collective("all_reduce", "all_reduce.default", group, 2, ("float32",), ("[]",),
+                                               ("[]",), "reduce_op=sum"),))
+
+
+def test_a_spec_is_agreed_on_once_per_process_and_every_call_counted(monkeypatch):
+    """The first call asks the other ranks, once per group of the graph (sorted: every rank in the
+    same order); later calls return at once. One that failed is asked again, never taken as agreed."""
+    agreed = []
+    monkeypatch.setattr(agree, "_agree", lambda graph, name, timeout_s: agreed.append((name, timeout_s)))
+    label = f"graph {uuid.uuid4().hex}"  # a spec no other test verified in this process
+    spec = GraphCollectives(label, (*_one("g1", label).collectives, *_one("g0", label).collectives)).to_json()
+    calls = agree.stats["calls"]
+    for _ in range(3):
+        token = agree.check_op(spec, torch.device("cpu"), 7.0)
+    agree.verify(spec)
+    assert agreed == [("g0", 7.0), ("g1", 7.0)] and agree.stats["calls"] == calls + 3
+    assert token.shape == (0,) and token.dtype == torch.uint8
+
+    def mismatch(graph, name, timeout_s):
+        agreed.append(name)
+        raise agree.CollectiveMismatchError(name)
+
+    monkeypatch.setattr(agree, "_agree", mismatch)
+    failing = _one("g0", f"graph {uuid.uuid4().hex}").to_json()
+    for _ in range(2):
+        with pytest.raises(agree.CollectiveMismatchError):
+            agree.check_op(failing, torch.device("cpu"), 7.0)
+    assert agreed[2:] == ["g0", "g0"]
+
+
+def test_a_group_of_the_fake_backend_is_never_asked(fake_world):
+    checks, collectives = agree.stats["checks"], agree.stats["collectives"]
+    agree._agree(_one(fake_world.group_name, "g"), fake_world.group_name, 1.0)
+    assert (agree.stats["checks"], agree.stats["collectives"]) == (checks, collectives)
 
 
 def test_flight_recorder_entries_get_node_and_source(tmp_path):
