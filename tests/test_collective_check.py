@@ -209,6 +209,20 @@ def test_insert_check_orders_each_groups_first_collective_after_it(fake_world):
     assert insert_check(torch.fx.symbolic_trace(lambda x: x + 1).graph) is None  # no collectives
 
 
+def test_the_token_is_made_on_the_first_collectives_device():
+    """The device comes from the first collective's value (of a list, its first element); a node
+    without a tensor value gives the CPU."""
+    from inductor_ext.comms_passes.collective_check.graph_pass import _device
+
+    node = torch.fx.Graph().placeholder("x")
+    node.meta["val"] = [torch.empty(2, device="meta"), torch.empty(2)]
+    assert _device(node) == torch.device("meta")
+    node.meta["val"] = torch.empty(2, device="meta")
+    assert _device(node) == torch.device("meta")
+    node.meta["val"] = None
+    assert _device(node) == torch.device("cpu")
+
+
 def test_insert_check_goes_after_every_input_and_adds_to_a_pinned_collective(fake_world):
     """With three inputs the check still comes right after the last; its token has a value for later
     passes (an empty uint8 tensor); the label defaults to the graph's; and a first collective that
