@@ -169,6 +169,18 @@ def test_invalid_entry_is_rejected_before_writing(db: Path) -> None:
         assert len(cache) == 0 and cache.puts == 0
 
 
+def test_an_entry_gives_one_of_the_known_reasons() -> None:
+    """``reason`` says how the winner was chosen and readers branch on it: only benchmark, cache,
+    policy-only or "fallback: <why>" are stored, and the error names the bad value and those."""
+    for ok in ("benchmark", "cache", "policy-only", "fallback: no template", "fallback:"):
+        replace(make_entry(), reason=ok).validate()
+    for bad in ("because", "Benchmark", "cache ", "policy", "fall back: x", " fallback: x", "", None, 3):
+        with pytest.raises(ValueError) as refused:
+            replace(make_entry(), reason=bad).validate()
+        assert str(refused.value) == ("invalid autotune Entry: reason must be one of ('benchmark', 'cache', "
+                                      f"'policy-only') or 'fallback: ...', got {bad!r}")
+
+
 # ---------------------------------------------------------------------- concurrency
 
 WORKER = textwrap.dedent(

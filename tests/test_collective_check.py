@@ -9,7 +9,9 @@ and source lines) is tested on 2 gloo ranks in tests/test_comms.py (``dist``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import uuid
 
 import pytest
 import torch
@@ -24,7 +26,7 @@ from inductor_ext.comms_passes.collective_check import agree, flight_recorder
 from inductor_ext.comms_passes.collective_check.fingerprint import (
     Collective, GraphCollectives, describe_graph, first_difference, user_frame,
 )
-from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass, insert_check
+from inductor_ext.comms_passes.collective_check.graph_pass import CollectiveCheckPass, _check_option, _label, insert_check
 from inductor_ext.lowering.passes import build_stages
 
 
@@ -74,6 +76,34 @@ def test_user_frame_is_the_innermost_line_outside_torch_and_ext():
     only_torch = f'  File "{torch_file}", line 229, in all_gather_single\n    tensor = torch.ops.x()\n'
     assert user_frame(only_torch) == f"{torch_file}:229: tensor = torch.ops.x()"
     assert user_frame(None) == "" and user_frame("no frames here") == ""
+
+
+def test_where_names_the_node_the_bucket_and_the_users_line():
+    """What a mismatch report says of a collective's origin: a bucket lists its first four nodes."""
+    ag = Collective("all_gather", "all_gather_into_tensor.default", "0", 2, ("float32",), ("[4]",), ("[8]",), "")
+    assert ag.where() == "FX node unknown; source line unknown"
+    four = dataclasses.replace(ag, node="ag_3", source="model.py:7: h = self.w(x)", bucket_of=("a", "b", "c", "d"))
+    assert four.where() == "FX node ag_3; a bucket of 4 (a, b, c, d); from model.py:7: h = self.w(x)"
+    five = dataclasses.replace(four, bucket_of=("a", "b", "c", "d", "e"))
+    assert five.where() == "FX node ag_3; a bucket of 5 (a, b, c, d, ...); from model.py:7: h = self.w(x)"
+
+
+def test_what_lists_every_operand_and_the_digest_is_16_bytes():
+    two = Collective("all_gather", "all_gather_into_tensor_coalesced.default", "0", 2, ("float32", "bfloat16"),
+                     ("[4]", "[2]"), ("[8]", "[4]"), "")
+    assert two.what() == "all_gather of float32[4], bfloat16[2] -> [8], [4] over 2 ranks"
+    assert len(GraphCollectives("g", (two,)).digest("0")) == 16  # what agree's all-gather exchanges per rank
+    assert describe_graph(iter(()), "compiled forward graph [0/0]") == GraphCollectives("compiled forward graph [0/0]", ())
+
+
+def test_user_frame_without_a_code_line_names_file_and_line_only():
+    """A frame whose code line is missing (source not available) gives ``file:line``, never the next
+    frame's header as its code, also when it is the last line."""
+    trace = ('  File "/home/me/model.py", line 42, in forward\n'
+             '  File "/home/me/layers.py", line 7, in f\n    return g(x)\n')
+    assert user_frame(trace) == "/home/me/layers.py:7: return g(x)"
+    assert user_frame('  File "/home/me/model.py", line 42, in forward') == "/home/me/model.py:42"
+    assert user_frame(trace.replace("    return g(x)\n", "")) == "/home/me/layers.py:7"
 
 
 def test_description_names_kind_group_dtype_sizes_and_order(fake_world):
@@ -136,6 +166,35 @@ def test_pass_is_on_by_default_when_distributed_and_off_by_option():
             presets.resolve({"preset": "cpu", "collective_check": bad})
 
 
+def test_the_option_takes_a_bool_or_a_positive_timeout_and_names_a_bad_value():
+    """``True``/``False`` or ``{'timeout_s': seconds > 0}`` (an int becomes a float); anything else,
+    a bool for seconds among them, is refused naming the value."""
+    assert _check_option("collective_check", True) is True and _check_option("collective_check", False) is False
+    timed = _check_option("collective_check", {"timeout_s": 5})
+    assert timed == {"timeout_s": 5.0} and type(timed["timeout_s"]) is float
+    assert _check_option("collective_check", {"timeout_s": 0.5}) == {"timeout_s": 0.5}  # any positive time
+    default = presets.resolve({"preset": "cpu", "collective_check": {}})
+    assert CollectiveCheckPass(default).timeout_s == agree.DEFAULT_TIMEOUT_S
+    assert not dist.is_initialized() and CollectiveCheckPass(default).run(torch.fx.symbolic_trace(lambda x: x + 1).graph) == 0
+    for bad in ({"timeout_s": True}, {"timeout_s": -1.5}, {"timeout_s": "5"}, {"timeout_s": 5, "x": 1}, 1, None):
+        with pytest.raises(ExtOptionError) as refused:
+            _check_option("collective_check", bad)
+        assert str(refused.value) == (f"options['collective_check'] = {bad!r}: expected True, False or "
+                                      "{'timeout_s': seconds > 0}")
+
+
+def test_the_label_says_forward_or_backward_from_the_graph_inputs():
+    """AOTAutograd names a forward graph's inputs ``primals_*`` and a backward's ``tangents_*``."""
+    def graph(*names: str) -> torch.fx.Graph:
+        g = torch.fx.Graph()
+        g.output(tuple(g.placeholder(n) for n in names))
+        return g
+
+    assert _label(graph("primals_1", "primals_2")) == "compiled forward graph"
+    assert _label(graph("primals_1", "tangents_1")) == "compiled backward graph"
+    assert _label(graph("x", "y")) == "compiled graph"
+
+
 def test_insert_check_orders_each_groups_first_collective_after_it(fake_world):
     gm = _traced()
     token = insert_check(gm.graph, "g", timeout_s=7)
@@ -148,6 +207,39 @@ def test_insert_check_orders_each_groups_first_collective_after_it(fake_world):
     assert control[0].name == "all_gather_into_tensor"  # renamed back: descriptions still match
     assert GraphCollectives.from_json(token.args[0]).collectives[0].node == "all_gather_into_tensor"
     assert insert_check(torch.fx.symbolic_trace(lambda x: x + 1).graph) is None  # no collectives
+
+
+def test_the_token_is_made_on_the_first_collectives_device():
+    """The device comes from the first collective's value (of a list, its first element); a node
+    without a tensor value gives the CPU."""
+    from inductor_ext.comms_passes.collective_check.graph_pass import _device
+
+    node = torch.fx.Graph().placeholder("x")
+    node.meta["val"] = [torch.empty(2, device="meta"), torch.empty(2)]
+    assert _device(node) == torch.device("meta")
+    node.meta["val"] = torch.empty(2, device="meta")
+    assert _device(node) == torch.device("meta")
+    node.meta["val"] = None
+    assert _device(node) == torch.device("cpu")
+
+
+def test_insert_check_goes_after_every_input_and_adds_to_a_pinned_collective(fake_world):
+    """With three inputs the check still comes right after the last; its token has a value for later
+    passes (an empty uint8 tensor); the label defaults to the graph's; and a first collective that
+    is already pinned (fsdp_overlap's control_deps, here a first check's) gets the token as one more
+    dependency, its other arguments kept."""
+    gm = _traced()
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    with gm.graph.inserting_after(inputs[-1]):
+        extra = gm.graph.placeholder("extra")
+    first = insert_check(gm.graph)
+    assert first.prev is extra and GraphCollectives.from_json(first.args[0]).label == "compiled graph"
+    val = first.meta["val"]
+    assert val.shape == (0,) and val.dtype == torch.uint8 and val.device == torch.device("cpu")
+    (pinned,) = [n for n in gm.graph.nodes if n.target is torch.ops.higher_order.control_deps]
+    rest = pinned.args[1:]
+    second = insert_check(gm.graph, "g")
+    assert pinned.args[0] == (first, second) and pinned.args[1:] == rest
 
 
 def test_compiled_graph_checks_before_its_first_collective(fake_world):
@@ -167,6 +259,67 @@ def test_compiled_graph_checks_before_its_first_collective(fake_world):
     compiled(torch.randn(4, 8), torch.randn(4, 4))
     assert agree.stats["calls"] == calls + 2
     torch._dynamo.reset()
+
+
+def _one(group: str, label: str) -> GraphCollectives:
+    return GraphCollectives(label, (Collective("all_reduce", "all_reduce.default", group, 2, ("float32",), ("[]",),
+                                               ("[]",), "reduce_op=sum"),))
+
+
+def test_a_spec_is_agreed_on_once_per_process_and_every_call_counted(monkeypatch):
+    """The first call asks the other ranks, once per group of the graph (sorted: every rank in the
+    same order); later calls return at once. One that failed is asked again, never taken as agreed."""
+    agreed = []
+    monkeypatch.setattr(agree, "_agree", lambda graph, name, timeout_s: agreed.append((name, timeout_s)))
+    label = f"graph {uuid.uuid4().hex}"  # a spec no other test verified in this process
+    spec = GraphCollectives(label, (*_one("g1", label).collectives, *_one("g0", label).collectives)).to_json()
+    calls = agree.stats["calls"]
+    for _ in range(3):
+        token = agree.check_op(spec, torch.device("cpu"), 7.0)
+    agree.verify(spec)
+    assert agreed == [("g0", 7.0), ("g1", 7.0)] and agree.stats["calls"] == calls + 3
+    assert token.shape == (0,) and token.dtype == torch.uint8
+
+    def mismatch(graph, name, timeout_s):
+        agreed.append(name)
+        raise agree.CollectiveMismatchError(name)
+
+    monkeypatch.setattr(agree, "_agree", mismatch)
+    failing = _one("g0", f"graph {uuid.uuid4().hex}").to_json()
+    for _ in range(2):
+        with pytest.raises(agree.CollectiveMismatchError):
+            agree.check_op(failing, torch.device("cpu"), 7.0)
+    assert agreed[2:] == ["g0", "g0"]
+
+
+def test_a_group_of_the_fake_backend_is_never_asked(fake_world):
+    checks, collectives = agree.stats["checks"], agree.stats["collectives"]
+    agree._agree(_one(fake_world.group_name, "g"), fake_world.group_name, 1.0)
+    assert (agree.stats["checks"], agree.stats["collectives"]) == (checks, collectives)
+
+
+def test_a_dump_without_entries_is_returned_as_it_is():
+    assert flight_recorder.annotate({"version": "2.10"}) == {"version": "2.10"}
+
+
+def test_the_check_remembers_the_output_module_that_called_it(monkeypatch):
+    """For the flight recorder: the Inductor output module (a file under Inductor's cache folder) a
+    few frames above the check is mapped to the graph's description."""
+    from pathlib import Path
+
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    monkeypatch.setattr(agree, "_agree", lambda graph, name, timeout_s: None)
+    graph = _one("g0", f"graph {uuid.uuid4().hex}")
+    module = str(Path(cache_dir()) / "ab" / f"c{uuid.uuid4().hex}.py")
+    code = compile("def call(spec):\n    return check(spec)\n", module, "exec")
+    namespace = {"check": lambda spec: agree.check_op(spec, torch.device("cpu"), 1.0)}
+    exec(code, namespace)
+    try:
+        namespace["call"](graph.to_json())
+        assert agree._code_files[module] == graph
+    finally:
+        agree._code_files.pop(module, None)
 
 
 def test_flight_recorder_entries_get_node_and_source(tmp_path):

@@ -83,3 +83,29 @@ def test_plain_tiles_stay_where_the_model_does_not_apply():
     family = dataclasses.replace(gemm.FAMILY, config_from_tile=lambda tile, *a: None if tile.swap_ab else plain_only(tile, *a))
     offered = DecodePolicy().propose(family, problem, "sm_100a")
     assert {c.block_n for c in offered} == {128, 64} and not any(c.swap_ab for c in offered)
+
+
+def test_the_policys_sm_count_reaches_the_model():
+    """M = 8, N = K = 4096 on sm_100a, the plain 16x128 tile (32 CTAs, each 1114112 bytes and
+    16777216 MMA FLOPs; each CTA gets 6.4 TB/s / 32 = 200 GB/s, 5.57 us of memory): on 148 SMs
+    mma.sync gives an SM 0.25 * 0.7 * 2250 TFLOP/s / 148 = 2.66 TFLOP/s, 6.31 us, and loses; told
+    the GPU has 32 SMs, an SM gets 12.3 TFLOP/s, 1.36 us, and ties."""
+    problem = GemmProblem(8, 4096, 4096, "bfloat16")
+    assert {c.block_n for c in DecodePolicy().propose(gemm.FAMILY, problem, "sm_100a") if not c.swap_ab} == {64}
+    offered = DecodePolicy(num_sms=32).propose(gemm.FAMILY, problem, "sm_100a")
+    assert {c.block_n for c in offered if not c.swap_ab} == {128, 64}
+
+
+def test_only_16_bit_operands_on_both_sides_are_modelled():
+    """The model knows bf16 x bf16 only: where either operand is wider, or the family's operands
+    are NVFP4, the plain tiles it would drop for bf16 (16x128 on sm_100a, above) stay."""
+    from types import SimpleNamespace
+
+    from inductor_ext.templates.triton import nvfp4_gemm
+
+    for a, b in (("float32", "bfloat16"), ("bfloat16", "float32")):
+        problem = SimpleNamespace(m=8, n=4096, k=4096, a_dtype=a, b_dtype=b)
+        assert {c.block_n for c in _offered(problem, "sm_100a") if not c.swap_ab} == {128, 64}, (a, b)
+    fp4_problem = SimpleNamespace(m=8, n=4096, k=4096, out_dtype="bfloat16")
+    offered = DecodePolicy().propose(nvfp4_gemm.FAMILY, fp4_problem, "sm_100a")
+    assert {c.block_n for c in offered if not c.swap_ab} == {128, 64} and any(c.swap_ab for c in offered)

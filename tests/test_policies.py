@@ -333,6 +333,101 @@ def test_decode_split_targets_the_sm_count():
     assert all(t.split_k == 1 for t in decode_tiles(GemmProblem(1, 4096, 1024, "bfloat16"), "sm_90a"))
 
 
+def test_decode_split_k_at_the_edges_of_rule_6_worked_by_hand():
+    """Rule 6 at its edges, on 132 SMs: 66 output tiles split in two (2 * 66 = 132 is not more than
+    the SMs), 67 do not (134); K = 2048 splits, 2047 does not; each split keeps >= 4 BLOCK_K steps,
+    at most 16 splits; a split that would be 1 is no split."""
+    split = decode_policy._split
+    assert split(66, 4096, 256, 132) == 2  # min(132 // 66, 16, 16 steps // 4)
+    assert split(67, 4096, 256, 132) == 1  # 2 * 67 = 134 > 132
+    assert split(1, 2048, 128, 132) == 4  # min(132, 16, 16 steps // 4)
+    assert split(1, 2047, 128, 132) == 1  # K below 2048
+    assert split(1, 65536, 64, 132) == 16  # min(132, 16, 1024 steps // 4)
+    assert split(40, 1 << 20, 64, 132) == 3  # 132 // 40
+    assert split(1, 2048, 256, 132) == 2  # 8 steps: two splits of 4
+    assert split(1, 2048, 512, 132) == 1  # 4 steps: one split of 4 is no split
+    assert split(1, 2048, 1024, 132) == 1  # 2 steps: not even one split of 4, still 1 (not 0)
+    assert all(type(split(t, 4096, 128, 132)) is int for t in (1, 8, 40))  # a kernel's SPLIT_K, never 4.0
+    # in decode_tiles: M = 1, N = 8448 gives 66 tiles of 16x128 (split 2) and 132 of 16x64 (none)
+    tiles = decode_tiles(GemmProblem(1, 8448, 4096, "bfloat16"), "sm_90a")
+    assert {(t.block_n, t.split_k) for t in tiles} == {(128, 2), (128, 1), (64, 1)}
+
+
+def test_decode_tiles_on_each_side_of_m_64_worked_by_hand():
+    """Rules 2-5 and 7 (sm_90a, bf16, K = 1024: no split): 64 rows still get BLOCK_M 64 with the
+    swap-AB tiles first and BLOCK_K 128; 65 rows get plain 64-row tiles, BLOCK_N 128, 64 and 256,
+    BLOCK_K 64. Stages: 192 KiB // ((BM + BN) * BK * 2 bytes), within [2, 6]; 8 warps from 128x128."""
+    assert decode_tiles(GemmProblem(64, 4096, 1024, "bfloat16"), "sm_90a") == [
+        Tile(64, 128, 128, num_stages=4, num_warps=4, swap_ab=True),  # 196608 // 49152 = 4
+        Tile(64, 64, 128, num_stages=6, num_warps=4, swap_ab=True),  # 196608 // 32768 = 6
+        Tile(64, 128, 128, num_stages=4, num_warps=4),
+        Tile(64, 64, 128, num_stages=6, num_warps=4)]
+    assert decode_tiles(GemmProblem(65, 4096, 1024, "bfloat16"), "sm_90a") == [
+        Tile(64, 128, 64, num_stages=6, num_warps=4),  # 196608 // 24576 = 8, at most 6
+        Tile(64, 64, 64, num_stages=6, num_warps=4),
+        Tile(64, 256, 64, num_stages=4, num_warps=8)]  # 196608 // 40960 = 4; 64 * 256 = 128 * 128
+    # BLOCK_M = clamp(next_pow2(M), 16, 64); BLOCK_K 256 up to M = 16, then 128 (never over next_pow2(K))
+    for m, bm, bk in ((1, 16, 256), (16, 16, 256), (17, 32, 128), (33, 64, 128)):
+        assert {(t.block_m, t.block_k) for t in decode_tiles(GemmProblem(m, 4096, 1024, "bfloat16"), "sm_90a")} \
+            == {(bm, bk)}, m
+    assert {t.block_k for t in decode_tiles(GemmProblem(1, 4096, 100, "bfloat16"), "sm_90a")} == {128}
+    assert {t.block_k for t in decode_tiles(GemmProblem(1, 4096, 8, "bfloat16"), "sm_90a")} == {16}
+    # both 64 and 128 rows from M = 128 on
+    assert {t.block_m for t in decode_tiles(GemmProblem(127, 4096, 1024, "bfloat16"), "sm_90a")} == {64}
+    assert {t.block_m for t in decode_tiles(GemmProblem(128, 4096, 1024, "bfloat16"), "sm_90a")} == {64, 128}
+
+
+def test_decode_tiles_for_m_128_with_split_k_worked_by_hand():
+    """M = 128, N = 1024, K = 4096 on sm_90a (132 SMs): BLOCK_M 64 and 128, BLOCK_N 128, 64, 256,
+    BLOCK_K 64 (64 K-steps, so up to 16 splits of 4). Every tiling leaves at least half the SMs
+    idle, so each gets a split-K twin first, with the same stages and warps: split = min(132 //
+    tiles, 16, 64 // 4)."""
+    def both(bm: int, bn: int, split: int, stages: int, warps: int) -> list[Tile]:
+        return [Tile(bm, bn, 64, num_stages=stages, num_warps=warps, split_k=split),
+                Tile(bm, bn, 64, num_stages=stages, num_warps=warps)]
+
+    assert decode_tiles(GemmProblem(128, 1024, 4096, "bfloat16"), "sm_90a") == [
+        *both(64, 128, 8, 6, 4),  # 2 x 8 tiles; 196608 // 24576 = 8 stages, at most 6
+        *both(64, 64, 4, 6, 4),  # 2 x 16 tiles
+        *both(64, 256, 16, 4, 8),  # 2 x 4 tiles: 132 // 8 = 16; 196608 // 40960 = 4
+        *both(128, 128, 16, 6, 8),  # 1 x 8 tiles; 196608 // 32768 = 6
+        *both(128, 64, 8, 6, 4),  # 1 x 16 tiles
+        *both(128, 256, 16, 4, 8)]  # 1 x 4 tiles: min(33, 16, 16); 196608 // 49152 = 4
+
+
+def test_decode_applies_to_any_positive_sizes_and_counts_sms_by_target():
+    """Rule 1 needs only M, N and K >= 1 (1x1x1 still applies); rule 6's SMs: 132 for an NVIDIA
+    target without the figure, and ``num_sms`` overrides (also in ``DecodePolicy.propose``)."""
+    assert decode_policy.applies_to(GemmProblem(1, 1, 1, "bfloat16"), "sm_90a")
+    for m, n, k in ((0, 1, 1), (1, 0, 1), (1, 1, 0)):
+        assert not decode_policy.applies_to(GemmProblem(m, n, k, "bfloat16"), "sm_90a")
+    assert decode_policy.sm_count("sm_90a") == 132 and decode_policy.sm_count("sm_100a") == 148
+    assert decode_policy.sm_count("sm_99z") == 132 and decode_policy.sm_count("sm_90a", 200) == 200
+    problem = GemmProblem(1, 6144, 4096, "bfloat16")  # 48 tiles of 16x128: 132 // 48 = 2, 200 // 48 = 4
+    as_is = dataclasses.replace(gemm.FAMILY, config_from_tile=lambda t: t)
+    assert {t.split_k for t in DecodePolicy(num_sms=200).propose(as_is, problem, "sm_90a") if t.block_n == 128} == {1, 4}
+
+
+def test_decode_stages_follow_each_operands_bytes():
+    """Rule 7 per operand: the 64x64x128 tiles of M = 64, N = 4096, K = 1024 (sm_90a) fit
+    196608 // (64 * 128 * A + 128 * 64 * B) stages, within [2, 6]: bf16 6, fp32 3, fp32 x fp8 4
+    either way round; an operand dtype the table lacks counts as 2 bytes."""
+    def stages(problem: Any) -> set[int]:
+        return {t.num_stages for t in decode_tiles(problem, "sm_90a") if t.block_n == 64}
+
+    def mixed(a: str, b: str) -> SimpleNamespace:
+        return SimpleNamespace(m=64, n=4096, k=1024, a_dtype=a, b_dtype=b)
+
+    assert stages(GemmProblem(64, 4096, 1024, "bfloat16")) == {6}  # 196608 // 32768
+    assert stages(GemmProblem(64, 4096, 1024, "float32")) == {3}  # 196608 // 65536
+    assert stages(mixed("float32", "float8_e4m3fn")) == stages(mixed("float8_e4m3fn", "float32")) == {4}  # // 40960
+    assert stages(SimpleNamespace(m=64, n=4096, k=1024, dtype="int4")) == {6}  # as bf16
+    # propose sizes them for the family's operands: 16x128x256 tiles of NVFP4 (0.5 bytes) fit
+    # 196608 // 18432 = 10 -> 6 stages where bf16 fits 2
+    fp4_problem = SimpleNamespace(m=8, n=4096, k=4096, out_dtype="bfloat16")
+    assert {c.num_stages for c in DecodePolicy().propose(nvfp4_gemm.FAMILY, fp4_problem, "sm_100a")} == {6}
+
+
 def test_decode_applies_only_to_small_m_on_nvidia():
     policy = DecodePolicy()
     for target in NVIDIA_TARGETS:

@@ -10,10 +10,12 @@ and a folder root cannot change is tried without the override (``setpriv --bound
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import logging
 import os
 import py_compile
+import re
 import shutil
 import stat
 import subprocess
@@ -21,7 +23,7 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -421,3 +423,92 @@ def test_a_dump_file_replaces_a_link_at_its_name(tmp_path: Path) -> None:
     (tmp_path / "output_code.py").symlink_to(victim)
     dumps._write(tmp_path / "output_code.py", "# dump\n")  # even past the folder check (a link made since)
     assert victim.read_text() == "mine"
+
+
+def test_a_folder_of_another_user_is_refused_naming_it_both_uids_and_the_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal says which folder, whose it is, who asks and what to set instead; for a folder
+    no setting chose it names no setting. (Another user is faked by the uid ext asks for.)"""
+    folder = tmp_path / "kernels"
+    folder.mkdir(mode=0o700)
+    owner = folder.stat().st_uid
+    monkeypatch.setattr(private_files.os, "getuid", lambda: owner + 4242)
+    with pytest.raises(private_files.UnsafeDirectoryError) as refused:
+        private_files.private_dir(folder, "INDUCTOR_EXT_KERNEL_DIR")
+    assert str(refused.value) == (
+        f"inductor-ext will not load code from {folder}: it belongs to uid {owner}, not to you (uid {owner + 4242}), "
+        "so another user could plant files there (set INDUCTOR_EXT_KERNEL_DIR to a folder of yours)")
+    with pytest.raises(private_files.UnsafeDirectoryError) as refused:
+        private_files.private_dir(folder)
+    assert str(refused.value).endswith("so another user could plant files there")
+
+
+def test_a_folder_that_cannot_be_moved_aside_is_refused_naming_it_why_and_the_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Moving an open folder aside can fail (a mount point, a read-only parent): the error names the
+    folder, why it is not trusted, why the move failed and the setting to change; it is not repaired."""
+    folder = _folder_with(tmp_path, "kernels")
+    folder.chmod(0o777)
+
+    def busy(src: Path, dst: Path) -> None:
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(src))
+
+    monkeypatch.setattr(private_files.os, "rename", busy)
+    with pytest.raises(private_files.UnsafeDirectoryError) as refused:
+        private_files.private_dir(folder, "INDUCTOR_EXT_KERNEL_DIR")
+    assert str(refused.value) == (
+        f"inductor-ext will not load code from {folder}: it is writable by other users, so anything in it may have "
+        f"been planted, and it could not be moved aside ({os.strerror(errno.EBUSY)}) "
+        "(set INDUCTOR_EXT_KERNEL_DIR to a folder of yours)")
+    assert mode(folder) == 0o777 and (folder / "sub" / "kept.txt").exists()
+    with pytest.raises(private_files.UnsafeDirectoryError) as refused:
+        private_files.private_dir(folder)
+    assert str(refused.value).endswith(f"could not be moved aside ({os.strerror(errno.EBUSY)})")
+
+
+def test_a_folder_another_process_makes_meanwhile_is_kept_and_its_subfolders_still_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes making the same folders race: the one that finds a folder made since it looked
+    leaves that folder as it is (it is checked like any existing one) and goes on to make the rest."""
+    real = os.path.lexists
+
+    def made_meanwhile(path: Any) -> bool:
+        if Path(path) == tmp_path / "a" and not real(path):
+            (tmp_path / "a").mkdir(mode=0o750)  # the other process, right after this one looked
+            return False
+        return real(path)
+
+    monkeypatch.setattr(private_files.os.path, "lexists", made_meanwhile)
+    private_files.make_private_dirs(tmp_path / "a" / "b" / "c")
+    assert mode(tmp_path / "a") == 0o750
+    assert mode(tmp_path / "a" / "b") == 0o700 and mode(tmp_path / "a" / "b" / "c") == 0o700
+
+
+def test_the_temporary_file_is_made_beside_the_file_it_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not in the shared temporary folder: there others could see or swap it, and a rename from
+    another filesystem is no rename (os.replace fails, or is not atomic)."""
+    renames = []
+    real = os.replace
+    monkeypatch.setattr(private_files.os, "replace", lambda src, dst: renames.append(Path(src)) or real(src, dst))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "shared-tmp"))  # where a default temp file would go
+    (tmp_path / "shared-tmp").mkdir()
+    target = tmp_path / "private" / "k.so"
+    target.parent.mkdir()
+    private_files.write_new(target, b"built")
+    assert target.read_bytes() == b"built" and [p.parent for p in renames] == [target.parent]
+    assert list((tmp_path / "shared-tmp").iterdir()) == [] and list(target.parent.iterdir()) == [target]
+
+
+def test_the_warning_says_where_the_folder_went_named_by_time_and_process(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """The user's files are not lost, only moved: the one warning names the folder, where it went
+    and why, and the new name says when (sortable) and which process moved it."""
+    folder = _folder_with(tmp_path)
+    folder.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="inductor_ext"):
+        private_files.private_dir(folder)
+    (aside,) = tmp_path.glob("tools.untrusted-*")
+    assert re.fullmatch(rf"tools\.untrusted-20\d{{6}}-\d{{6}}-{os.getpid()}", aside.name), aside.name
+    assert (aside / "sub" / "kept.txt").read_text() == "x"
+    why = "it is writable by other users, so anything in it may have been planted"
+    assert caplog.messages == [f"inductor-ext: moved {folder} aside to {aside} and made a new private one: {why}"]
