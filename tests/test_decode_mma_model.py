@@ -97,13 +97,14 @@ def test_the_policys_sm_count_reaches_the_model():
 
 
 def test_only_16_bit_operands_on_both_sides_are_modelled():
-    """The model knows bf16 x bf16 only: where either operand is wider, or the family's operands
-    are NVFP4, the plain tiles it would drop for bf16 (16x128 on sm_100a, above) stay."""
+    """The model knows bf16 x bf16 only: where either operand is wider, of a dtype the policy has
+    no size for, unnamed, or the family's operands are NVFP4, the plain tiles it would drop for bf16
+    (16x128 on sm_100a, above) stay."""
     from types import SimpleNamespace
 
     from inductor_ext.templates.triton import nvfp4_gemm
 
-    for a, b in (("float32", "bfloat16"), ("bfloat16", "float32")):
+    for a, b in (("float32", "bfloat16"), ("bfloat16", "float32"), ("int8", "bfloat16"), ("bfloat16", None)):
         problem = SimpleNamespace(m=8, n=4096, k=4096, a_dtype=a, b_dtype=b)
         assert {c.block_n for c in _offered(problem, "sm_100a") if not c.swap_ab} == {128, 64}, (a, b)
     fp4_problem = SimpleNamespace(m=8, n=4096, k=4096, out_dtype="bfloat16")

@@ -159,7 +159,8 @@ class DecodePolicy:
         if not decode_mma_model.runs_on_mma_sync(tile, target):
             return False
         a_dtype, b_dtype, _ = operand_dtypes(problem, family)
-        a_bytes, b_bytes = _ELEMENT_BYTES.get(a_dtype or "", 2.0), _ELEMENT_BYTES.get(b_dtype or "", 2.0)
+        # a dtype the table lacks is not modelled (decode_mma_model: other dtypes keep their tiles)
+        a_bytes, b_bytes = _ELEMENT_BYTES.get(a_dtype or "", 0.0), _ELEMENT_BYTES.get(b_dtype or "", 0.0)
         twin = dataclasses.replace(tile, swap_ab=True)
         return (family.config_from_tile(twin) is not None and not decode_mma_model.mma_sync_ties(
             tile, problem, target, sm_count(target, self.num_sms), a_bytes, b_bytes))
