@@ -70,6 +70,18 @@ def test_the_flush_is_real_memory_when_entered_while_the_compile_traces_fake(mon
     assert int(flushes[0][-1]) == (cold_timing.TIMED_CALLS - 1) & 0xFF  # written by the last try
 
 
+def test_a_cache_reported_larger_than_any_core_gets_is_flushed_with_at_most_256_mib(monkeypatch, unswitched):
+    """A VM reports its host's whole L3 (300 MiB on a 2-core VM here): four times that, written
+    before every timed call, cost 50-80 ms a call; the flush stops at FLUSH_MAX_BYTES."""
+    monkeypatch.setattr(cold_timing, "last_level_cache_bytes", lambda: 300 << 20)
+    sizes = []
+    timing = cold_timing.timing
+    monkeypatch.setattr(cold_timing, "timing", lambda fn, flush, *a: sizes.append(flush.numel()) or timing(fn, flush, *a))
+    with cold_timing.cold_cpu_benchmarks():
+        benchmarker.benchmark_cpu(lambda: None)
+    assert sizes == [256 << 20] == [cold_timing.FLUSH_MAX_BYTES]
+
+
 def test_the_choice_inductor_times_is_also_timed_warm_while_inside(monkeypatch):
     """Inductor times each choice through AlgorithmSelectorCache.benchmark_choice; inside, its
     warm median is kept for ext's choices (warm_ms) and forgotten on exit."""

@@ -91,7 +91,11 @@ _FALLBACK_CACHE_BYTES = 64 << 20  # when sysfs does not say: larger than most se
 # (32 MiB L3 reported) a 1x768x768 cpp.gemm took 16 us warm and, after writes of 1.25x / 2.5x / 5x
 # the L3, 42-58 / 74-81 / 91-108 us, against ~100 us per call inside a 2-layer Llama's decode step.
 FLUSH_LLC_MULTIPLE = 4
-FLUSH_MAX_BYTES = 1 << 30
+# A VM reports its host's whole L3: a 2-core VM here said 300 MiB (2026-12-06) while a read loop
+# slowed to DRAM speed past 48 MiB (1 thread: 25-27 GB/s up to 32 MiB, 13-15 GB/s from 64 MiB on).
+# 4x that report was a 1 GiB write, 50-80 ms, before every timed call. 256 MiB is what Triton's
+# do_bench writes to clear a GPU's L2, and five times the cache this VM's cores got.
+FLUSH_MAX_BYTES = 256 << 20
 
 # While inside cold_cpu_benchmarks: the choice Inductor is timing, and each timed choice's warm
 # median (ms) by id; emptied on exit (ids of dead choices are reused).
