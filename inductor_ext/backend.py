@@ -59,6 +59,7 @@ def ext_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     """The ``ext`` Dynamo backend (registered through the ``torch_dynamo_backends`` entry point)."""
     config, mode_patches = resolve_config(example_inputs, options, mode)
     warn_device_mismatch(config, example_inputs)
+    install.ask_isas_ahead(config)
     codegen = device_codegen(config)
     if install.uses_triton_interpreter(config, codegen is not None):
         enable_triton_interpreter()

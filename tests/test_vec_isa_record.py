@@ -31,7 +31,7 @@ def machine(monkeypatch):
     def probe():
         state["probes"] += not state["probed"]
         state["probed"] = True
-        return state["outcome"]
+        return state["outcome"], []
 
     monkeypatch.setattr(record, "_probe_outcome", probe)
     # Inductor's config is patched through its own API: pytest 9.2's monkeypatch cannot set
@@ -124,6 +124,7 @@ def fresh_process(monkeypatch, tmp_path):
     process; everything is restored after the test."""
     if record.probe_key() is None:
         pytest.skip("ext reuses the probe on x86 Linux with a C++ compiler only; this machine is not one")
+    monkeypatch.setattr(record, "_ahead", [None])  # no asking left over from an earlier compile
     builds = []
 
     def build(self, *args, **kwargs):
@@ -239,3 +240,54 @@ def test_a_first_probe_asks_the_isas_side_by_side_with_the_same_outcome(fresh_pr
     with record.reused(AutotuneCache(":memory:")):
         assert _what_inductor_picked() == picked
     assert sorted(Path(b).name for b in builds) == one_at_a_time and most[0] >= 2
+
+
+def test_asked_ahead_the_probe_builds_the_same_and_the_record_answers_the_next_process(fresh_process,
+                                                                                      avx512_bf16_host):
+    """``ask_ahead`` (an ext compile's entry, before AOTAutograd traces) starts the probe's builds in
+    the background; the compile's probe then picks what Inductor's own picks, after the same
+    builds, and the record it writes answers the next process without a build."""
+    builds = fresh_process()
+    cpu_vec_isa.pick_vec_isa()  # plain Inductor, one build at a time
+    one_at_a_time, picked = sorted(Path(b).name for b in builds), _what_inductor_picked()
+    cache = AutotuneCache(":memory:")
+    builds = fresh_process()
+    record.ask_ahead(cache)
+    ahead = record._ahead[0]
+    assert ahead is not None
+    ahead.result(timeout=60)
+    assert sorted(Path(b).name for b in builds) == one_at_a_time  # every build ran ahead...
+    with record.reused(cache):
+        assert _what_inductor_picked() == picked
+    assert sorted(Path(b).name for b in builds) == one_at_a_time  # ...and none again
+    assert record._ahead[0] is None  # taken by that compile
+    builds = fresh_process()
+    with record.reused(cache):
+        assert _what_inductor_picked() == picked
+    assert builds == []
+
+
+def test_nothing_is_asked_ahead_where_the_compile_will_not_probe(fresh_process):
+    cache = AutotuneCache(":memory:")
+    builds = fresh_process()
+    with inductor_config.patch({"cpp.vec_isa_ok": True}):
+        record.ask_ahead(cache)  # the user's own switch
+    assert record._ahead[0] is None
+    with record.reused(cache):
+        cpu_vec_isa.pick_vec_isa()  # the first compile records the machine
+    builds = fresh_process()
+    record.ask_ahead(cache)  # recorded: the compile will not probe
+    assert record._ahead[0] is None and builds == []
+
+
+@pytest.mark.parametrize("autotune, asked", [("model", True), ("off", False)])
+def test_an_ext_compile_asks_ahead_before_aot_traces_its_graph(monkeypatch, tmp_path, autotune, asked):
+    from inductor_ext import backend
+
+    order = []
+    monkeypatch.setattr(record, "ask_ahead", lambda cache: order.append("ask_ahead"))
+    monkeypatch.setattr(backend, "compile_fx", lambda gm, inputs, **kw: order.append("compile_fx") or gm.forward)
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    backend.ext_backend(gm, [torch.ones(2)], options={"preset": "cpu", "autotune": autotune,
+                                                       "autotune_cache": str(tmp_path / "at.db")})
+    assert order == (["ask_ahead", "compile_fx"] if asked else ["compile_fx"])

@@ -114,6 +114,13 @@ def inductor_patches(config: ExtConfig, device_codegen: bool = False,
     return patches
 
 
+def ask_isas_ahead(config: ExtConfig) -> None:
+    """At the backend's entry: where this config will need Inductor's vector-ISA probe, its test
+    builds start now, beside AOTAutograd's tracing and freezing (``vec_isa_record.ask_ahead``)."""
+    if autotunes_cpu_kernels(config):
+        vec_isa_record.ask_ahead(cache_for(config))
+
+
 @contextlib.contextmanager
 def compile_context(config: ExtConfig) -> Iterator[None]:
     """What one graph's compile (forward, backward or inference: ``compile_fx_inner``) runs

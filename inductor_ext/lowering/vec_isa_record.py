@@ -1,10 +1,11 @@
 """Inductor's vector-ISA probe, remembered in ext's cache.
 
 Before its first C++ kernel in a process, Inductor probes which vector ISAs (AVX2, AVX-512, AMX)
-the compiler builds for and this Python can load: four test builds, each loaded in a fresh
-Python (about 16 s on a 2-core machine). It keeps the outcome in its own cache directory only
-(``.load_ok`` files), so every process with a fresh Inductor cache pays again: a new container
-serving a cache built offline with ``inductor-ext tune build``, a CI job, a benchmark arm.
+the compiler builds for and this Python can load: about ten test builds, each loaded in a fresh
+Python (10-13 s one after another on a 2-core AVX-512 machine, measured 2026-12-06). It keeps the
+outcome in its own cache directory only (``.load_ok`` files), so every process with a fresh
+Inductor cache pays again: a new container serving a cache built offline with
+``inductor-ext tune build``, a CI job, a benchmark arm.
 
 Where it must probe (its record absent), ext asks the CPU's ISAs side by side
 (``_ask_side_by_side``): the same builds by Inductor's own code, in about half the time on two cores.
@@ -36,6 +37,7 @@ import os
 import platform
 import shutil
 import sys
+import threading
 from typing import Iterator
 
 import torch
@@ -73,42 +75,94 @@ def probe_key() -> str | None:
     return f"{FACT}:{hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]}"
 
 
+def _cpu_isas() -> list[cpu_vec_isa.VecISA]:
+    """Inductor's ISA objects this CPU's flags name, best first."""
+    flags = cpu_vec_isa.x86_isa_checker()
+    return [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
+
+
 def candidates() -> list[str]:
     """The ISAs this CPU has (what ``cpp.vec_isa_ok=True`` says yes to), best first."""
-    flags = cpu_vec_isa.x86_isa_checker()
-    return [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
+    return [str(isa) for isa in _cpu_isas()]
 
 
 def _probed_in_process() -> bool:
     return cpu_vec_isa.valid_vec_isa_list.cache_info().currsize > 0
 
 
-def _probe_outcome() -> list[str]:
-    """The ISAs Inductor's probe passed (it runs here unless this process ran it already)."""
-    if not _probed_in_process():
-        _ask_side_by_side()
-    return [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+# The asking started at an ext compile's entry (``ask_ahead``), until a compile's record takes it.
+_ahead: list[concurrent.futures.Future[list[str]] | None] = [None]
 
 
-def _ask_side_by_side() -> None:
+def ask_ahead(cache: AutotuneCache) -> None:
+    """At an ext compile's entry, before AOTAutograd traces and freezes its graph: where that
+    compile will need Inductor's probe (no record in ``cache``, not probed in this process, no
+    ``cpp.vec_isa_ok`` of the user's), start asking the CPU's ISAs in the background, so that the
+    test builds (subprocesses) run beside the tracing (one Python thread) instead of after it."""
+    if _ahead[0] is not None or inductor_config.cpp.vec_isa_ok is not None or _probed_in_process():
+        return
+    key = probe_key()
+    if key is None or cache.get_fact(key) is not None:
+        return
+    future: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+
+    def ask() -> None:
+        try:
+            future.set_result(_ask_side_by_side())
+        except BaseException as e:  # the compile's probe asks again and says what is wrong
+            future.set_exception(e)
+
+    _ahead[0] = future
+    # a daemon: a process that exits before its compile needs the answer does not wait for g++
+    threading.Thread(target=ask, name="ext-isa-probe-ahead", daemon=True).start()
+
+
+def _probe_outcome() -> tuple[list[str], list[str]]:
+    """The ISAs Inductor's probe passed (it runs here unless this process ran it already), and
+    the test builds that passed while ext asked ahead of it (``_build_key``)."""
+    ahead, _ahead[0] = _ahead[0], None
+    passed: list[str] = []
+    if ahead is not None:
+        try:
+            passed = ahead.result()
+        except Exception as e:
+            log.debug("ext: asking the vector ISAs ahead of Inductor's probe failed: %s", e)
+    elif not _probed_in_process():
+        passed = _ask_side_by_side()
+    return [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()], passed
+
+
+def _ask_side_by_side() -> list[str]:
     """Inductor's probe asks the ISAs this CPU has one after another (``bool(isa)``: up to five
     test builds each, every one a g++ build and a load in a fresh Python, ~1 s). The ISAs do not
     depend on each other, so each is asked in its own thread first (the builds are subprocesses:
     they run side by side); the probe then finds every answer in Inductor's own per-ISA cache,
-    reached by Inductor's own code. A thread that fails leaves that ISA to the probe, as before."""
-    flags = cpu_vec_isa.x86_isa_checker()
-    isas = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
-    if len(isas) < 2:
-        return
+    reached by Inductor's own code. A thread that fails leaves that ISA to the probe, as before.
+    Returns the keys of the test builds that passed (the record keeps them)."""
+    isas = _cpu_isas()
 
-    def ask(isa: cpu_vec_isa.VecISA) -> None:
+    def ask(isa: cpu_vec_isa.VecISA) -> list[str]:
+        passed: list[str] = []
+
+        def check_build(code: str) -> bool:  # this ISA's builds (its extra checks' too), counted
+            ok = type(isa).check_build(isa, code)
+            if ok:
+                passed.append(_build_key(isa, code))
+            return ok
+
+        isa.check_build = check_build  # type: ignore[method-assign]  # on this instance, for this call
         try:
             bool(isa)
         except Exception as e:  # Inductor's probe asks again and says what is wrong
             log.debug("ext: asking %s ahead of Inductor's probe failed: %s", isa, e)
+        finally:
+            del isa.check_build
+        return passed
 
+    if not isas:
+        return []
     with concurrent.futures.ThreadPoolExecutor(len(isas), thread_name_prefix="ext-isa-probe") as pool:
-        list(pool.map(ask, isas))
+        return [key for keys in pool.map(ask, isas) for key in keys]
 
 
 def _build_key(isa: cpu_vec_isa.VecISA, code: str) -> str:
@@ -176,7 +230,9 @@ def reused(cache: AutotuneCache) -> Iterator[None]:
         try:
             if fact is None:
                 # Inductor's own probe, as its first C++ kernel would run it (free if this process ran it).
-                fact = {"valid": _probe_outcome(), "candidates": candidates(), "builds": list(found)}
+                valid, passed_ahead = _probe_outcome()
+                found.extend(key for key in passed_ahead if key not in found)
+                fact = {"valid": valid, "candidates": candidates(), "builds": list(found)}
                 cache.put_fact(key, json.dumps(fact))
             elif not _probed_in_process():
                 log.info("ext: Inductor's vector-ISA probe answered from ext's cache (%s)", ", ".join(fact["valid"]))
