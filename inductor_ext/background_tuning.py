@@ -1,14 +1,16 @@
-"""The worker of ``autotune="background"``: times queued GEMM problems off the critical path.
+"""The worker of ``autotune="background"``: times queued GEMM and attention problems off the
+critical path.
 
 A compile with ``autotune="background"`` serves every decision untimed (the user's cache, decision
-tables, the cost model, ATen's default: as ``"model"``) and queues the GEMM problems nothing tuned
-(``autotune/tune_queue.py``). One worker per machine (a file lock) takes them oldest first, at the
-lowest CPU priority, with the threads the compile ran with: each problem is rebuilt from its key
-(tensors of its sizes and strides, a frozen weight for an input that was a graph constant) and
-compiled with ``autotune="full"``, so ext itself times it and writes the winner into the user's
-cache under the same key. The next process, or the next compile of that graph, is served the
-tuned choice; a running compiled graph is never swapped. A problem the worker cannot rebuild
-exactly (its compile decides another key) is marked failed with what it decided instead.
+tables, the cost model, ATen's default: as ``"model"``) and queues the GEMM and attention problems
+nothing tuned (``autotune/tune_queue.py``). One worker per machine (a file lock) takes them oldest
+first, at the lowest CPU priority, with the threads the compile ran with: each problem is rebuilt
+from its key (tensors of its sizes and strides, a frozen weight for an input that was a graph
+constant, a mask that attends everywhere) and compiled with ``autotune="full"``, so ext itself
+times it and writes the winner into the user's cache under the same key. The next process, or the
+next compile of that graph, is served the tuned choice; a running compiled graph is never swapped.
+A problem the worker cannot rebuild exactly (its compile decides another key) is marked failed
+with what it decided instead.
 
     inductor-ext tune status        # the queue
     inductor-ext tune work          # run the worker here, in the foreground, until the queue is empty
@@ -26,7 +28,7 @@ from typing import Iterator
 import torch
 
 from inductor_ext.autotune.cache_entry import ProblemKey
-from inductor_ext.autotune.tune_queue import Job, TuneQueue
+from inductor_ext.autotune.tune_queue import GEMM_OPS, Job, TuneQueue
 
 log = logging.getLogger("inductor_ext.autotune")
 
@@ -87,8 +89,27 @@ def _dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[tuple[int,
     return base, [order.index(d) for d in range(len(shape))]
 
 
+def _tensor(base: tuple[int, ...], dtype: str) -> torch.Tensor:
+    """Values of ``dtype`` for an input of that shape: a bool mask attends everywhere."""
+    if dtype == "bool":
+        return torch.ones(base, dtype=torch.bool)
+    return torch.randn(base, dtype=getattr(torch, dtype))
+
+
+def _call(op: str, args: list[torch.Tensor]) -> torch.Tensor:
+    """The key's op on its inputs: ATen's GEMM, or ext's attention op (q, k, v, mask|None) with
+    SDPA's default scale (the scale decides no kernel: no key holds it)."""
+    if op in GEMM_OPS:
+        return getattr(torch, op)(*args)
+    q, k, v, mask = (*args, None)[:4]
+    scale = q.shape[-1] ** -0.5
+    if op == "decode_attention":
+        return torch.ops.inductor_ext.decode_attention(q, k, v, mask, scale)
+    return torch.ops.inductor_ext.prefill_attention(q, k, v, mask, scale, is_causal=op == "prefill_attention_causal")
+
+
 class _Problem(torch.nn.Module):
-    """One GEMM of the key's op over its inputs: constants as frozen buffers, the rest as inputs."""
+    """One call of the key's op over its inputs: constants as frozen buffers, the rest as inputs."""
 
     def __init__(self, job: Job, layouts: list[tuple[tuple[int, ...], list[int]]]) -> None:
         super().__init__()
@@ -96,7 +117,7 @@ class _Problem(torch.nn.Module):
         self.layouts, self.constants = layouts, job.constants
         for i, ((base, _), const, dtype) in enumerate(zip(layouts, job.constants, job.key.dtypes)):
             if const:
-                self.register_buffer(f"c{i}", torch.randn(base, dtype=getattr(torch, dtype)))
+                self.register_buffer(f"c{i}", _tensor(base, dtype))
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         given = iter(inputs)
@@ -104,8 +125,8 @@ class _Problem(torch.nn.Module):
         for i, ((_, perm), const) in enumerate(zip(self.layouts, self.constants)):
             base = getattr(self, f"c{i}") if const else next(given)
             args.append(base.permute(perm).expand(self.shapes[i]))
-        out = getattr(torch, self.op)(*args)
-        return out if self.returned else out + 1  # a consumer: the GEMM's own output stays inside
+        out = _call(self.op, args)
+        return out if self.returned else out + 1  # a consumer: the op's own output stays inside
 
 
 def rebuild(job: Job) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]] | str:
@@ -120,8 +141,8 @@ def rebuild(job: Job) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]] | str:
     if key.dynamic:
         return "dynamic shapes are tuned in the compile that meets them"
     module = _Problem(job, layouts).eval()
-    inputs = tuple(torch.randn(base, dtype=getattr(torch, dtype))
-                   for (base, _), const, dtype in zip(layouts, job.constants, key.dtypes) if not const)
+    inputs = tuple(_tensor(base, dtype) for (base, _), const, dtype in zip(layouts, job.constants, key.dtypes)
+                   if not const)
     return module, inputs
 
 

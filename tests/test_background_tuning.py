@@ -51,7 +51,10 @@ def test_a_job_reads_back_and_anything_else_is_refused() -> None:
     assert Job.from_json(job.to_json()) == job
     for threads in (1, 4096):  # the bounds are threads a machine can have
         assert Job.from_json(json.dumps({**json.loads(job.to_json()), "threads": threads})).threads == threads
-    for spoil, why in ((lambda d: d["key"].update(op="prefill_attention"), "op"),
+    attention = json.loads(job.to_json())
+    attention["key"].update(op="prefill_attention_causal")
+    assert Job.from_json(json.dumps(attention)).key.op == "prefill_attention_causal"
+    for spoil, why in ((lambda d: d["key"].update(op="softmax"), "op 'softmax' is not one of"),
                        (lambda d: d.update(constants=[True]), "one bool per input"),
                        (lambda d: d.update(threads=0), "threads"),
                        (lambda d: d.update(threads=4097), "threads"),
@@ -232,3 +235,37 @@ def test_served_untimed_now_tuned_by_the_worker_and_cached_for_the_next_process(
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["cache", "cache"]
+
+
+class TwoAttentions(torch.nn.Module):
+    """A decode step's attention over a masked cache, and a causal prefill's."""
+
+    def forward(self, q1, k, v, mask, q):
+        decode = torch.nn.functional.scaled_dot_product_attention(q1, k, v, attn_mask=mask)
+        prefill = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return decode.sum() + prefill.sum()
+
+
+def test_attention_served_untimed_is_queued_tuned_by_the_worker_and_then_served_from_the_cache(own_cache: Path) -> None:
+    torch.manual_seed(0)
+    q1, k, v, q = torch.randn(1, 4, 1, 32), torch.randn(1, 4, 65, 32), torch.randn(1, 4, 65, 32), torch.randn(1, 4, 65, 32)
+    mask = torch.arange(65).view(1, 1, 1, 65) < 50  # a static cache's unwritten slots
+    model, args = TwoAttentions(), (q1, k, v, mask, q)
+    torch._dynamo.reset()
+    first = len(decision_record.decisions)
+    with torch.no_grad():
+        out = torch.compile(model, backend="ext", options={"autotune": "background"})(*args)
+    torch.testing.assert_close(out, model(*args), rtol=1e-4, atol=1e-4)
+    queued = {r["problem"].split()[0]: r["state"] for r in TuneQueue().rows()}
+    assert queued == {"decode_attention": "pending", "prefill_attention_causal": "pending"}, queued
+    assert all(c["time_us"] is None for d in decision_record.decisions[first:] for c in d.candidates)
+
+    done = background_tuning.run()
+    assert [state for _, state, _ in done] == ["done", "done"], done
+    torch._dynamo.reset()
+    first = len(decision_record.decisions)
+    with torch.no_grad():
+        torch.compile(model, backend="ext", options={"autotune": "background"})(*args)
+    served = {d.op: d.reason for d in decision_record.decisions[first:]}
+    assert served == {"decode_attention": "cache", "prefill_attention_causal": "cache"}, served
+    assert [r["state"] for r in TuneQueue().rows()] == ["done", "done"]  # nothing queued again

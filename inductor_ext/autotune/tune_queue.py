@@ -1,5 +1,6 @@
-"""The queue of ``autotune="background"``: GEMM problems a compile served untimed (from a decision
-table, the cost model or ATen's default), waiting for the background worker to time them.
+"""The queue of ``autotune="background"``: GEMM and attention problems a compile served untimed
+(from a decision table, the cost model or ATen's default), waiting for the background worker to
+time them.
 
 One SQLite file, ``background.db``, beside the user's own autotune cache and private to the user
 like it (a folder others may write to is not used: nothing is queued then). A job is data: the
@@ -25,11 +26,15 @@ from typing import Any, Iterator
 from inductor_ext.autotune.cache import default_cache_path, folder_problem, make_private_folder
 from inductor_ext.autotune.cache_entry import BadRow, ProblemKey, bounded_json
 
-__all__ = ["BadQueue", "GEMM_OPS", "Job", "STATES", "TuneQueue", "queue_path"]
+__all__ = ["ATTENTION_OPS", "BadQueue", "GEMM_OPS", "Job", "QUEUED_OPS", "STATES", "TuneQueue", "queue_path"]
 
 log = logging.getLogger("inductor_ext.autotune")
 
-GEMM_OPS = ("mm", "addmm", "bmm")  # what the worker can rebuild from a key alone
+# what the worker can rebuild from a key alone: ATen's GEMMs, and ext's attention ops (their scale
+# decides no kernel, so no key holds it; a flag such as is_causal is in the op's name)
+GEMM_OPS = ("mm", "addmm", "bmm")
+ATTENTION_OPS = ("decode_attention", "prefill_attention", "prefill_attention_causal")
+QUEUED_OPS = GEMM_OPS + ATTENTION_OPS
 STATES = ("pending", "running", "done", "failed")
 # compile options a job carries (the rest are the preset's): plain values ext's validator checks again
 JOB_OPTIONS = ("preset", "templates", "template_margin", "freezing")
@@ -63,8 +68,8 @@ class Job:
             raise BadRow("a job has exactly key, constants, threads, options")
         key = ProblemKey.from_dict(d["key"])
         constants, threads, options = d["constants"], d["threads"], d["options"]
-        if key.op not in GEMM_OPS:
-            raise BadRow(f"op {key.op!r} is not one of {GEMM_OPS}")
+        if key.op not in QUEUED_OPS:
+            raise BadRow(f"op {key.op!r} is not one of {QUEUED_OPS}")
         if not isinstance(constants, list) or len(constants) != len(key.shapes) or \
                 not all(isinstance(c, bool) for c in constants):
             raise BadRow("constants must hold one bool per input")

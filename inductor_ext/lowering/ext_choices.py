@@ -276,8 +276,8 @@ class ExtChoices(InductorChoices):
         return self._append(module, [], ready, config)
 
     def _queue(self, key: ProblemKey, op_name: str, kernel_inputs: Any) -> None:
-        """``autotune="background"``: queue a GEMM served untimed for the background worker."""
-        if op_name not in tune_queue.GEMM_OPS:
+        """``autotune="background"``: queue a GEMM or an attention served untimed for the background worker."""
+        if op_name not in tune_queue.QUEUED_OPS:
             return
         options = {"preset": self.config.preset, "templates": list(self.config.templates),
                    "template_margin": self.config.template_margin, "freezing": self.config.freezing}
