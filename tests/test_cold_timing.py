@@ -246,3 +246,88 @@ def test_a_thread_that_went_to_sleep_is_not_a_switched_out_call(monkeypatch):
 
     assert cold_timing.timed_call(sleeps_at_the_barrier)[1] is True
     assert cold_timing.timed_call(preempted)[1] is False
+
+
+# ------------------------------------------- a decode-shaped GEMM timed as a decode loop runs it
+
+def test_input_copies_are_the_same_bytes_on_storages_of_their_own():
+    weight = torch.randn(96, 64).t()[8:]  # a transposed view with an offset, as Inductor hands weights
+    x = torch.randn(1, 96)
+    sets = cold_timing.input_copies((x, weight), budget=10 * (96 * 64 + 96) * 4)
+    assert len(sets) == 10 and sets[0] == (x, weight)  # the originals count as one set
+    storages = {t.untyped_storage().data_ptr() for copies in sets for t in copies}
+    assert len(storages) == 20
+    for cx, cw in sets[1:]:
+        assert cw.stride() == weight.stride() and cw.storage_offset() == weight.storage_offset()
+        assert torch.equal(cw, weight) and torch.equal(cx, x)
+    assert len(cold_timing.input_copies((x, weight), budget=1)) == 2  # at least two: one after another
+    assert len(cold_timing.input_copies((torch.ones(1),), budget=1 << 30)) == cold_timing.STREAMED_MAX_COPIES
+    assert cold_timing.input_copies((x, torch.eye(4).to_sparse()), 1 << 20) == []  # no plain tensor: timed flushed
+
+
+def test_a_streamed_round_calls_every_copy_once_in_turn_and_reports_per_call(monkeypatch, unswitched):
+    order = []
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(cold_timing.time, "perf_counter", lambda: next(ticks) * 1e-3)
+    calls = [lambda i=i: order.append(i) for i in range(4)]
+    timed = cold_timing.streamed_timing(calls, rounds=3)
+    assert order[:4] == [0, 1, 2, 3]  # each once, untimed first (a packed copy is made on first use)
+    assert order[4:9] == [0, 1, 2, 3, 0]  # a round in turn, then the first again before its warm call
+    # a round: four calls between two clock reads 1 ms apart -> 0.25 ms per call
+    assert timed.flushed_ms == pytest.approx(0.25) and timed.flushed_clean and timed.warm_clean
+
+
+def test_a_decode_shaped_choice_is_timed_over_copies_of_its_inputs(monkeypatch, unswitched):
+    """Inside cold_cpu_benchmarks, a choice marked streamed is benchmarked once per copy of its
+    inputs; the calls it would have timed are timed in rounds instead of after a flush."""
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    monkeypatch.setattr(cold_timing, "FLUSH_MAX_BYTES", 8 * 4 * (64 * 96 + 64))
+    seen = []
+
+    class Choice:
+        name = "template"
+
+        def benchmark(self, x, w, out):
+            return benchmarker.benchmark_cpu(lambda: seen.append(w.untyped_storage().data_ptr()))
+
+    class Args:
+        def get_benchmark_tensors(self, _):
+            return type("T", (), {"unpack": lambda self: ((torch.randn(1, 64), torch.randn(64, 96)),
+                                                          torch.zeros(1, 96))})()
+
+    flushes = []
+    monkeypatch.setattr(cold_timing, "timing", lambda *a, **k: flushes.append(a))
+    choice = Choice()
+    cold_timing.time_streamed([choice])
+    with cold_timing.cold_cpu_benchmarks():
+        ms = AlgorithmSelectorCache.benchmark_choice(choice, Args())
+        assert cold_timing.warm_ms(choice) is not None and ms >= 0
+    assert flushes == []  # never timed after a flush
+    assert len(set(seen)) == 8  # every copy of the weight called
+
+
+class DecodeAndPrefill(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(64, 96, bias=False), torch.nn.Linear(64, 96, bias=False)
+
+    def forward(self, token, tokens):
+        return self.a(token).sum() + self.b(tokens).sum()
+
+
+def test_an_ext_compile_times_a_one_row_gemm_streamed_and_a_sixteen_row_one_flushed(monkeypatch, tmp_path):
+    streamed, flushed = [], []
+    streamed_timing, timing = cold_timing.streamed_timing, cold_timing.timing
+    monkeypatch.setattr(cold_timing, "streamed_timing", lambda calls, *a: streamed.append(len(calls))
+                        or streamed_timing(calls, *a))
+    monkeypatch.setattr(cold_timing, "timing", lambda fn, flush, *a: flushed.append(1) or timing(fn, flush, *a))
+    torch.manual_seed(0)
+    model, token, tokens = DecodeAndPrefill().eval(), torch.randn(1, 64), torch.randn(16, 64)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="ext", options={"autotune": "full", "templates": ["cpp.gemm"],
+                                                           "autotune_cache": str(tmp_path / "at.db")})(token, tokens)
+    torch.testing.assert_close(out, model(token, tokens), rtol=1e-4, atol=1e-3)
+    assert streamed and all(n >= 2 for n in streamed)  # the 1-row GEMM's choices, each over copies
+    assert flushed  # the 16-row GEMM's, after a flush

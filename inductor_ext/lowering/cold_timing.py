@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import statistics
 import time
 from pathlib import Path
@@ -60,6 +61,8 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from inductor_ext.autotune import decide
 from inductor_ext.runtime import fresh_pages
+
+log = logging.getLogger("inductor_ext")
 
 try:
     import resource
@@ -112,6 +115,68 @@ def time_as_returned(choices: list[Any]) -> None:
     """Time ``choices`` as serving an output the graph returns: into fresh pages every call."""
     for choice in choices:
         setattr(choice, _RETURNED, True)
+
+
+# A decode-shaped GEMM (a few rows against a frozen weight) is timed as a decode loop runs it: one
+# call after another over distinct copies of its inputs, together FLUSH_MAX_BYTES or so, so every
+# call streams its weight from memory as each layer does after the others' (``time_streamed``).
+_STREAMED = "_inductor_ext_streamed"
+STREAMED_MAX_COPIES = 512  # a tiny weight: past this many copies a round is all call overhead
+# While collecting the calls of a streamed choice (one per copy of its inputs): each benchmark
+# callable Inductor hands the benchmarker lands here instead of being timed.
+_collecting: list[list[Callable[[], Any]] | None] = [None]
+
+
+def time_streamed(choices: list[Any]) -> None:
+    """Time ``choices`` as a decode loop runs them: each call on other copies of its inputs than
+    the call before, the copies together larger than the caches (``streamed_timing``)."""
+    for choice in choices:
+        setattr(choice, _STREAMED, True)
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on a storage of its own holding the same bytes (a packed layout, strides and offset kept)."""
+    return torch.empty(0, dtype=t.dtype).set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
+
+
+def input_copies(inputs: tuple[Any, ...], budget: int) -> list[tuple[Any, ...]]:
+    """``inputs`` and copies of them (fresh storage each), as many sets as fill about ``budget``
+    bytes (at least two, at most ``STREAMED_MAX_COPIES``), or [] where an input is no plain CPU tensor."""
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    if not tensors or any(t.layout != torch.strided or t.device.type != "cpu" or t.is_mkldnn for t in tensors):
+        return []
+    size = sum(t.untyped_storage().nbytes() for t in tensors)
+    count = max(2, min(STREAMED_MAX_COPIES, -(-budget // max(size, 1))))
+    return [inputs] + [tuple(_copy(t) if isinstance(t, torch.Tensor) else t for t in inputs) for _ in range(count - 1)]
+
+
+def streamed_timing(calls: list[Callable[[], Any]], rounds: int = TIMED_CALLS) -> Timing:
+    """Medians (ms per call) of ``rounds`` rounds, each calling every one of ``calls`` once in
+    turn (each on its own copy of the inputs: a round streams them all, as a decode step streams
+    its layers' weights); warm, of the first call again right after itself. A round during which
+    a thread was switched out measured the OS and is not counted while clean ones are found."""
+    for call in calls:
+        call()  # first-call costs (page faults, a packed copy made on first use) are not the kernel's
+    streamed: tuple[list[float], list[float]] = ([], [])
+    warm: tuple[list[float], list[float]] = ([], [])
+    start = time.perf_counter()
+    for _ in range(rounds * ATTEMPTS):
+        wake_threads()
+        switches = context_switches()
+        began = time.perf_counter()
+        for call in calls:
+            call()
+        elapsed = (time.perf_counter() - began) / len(calls)
+        streamed[context_switches() != switches].append(elapsed)
+        calls[0]()
+        wake_threads()
+        warm_elapsed, ok = timed_call(calls[0])
+        warm[not ok].append(warm_elapsed)
+        enough = rounds if time.perf_counter() - start < TIME_BUDGET_S else min(rounds, MIN_CLEAN_CALLS)
+        if len(streamed[0]) >= enough and len(warm[0]) >= enough:
+            break
+    return Timing(statistics.median(streamed[0] or streamed[1]) * 1e3, statistics.median(warm[0] or warm[1]) * 1e3,
+                  bool(streamed[0]), bool(warm[0]))
 
 
 def _outputs_to_drop(autotune_args: Any) -> tuple[torch.Tensor, ...]:
@@ -261,6 +326,9 @@ def cold_cpu_benchmarks() -> Iterator[None]:
     inductors, choice_timer = Benchmarker.benchmark_cpu, AlgorithmSelectorCache.benchmark_choice.__func__
 
     def cold(self: Benchmarker, _callable: Callable[[], Any], warmup: int = 20, rep: int = 100, **_: Any) -> float:
+        if _collecting[0] is not None:  # a streamed choice's call on one copy of its inputs
+            _collecting[0].append(_callable)
+            return 0.0
         if not flushes:
             # This context is entered while the compile traces under FakeTensorMode: a buffer made
             # there was fake, its fill_ wrote nothing, and every "flushed" time was a warm one.
@@ -286,7 +354,38 @@ def cold_cpu_benchmarks() -> Iterator[None]:
             _disturbed.add(id(choice))
         return flushed
 
+    def streamed(cls: type, choice: Any, autotune_args: Any) -> float | None:
+        """``choice`` timed as a decode loop runs it (``streamed_timing``), or None where its
+        inputs cannot be copied (then it is timed flushed)."""
+        inputs, output = autotune_args.get_benchmark_tensors(cls._uses_layout_preserving_inputs(choice)).unpack()
+        sets = input_copies(tuple(inputs), FLUSH_MAX_BYTES)
+        if not sets:
+            return None
+        calls: list[Callable[[], Any]] = []
+        _collecting[0] = calls
+        try:
+            results = [choice.benchmark(*copies, out=output) for copies in sets]
+        finally:
+            _collecting[0] = None
+        if any(r == float("inf") for r in results):  # it failed (candidate_guard said why): dropped
+            return float("inf")
+        if len(calls) != len(sets):  # not timed through the benchmarker once per call: as before
+            return None
+        timed = streamed_timing(calls)
+        _warm[id(choice)] = timed.warm_ms
+        if not (timed.flushed_clean and timed.warm_clean):
+            _disturbed.add(id(choice))
+        return timed.flushed_ms
+
     def noting_choice(cls: type, choice: Any, autotune_args: Any) -> float:
+        if getattr(choice, _STREAMED, False):
+            try:
+                ms = streamed(cls, choice, autotune_args)
+            except Exception as e:  # noqa: BLE001  (timed flushed instead, where a failure is handled)
+                log.debug("ext: timing %s streamed failed (%s); timed flushed", getattr(choice, "name", choice), e)
+                ms = None
+            if ms is not None:
+                return ms
         _timing[0] = choice
         _returned_outputs[0] = _outputs_to_drop(autotune_args) if getattr(choice, _RETURNED, False) else None
         try:

@@ -68,6 +68,21 @@ def tables_for(config: ExtConfig) -> decision_tables.TableSet:
     return decision_tables.TableSet.for_paths(paths)
 
 
+STREAMED_MAX_ROWS = 8  # fp32 GEMMs of at most this many rows read their weight faster than they use it
+
+
+def decode_shaped(op_name: str, kernel_inputs: Any) -> bool:
+    """Whether a CPU GEMM is a decode step's: a few static rows against a frozen weight, so that
+    inside the model each call streams its weight from memory (timed so: ``cold_timing.time_streamed``)."""
+    if op_name not in ("mm", "addmm") or kernel_inputs.device_type != "cpu":
+        return False
+    inputs = ops.op_inputs(op_name, kernel_inputs)
+    if isinstance(inputs, str):
+        return False
+    x, w_t = inputs.spec.inputs[-2:]
+    return w_t.constant and not any(x.dynamic) and x.shape[0] <= STREAMED_MAX_ROWS
+
+
 def cache_for(config: ExtConfig) -> AutotuneCache:
     """The user's own writable cache of this compile: new decisions and machine facts go there."""
     return sources_for(config).writable
@@ -210,6 +225,8 @@ class ExtChoices(InductorChoices):
             decision.track(choice, i)
         if returned:
             cold_timing.time_as_returned(choices)
+        if decode_shaped(op_name, kernel_inputs):
+            cold_timing.time_streamed(choices)
         parallel_builds.build_all(choices)  # side by side, and over before Inductor times the first
         decision.reason = "benchmark"
         return choices
