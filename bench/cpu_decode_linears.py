@@ -7,8 +7,10 @@ lm_head 768->32000), fp32 and bf16: a chain of distinct ``Linear`` layers of tha
 together several times the last-level cache so that every call reads its weights from DRAM, as a
 decode step does. Arms, each compiled once under ``torch.no_grad()``: Inductor's default with
 freezing (every linear on the library's packed weight: MKL for fp32, oneDNN for bf16), Inductor
-max-autotune with freezing (PyTorch's CPU tutorial) and ext (the cpu preset, a fresh autotune cache); eager ATen
-as the baseline of what an uncompiled model gets. Timed calls rotate over the arms round by round.
+max-autotune with freezing (PyTorch's CPU tutorial), ext's default (the cpu preset: tables and the
+model, nothing timed) and ext with every decision timed (``autotune="full"``: a decode-shaped GEMM
+streamed over copies of its weight), each with a fresh autotune cache; eager ATen as the baseline
+of what an uncompiled model gets. Timed calls rotate over the arms round by round.
 
 The read bound is one more arm: an ATen ``sum`` over a tensor of as many bytes as the chain's
 weights (the measure of ``hf_generate.py``'s roofline), timed in the same rounds. On a shared VM
@@ -46,6 +48,7 @@ import torch  # noqa: E402
 from side_by_side import parse, parser, speedup, spread, time_rounds  # noqa: E402
 
 from inductor_ext.lowering.cold_timing import FLUSH_MAX_BYTES, last_level_cache_bytes  # noqa: E402
+from inductor_ext.lowering.decision_record import decisions  # noqa: E402
 
 SHAPES = ((768, 768), (768, 2048), (2048, 768), (768, 32000))  # (in, out) of hf_generate's Llama
 LLC_MULTIPLE = 4  # the chain's weights, in last-level caches: read from DRAM on every call
@@ -68,6 +71,8 @@ def compiled_arms(model: Chain, cache: str) -> dict[str, Callable[[torch.Tensor]
     max_autotune = torch.compile(model, mode="max-autotune")
     default = torch.compile(model)
     ext = torch.compile(model, backend="ext", options={"autotune_cache": cache})
+    # every decision timed (a decode-shaped GEMM streamed over copies of its weight), into its own cache
+    ext_full = torch.compile(model, backend="ext", options={"autotune": "full", "autotune_cache": cache + ".full"})
 
     def frozen(compiled: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
         def call(x: torch.Tensor) -> torch.Tensor:
@@ -77,7 +82,7 @@ def compiled_arms(model: Chain, cache: str) -> dict[str, Callable[[torch.Tensor]
 
     # Inductor's default under freezing packs every linear for the library (MKL fp32, oneDNN bf16)
     return {"eager": model, "inductor_frozen": frozen(default), "inductor_max_autotune": frozen(max_autotune),
-            "ext": ext}
+            "ext": ext, "ext_full": ext_full}
 
 
 def measure(k: int, n: int, dtype: torch.dtype, weight_bytes: int, rounds: int, cache: str) -> dict[str, Any]:
@@ -88,7 +93,11 @@ def measure(k: int, n: int, dtype: torch.dtype, weight_bytes: int, rounds: int, 
     x = torch.randn(1, k, dtype=dtype)
     with torch.no_grad():
         fns = compiled_arms(model, cache)
-        outputs = {name: fn(x) for name, fn in fns.items()}  # compiles and warms each
+        outputs, served = {}, {}
+        for name, fn in fns.items():  # compiles and warms each; what ext's arms served, with how decided
+            first = len(decisions)
+            outputs[name] = fn(x)
+            served[name] = sorted({f"{d.winner} ({d.reason.split(':')[0]})" for d in decisions[first:]})
         for fn in fns.values():
             fn(x)
         stream = torch.ones(layers * per_layer // 4)  # the read bound: as many bytes as the weights
@@ -108,7 +117,8 @@ def measure(k: int, n: int, dtype: torch.dtype, weight_bytes: int, rounds: int, 
             "weight_mb": round(layers * per_layer / 2**20, 1),
             "read_bound_gb_s": float(f"{layers * per_layer / bound_s / 1e9:.3g}"),  # 3 digits: a loaded run's 0.04
             "arms": arms, "ext_vs_max_autotune": speedup(seconds["inductor_max_autotune"], seconds["ext"]),
-            "ext_vs_inductor_frozen": speedup(seconds["inductor_frozen"], seconds["ext"])}
+            "ext_vs_inductor_frozen": speedup(seconds["inductor_frozen"], seconds["ext"]),
+            "ext_served": {name: served[name] for name in ("ext", "ext_full")}}
 
 
 def main() -> None:
@@ -133,7 +143,7 @@ def main() -> None:
                         for base, r in (("max-autotune", case["ext_vs_max_autotune"]),
                                         ("inductor-frozen", case["ext_vs_inductor_frozen"])))
                     print(f"{case['dtype']:8s} {k}x{n:<6d} ({case['layers']} layers, {case['weight_mb']} MB, "
-                          f"read bound {case['read_bound_gb_s']} GB/s)  {arms}  {ratios}")
+                          f"read bound {case['read_bound_gb_s']} GB/s)  {arms}  {ratios}  served {case['ext_served']}")
     figures = {"threads": torch.get_num_threads(), "rounds": args.rounds, "quick": args.quick, "cases": cases}
     if args.json:
         print(json.dumps(figures, indent=1))

@@ -12,6 +12,7 @@ torch and inductor_ext versions, this command).
     python scripts/build_decision_tables.py --out t.json --styles llama --widths 768 --tokens 1,16 \\
         --dtypes float32                                                 # a slice (minutes)
     python scripts/build_decision_tables.py --out t.json --update ...     # add to a table
+    python scripts/build_decision_tables.py --out t.json --update --replace ...  # and re-measure a slice
 
 A table is per CPU form (ISA and threads): build it on the machine form it is for (set the
 threads with ``--threads``; ``ATEN_CPU_CAPABILITY=avx2`` builds an AVX2 table on an AVX-512 host).
@@ -29,6 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # (hidden, ffn, heads, kv_heads, vocab) of real models of each style; --widths picks by hidden.
 STYLES: dict[str, dict[int, tuple[int, int, int, int]]] = {
@@ -124,10 +126,22 @@ def _commands(earlier: str, this: str) -> str:
     return joined if len(joined) <= 512 else ("... " + joined[-508:] if len(this) <= 508 else this[:512])
 
 
+def merge(entries: dict[str, Any], digest: str, entry: Any, replace: bool) -> bool:
+    """Put ``entry`` into ``entries`` under ``digest`` unless the table holds that problem already
+    (``replace``: then it is measured anew and the new entry wins); whether the problem is new."""
+    new = digest not in entries
+    if new or replace:
+        entries[digest] = entry
+    return new
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the table file to write (JSON)")
     parser.add_argument("--update", action="store_true", help="add to the table at --out (its entries win ties)")
+    parser.add_argument("--replace", action="store_true",
+                        help="with --update: the new measurements replace the table's for the same problems "
+                             "(a slice rebuilt after a timing change)")
     parser.add_argument("--styles", default=",".join(STYLES), help=f"of {', '.join(STYLES)}")
     parser.add_argument("--widths", help="hidden widths to build (default: every width of each style)")
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="token counts (default 1..2048, x2)")
@@ -149,6 +163,8 @@ def main() -> int:
         parser.error(str(e))
     if not plan:
         parser.error("no style has any of those widths")
+    if args.replace and not args.update:
+        parser.error("--replace replaces entries of the table --update adds to: give both")
     if args.dry_run:
         print("\n".join(map(str, plan)))
         return 0
@@ -187,8 +203,7 @@ def main() -> int:
             for entry in built.entries():
                 key = decision_tables.portable(entry.key, form)
                 moved = Entry.from_dict({**entry.to_dict(), "key": key.to_dict(), "device_name": form})
-                new += key.digest() not in entries
-                entries.setdefault(key.digest(), moved)
+                new += merge(entries, key.digest(), moved, args.replace)
             built.close()
             print(f"[{i + 1}/{len(plan)}] {unit}: {new} new decisions ({time.monotonic() - started:.0f} s)", flush=True)
     provenance = {"cpu": cpu.host_name(), "form": form, "date": datetime.date.today().isoformat(),

@@ -136,11 +136,12 @@ def test_cpu_decode_linears_json_has_each_arms_fraction_of_the_read_bound():
     assert found["quick"]
     assert {c["dtype"] for c in found["cases"]} == {"float32", "bfloat16"}
     for case in found["cases"]:
-        assert case["layers"] >= 2 and set(case["arms"]) == {"eager", "inductor_frozen", "inductor_max_autotune", "ext"}, case
+        assert case["layers"] >= 2 and set(case["arms"]) == {"eager", "inductor_frozen", "inductor_max_autotune", "ext", "ext_full"}, case
         tolerance = 1e-4 if case["dtype"] == "float32" else 0.05  # bf16 outputs: summation order, one rounding
         for arm in case["arms"].values():
             assert arm["p10_us"] <= arm["median_us"] <= arm["p90_us"] and arm["max_abs_difference"] < tolerance, case
             assert arm["of_read_bound"] == pytest.approx(arm["gb_s"] / case["read_bound_gb_s"], rel=0.02), case
+        assert all(case["ext_served"][arm] for arm in ("ext", "ext_full")), case  # each decided something
         for ratio in (case["ext_vs_max_autotune"], case["ext_vs_inductor_frozen"]):
             low, high = ratio["speedup_p10_p90"]
             assert low <= high and ratio["speedup"] > 0, case

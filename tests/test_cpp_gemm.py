@@ -363,7 +363,8 @@ def built(tmp_path_factory, fewer_configs):
     """``inductor-ext tune build`` on CPU for Net, then a cache-only compile whose cache names
     the template as every winner (so its path runs from the cache)."""
     out = tmp_path_factory.mktemp("cpp_tune")
-    flushed, timed = [], cold_timing.timing  # the build's CPU timings (lowering/cold_timing.py)
+    # the build's CPU timings (lowering/cold_timing.py): flushed, or a decode-shaped GEMM's streamed
+    flushed, timed, streamed = [], cold_timing.timing, cold_timing.streamed_timing
     first_loads, load_async = {}, CppCodeCache.load_async.__func__  # each template source's first load: async?
 
     def noting_load(cls, source, *args, **kwargs):
@@ -382,6 +383,7 @@ def built(tmp_path_factory, fewer_configs):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cold_timing, "timing", lambda fn, flush, *a: flushed.append(fn) or timed(fn, flush, *a))
+        mp.setattr(cold_timing, "streamed_timing", lambda calls, *a: flushed.append(calls) or streamed(calls, *a))
         mp.setattr(CppCodeCache, "load_async", classmethod(noting_load))
         mp.setattr(cpp_builder.CppBuilder, "build", noting_build)
         mp.setattr(jinja_templates, "_compiled", {})  # the sources this build's kernels were rendered from
@@ -437,7 +439,7 @@ def test_build_leaves_a_file_that_is_the_whole_cache(built, tmp_path):
         assert len(shipped) == len(built["cache"]) == 3
 
 
-def test_build_times_every_candidate_with_flushed_caches(built):
+def test_build_times_every_candidate_with_flushed_caches_or_streamed_weights(built):
     timed = sum(c["time_us"] is not None for e in built["cache"].entries() for c in e.candidates)
     assert built["flushed"] >= timed > 0, (built["flushed"], timed)
 

@@ -7,6 +7,7 @@ a refused file is one line and compiles run as without it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -403,3 +404,16 @@ def test_a_forced_family_is_timed_and_served_under_the_untimed_default(model, ke
                          monkeypatch)
     assert [d.reason for d in decisions] == ["force_template=cpp.gemm"] * 2
     assert all(any(c["family"] == "cpp.gemm" and c["time_us"] for c in d.candidates) for d in decisions)
+
+
+def test_an_update_keeps_the_tables_entries_and_a_replace_measures_them_anew(monkeypatch) -> None:
+    spec = importlib.util.spec_from_file_location("build_decision_tables", ROOT / "scripts" / "build_decision_tables.py")
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclasses look their module up
+    spec.loader.exec_module(script)
+    entries = {"a": "old"}
+    assert script.merge(entries, "a", "new", replace=False) is False and entries == {"a": "old"}
+    assert script.merge(entries, "a", "new", replace=True) is False and entries == {"a": "new"}
+    assert script.merge(entries, "b", "b", replace=False) is True and entries == {"a": "new", "b": "b"}
+    done = _script("--out", "t.json", "--replace", "--dry-run")
+    assert done.returncode == 2 and "give both" in done.stderr and "Traceback" not in done.stderr, done.stderr
