@@ -242,6 +242,35 @@ def test_replaced_weight_counts_as_changed():
     assert compiles == [True, False]
 
 
+def test_the_warning_names_the_changed_input_and_the_way_out():
+    x, w, bias = torch.randn(2, 3), _static(torch.randn(3, 4)), _static(torch.randn(4))
+    run = frozen_params.compile_frozen(torch.fx.symbolic_trace(lambda x, w, bias: x @ w + bias), [x, w, bias],
+                                       lambda g, i, freeze: g)
+    run(x, w, bias)
+    bias.add_(1)  # the second of two frozen weights: the message names its position, not the first's
+    with ext_log_lines() as lines:
+        torch.testing.assert_close(run(x, w, bias), x @ w + bias)
+    assert ("ext: input 2 of a graph compiled with freezing changed after compiling (an optimizer step or "
+            "load_state_dict?); recompiling it without freezing. Pass options={'freezing': False} to skip the "
+            "frozen compile when weights keep changing.") in lines
+
+
+def test_graphs_calling_what_has_no_module_name_are_no_collectives():
+    assert not hasattr(torch.Tensor.add, "__module__")  # a method descriptor, as a call target
+    graph = torch.fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    graph.output(graph.call_function(torch.Tensor.add, (x, y)))
+    assert not frozen_params.has_collectives(torch.fx.GraphModule(torch.nn.Module(), graph))
+
+
+def test_nested_inputs_are_left_to_inductors_own_freezing():
+    gm = torch.fx.symbolic_trace(lambda x, ws: x @ ws[0])
+    inputs, calls, compiled = [torch.randn(2, 3), [_static(torch.randn(3, 4))]], [], object()
+    run = frozen_params.compile_frozen(gm, inputs, lambda g, i, freeze: calls.append((g, i, freeze)) or compiled)
+    assert run is compiled and len(calls) == 1
+    assert calls[0][0] is gm and calls[0][1] is inputs and calls[0][2] is True
+
+
 class _Attributed(torch.nn.Module):
     """What Dynamo hands a backend when Inductor's freezing was on while it traced: the weight
     and a buffer the graph mutates itself are attributes of the graph, not inputs."""
