@@ -92,6 +92,19 @@ def test_problem_for_refuses_with_a_reason(spec, why):
     assert isinstance(reason, str) and why in reason, reason
 
 
+def test_a_spec_without_a_mask_input_is_unmasked():
+    spec = _spec((1, 2, 1, 16), (1, 2, 9, 16), (1, 2, 9, 16))
+    assert family.problem_for(dataclasses.replace(spec, inputs=spec.inputs[:3])).mask == "none"
+
+
+@pytest.mark.parametrize("sizes", [dict(batch=0), dict(length=0), dict(head_dim=0), dict(value_dim=0)],
+                         ids=lambda d: next(iter(d)))
+def test_an_empty_problem_is_refused(sizes):
+    problem = dataclasses.replace(family.DecodeAttentionProblem(1, 2, 2, 9, 16, 16, "float32", 0.125), **sizes)
+    reason = family.refuse_problem(problem)
+    assert reason is not None and reason.startswith("empty problem"), reason
+
+
 def test_configs_refuse_other_targets():
     problem = family.problem_for(_spec((1, 2, 1, 16), (1, 2, 9, 16), (1, 2, 9, 16)))
     with pytest.raises(ValueError, match="target 'mps' is not one of"):
@@ -129,6 +142,18 @@ def test_kernel_matches_an_fp32_reference_in_bf16(shape):
     assert got.dtype == torch.bfloat16
     want = attention_reference(q.float(), k.float(), v.float())
     torch.testing.assert_close(got.float(), want, **BF16_TOL)
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["none", "bool"])
+def test_decomposition_computes_the_problems_attention_at_its_scale(masked):
+    q, k, v = _qkv(2, 4, 2, 37, 16, 16)
+    mask = _static_cache_mask(2, 37, [5, 37])
+    problem = family.DecodeAttentionProblem(2, 4, 2, 37, 16, 16, "float32", 0.3, "bool" if masked else "none")
+    function, kwargs = family.decomposition(problem, family.DecodeAttentionConfig())
+    got = function(q, k, v, mask, **kwargs) if masked else function(q, k, v, **kwargs)
+    want = attention_reference(q.double(), k.double(), v.double(), scale=0.3,
+                               mask_mod=(lambda b, h, i, j: mask[b, 0, i, j]) if masked else None)
+    torch.testing.assert_close(got.double(), want, **FP32_TOL)
 
 
 def _static_cache_mask(b, length, written):

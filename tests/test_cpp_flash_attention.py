@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -111,6 +112,33 @@ def test_problem_for_refuses_with_a_reason(case, why):
         device = "mps"
     problem = family.problem_for(_spec(q, k, v, mask, device=device))
     assert isinstance(problem, str) and why in problem, problem
+
+
+def test_qkv_that_do_not_fit_are_refused_saying_so():
+    q = _hf(1, 9, 4, 64)
+    t = _spec_of(q)
+    spec = _spec(q, q, q)
+    assert family.problem_for(dataclasses.replace(spec, op="mm")) == \
+        "cpp.flash_attention serves prefill_attention, prefill_attention_causal, not mm"
+    for inputs in ((t, None, t, None), (t, t, None, None)):  # k, then v, not a tensor
+        assert family.problem_for(dataclasses.replace(spec, inputs=inputs)) == \
+            "q, k and v must be 4-D (batch, heads, tokens, head dim)"
+    other_batch, other_d = _hf(2, 9, 4, 64), _hf(1, 9, 4, 32)  # each differs from k and v in one thing only
+    for q in (other_batch, other_d):
+        reason = family.problem_for(_spec(q, _hf(1, 9, 4, 64), _hf(1, 9, 4, 64)))
+        assert isinstance(reason, str) and reason.endswith("do not fit together"), reason
+
+
+def test_a_spec_without_a_mask_input_is_unmasked():
+    q = _hf(1, 9, 4, 64)
+    spec = _spec(q, q, q)
+    assert family.problem_for(dataclasses.replace(spec, inputs=spec.inputs[:3])).mask == "none"
+
+
+@pytest.mark.parametrize("batch, queries, keys", [(0, 8, 8), (1, 0, 8), (1, 8, 0)])
+def test_an_empty_problem_is_refused(batch, queries, keys):
+    reason = family.refuse_problem(family.Problem(batch, 2, 2, queries, keys, 64, 64, "float32", 0.125, "none"))
+    assert reason.startswith("empty problem"), reason
 
 
 def test_render_fills_in_the_head_dim_and_the_dtype():

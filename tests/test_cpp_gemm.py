@@ -89,9 +89,44 @@ def test_problem_for_refuses_with_a_reason(spec, why):
     assert isinstance(reason, str) and why in reason, reason
 
 
+def test_problem_for_refuses_a_weight_that_is_not_constant_saying_what_serves_it():
+    assert gemm.problem_for(_spec("mm", (4, 8), (8, 16), constant=False)) == (
+        "the weight is not a compile-time constant: the C++ GEMM template packs it once under freezing "
+        "(inference under torch.no_grad() with the cpu preset); ATen serves training")
+
+
+@pytest.mark.parametrize("dynamic, named", [((True, False), "K"), ((False, True), "N"), ((True, True), "K and N")])
+def test_problem_for_refuses_a_symbolic_k_or_n_naming_it(dynamic, named):
+    spec = _spec("mm", (4, 8), (8, 16))
+    a, b = spec.inputs
+    reason = gemm.problem_for(dataclasses.replace(spec, inputs=(a, dataclasses.replace(b, dynamic=dynamic))))
+    assert reason == (f"{named} symbolic (dynamic shapes): Inductor's C++ GEMM template takes only M "
+                      "(and bmm's batch) at run time")
+
+
+@pytest.mark.parametrize("op, a, b, expected", [
+    ("mm", (1, 70), (70, 45), gemm.CppGemmProblem("mm", 1, 45, 70, "bfloat16", constant_weight=True)),
+    ("bmm", (3, 5, 48), (3, 48, 16), gemm.CppGemmProblem("bmm", 5, 16, 48, "bfloat16", batch=3)),
+])
+def test_problem_for_keeps_the_dtype(op, a, b, expected):
+    assert gemm.problem_for(_spec(op, a, b, dtype="bfloat16")) == expected
+
+
+@pytest.mark.parametrize("capability, amx, isas", [
+    ("AVX512", True, ("amx", "avx512")), ("AVX512", False, ("avx512",)), ("AVX2", False, ("avx2",)),
+    ("DEFAULT", False, ()),
+])
+def test_host_isas_as_torch_sees_the_cpu(monkeypatch, capability, amx, isas):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert gemm.host_isas() == isas
+
+
 @pytest.mark.parametrize("isas, dtype, m, first_isas", [
     (("amx", "avx512"), "bfloat16", 64, ["amx"] * 4 + ["avx512"] * 3),
     (("amx", "avx512"), "bfloat16", 1, ["avx512"] * 3 + ["amx"] * 4),  # decode: vector kernels first
+    (("amx", "avx512"), "bfloat16", 15, ["avx512"] * 3 + ["amx"] * 4),
+    (("amx", "avx512"), "bfloat16", 16, ["amx"] * 4 + ["avx512"] * 3),  # an AMX tile's 16 rows filled
     (("amx", "avx512"), FP32, 64, ["avx512"] * 3),  # AMX here multiplies bf16 only
     (("avx2",), FP32, 8, ["avx2"] * 3),
     ((), FP32, 8, []),  # no micro-kernel for this CPU: ATen only
@@ -240,6 +275,35 @@ def test_replaced_weight_counts_as_changed():
     run(x, w)
     run(x, _static(w.clone()))  # same values, another tensor: the frozen one is not it
     assert compiles == [True, False]
+
+
+def test_the_warning_names_the_changed_input_and_the_way_out():
+    x, w, bias = torch.randn(2, 3), _static(torch.randn(3, 4)), _static(torch.randn(4))
+    run = frozen_params.compile_frozen(torch.fx.symbolic_trace(lambda x, w, bias: x @ w + bias), [x, w, bias],
+                                       lambda g, i, freeze: g)
+    run(x, w, bias)
+    bias.add_(1)  # the second of two frozen weights: the message names its position, not the first's
+    with ext_log_lines() as lines:
+        torch.testing.assert_close(run(x, w, bias), x @ w + bias)
+    assert ("ext: input 2 of a graph compiled with freezing changed after compiling (an optimizer step or "
+            "load_state_dict?); recompiling it without freezing. Pass options={'freezing': False} to skip the "
+            "frozen compile when weights keep changing.") in lines
+
+
+def test_graphs_calling_what_has_no_module_name_are_no_collectives():
+    assert not hasattr(torch.Tensor.add, "__module__")  # a method descriptor, as a call target
+    graph = torch.fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    graph.output(graph.call_function(torch.Tensor.add, (x, y)))
+    assert not frozen_params.has_collectives(torch.fx.GraphModule(torch.nn.Module(), graph))
+
+
+def test_nested_inputs_are_left_to_inductors_own_freezing():
+    gm = torch.fx.symbolic_trace(lambda x, ws: x @ ws[0])
+    inputs, calls, compiled = [torch.randn(2, 3), [_static(torch.randn(3, 4))]], [], object()
+    run = frozen_params.compile_frozen(gm, inputs, lambda g, i, freeze: calls.append((g, i, freeze)) or compiled)
+    assert run is compiled and len(calls) == 1
+    assert calls[0][0] is gm and calls[0][1] is inputs and calls[0][2] is True
 
 
 class _Attributed(torch.nn.Module):

@@ -57,6 +57,16 @@ def test_other_gemms_get_inductors_blocking_only(avx512, problem):
     assert _blocked(gemm.configs(problem, "cpu")) == []
 
 
+@pytest.mark.parametrize("m, n, k, blocked", [
+    (256, 4096, 4096, True),  # at both thresholds: M = 256, 2**32 multiply-adds
+    (255, 4096, 4128, False),  # one row fewer (with more multiply-adds)
+    (256, 4096, 4095, False),  # one depth fewer: below 2**32
+], ids=["at", "m-1", "macs-1"])
+def test_the_thresholds_are_inclusive(avx512, m, n, k, blocked):
+    assert _blocked(gemm.configs(gemm.CppGemmProblem("mm", m, n, k, constant_weight=True), "cpu")) == \
+        (list(gemm.CACHE_BLOCKINGS) if blocked else [])
+
+
 def test_an_avx2_host_gets_none(monkeypatch):
     monkeypatch.setattr(gemm, "host_isas", lambda: ("avx2",))
     assert _blocked(gemm.configs(LM_HEAD, "cpu")) == []

@@ -112,6 +112,17 @@ def test_frozen_graphs_check_in_cpp_and_python_only_looks_closer(monkeypatch):
     assert looked == [1] and compiles == [True, False]
 
 
+def test_steady_calls_keep_the_watch_the_first_call_left():
+    """The first call drops what the graph mutates itself and watches the rest anew; later calls
+    (each decode step) only check, building no new watch."""
+    run, x, w, compiles = _frozen_matmul()
+    run(x, w)
+    after_first = run.fast
+    for _ in range(3):
+        run(x, w)
+    assert run.fast is after_first and compiles == [True]
+
+
 def test_an_equal_view_of_the_weight_is_watched_from_then_on(monkeypatch):
     run, x, w, compiles = _frozen_matmul()
     run(x, w)
