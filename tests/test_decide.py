@@ -237,6 +237,8 @@ def test_the_decision_line_flags_a_time_its_warm_timing_contradicts():
         "addmm 6773.3us (7.9us warm: over 10x apart, not compared), cpp.gemm avx512_8x48x1 4.4us")
     candidates[0]["warm_time_us"] = 2000.0
     assert decision_text.timings_text(candidates) == "addmm 6773.3us, cpp.gemm avx512_8x48x1 4.4us"
+    # exactly 10x apart is not over 10x: the time stands unflagged
+    assert decision_text.time_text({"time_us": 1000.0, "warm_time_us": 100.0}) == "1000.0us"
 
 
 def test_a_speed_up_over_aten_comes_from_the_regime_the_decision_was_made_in():
