@@ -253,6 +253,10 @@ def test_a_speed_up_over_aten_comes_from_the_regime_the_decision_was_made_in():
     reason = "fallback: every timed call of addmm was switched out by the OS: ATen"
     assert decision_text.speedup_vs_aten("addmm", reason, candidates) is None
     assert decision_text.speedup_vs_aten("t0", "benchmark", candidates[1:]) is None  # no ATen timed
+    # the rule's times are in ms, as decide's: 30us flushed vs 2us warm is within the cold allowance
+    agree = [{"name": "addmm", "kind": "aten", "time_us": 30.0, "warm_time_us": 2.0},
+             {"name": "t0", "kind": "template", "time_us": 4.0, "warm_time_us": 3.0}]
+    assert decision_text.speedup_vs_aten("t0", "benchmark", agree) == pytest.approx(30.0 / 4.0)
 
 
 def test_a_template_is_compared_with_the_fastest_aten_choice_not_the_first():
