@@ -112,6 +112,8 @@ def test_key_is_normalised_and_digest_is_pinned() -> None:
     assert key.digest() == "2342648695359be25254a898ce44f41e9ff5d21ffe227901836edc51dbc59e35"
     assert ProblemKey.from_dict(json.loads(key.canonical_json())) == key
     assert key.describe() == "mm 128x64x256 bf16"
+    batched = make_key(op="bmm", shapes=((4, 128, 256), (4, 256, 64)), strides=((32768, 256, 1), (16384, 64, 1)))
+    assert batched.describe() == "bmm 4x128x64x256 bf16"  # batch, then M x N x K
     with pytest.raises(TypeError):
         make_key(shapes=((1.5, 2),))
 

@@ -207,6 +207,32 @@ def test_export_into_a_missing_folder_is_one_line(cache_db, tmp_path, capsys):
     assert code == 1 and "no folder" in _one_line(err) and not (tmp_path / "no-dir").exists()
 
 
+def test_an_existing_output_is_kept_unless_update_and_a_folder_is_named_as_one(cache_db, tmp_path, capsys):
+    out = tmp_path / "c.json"
+    assert _run(capsys, "tune", "export", str(cache_db), "-o", str(out))[0] == 0
+    written = out.read_bytes()
+    code, _, err = _run(capsys, "tune", "export", str(cache_db), "-o", str(out))
+    assert code == 1 and _one_line(err).endswith(f"{out} exists; pass --update to add to it, or name a new file")
+    assert out.read_bytes() == written
+    assert _run(capsys, "tune", "export", str(cache_db), "-o", str(out), "--update")[0] == 0
+    code, _, err = _run(capsys, "tune", "export", str(cache_db), "-o", str(tmp_path))
+    assert code == 1 and _one_line(err).endswith(f"{tmp_path} is a folder; give the JSON file to write")
+
+
+def test_a_cache_that_cannot_be_renamed_into_place_is_one_error_and_leaves_nothing(cache_db, tmp_path):
+    from inductor_ext.autotune import cache_transfer
+
+    with AutotuneCache(cache_db, mode="read") as cache:
+        entries = cache.entries()
+    out = tmp_path / "out.db"  # a folder with a file in it: the final rename fails
+    out.mkdir()
+    (out / "x").write_text("")
+    with pytest.raises(cache_transfer.OutputError) as caught:
+        cache_transfer.write_cache(entries, out)
+    assert str(caught.value) == f"{out}: Is a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.db", "out.db"]
+
+
 # Issue 47 item 3: a model file or factory that fails, inputs of the wrong kind or shapes the model
 # refuses end in one line (1: the user's code failed; 2: a value no build accepts), before a compile.
 _MODEL_FILES = {

@@ -237,6 +237,8 @@ def test_the_decision_line_flags_a_time_its_warm_timing_contradicts():
         "addmm 6773.3us (7.9us warm: over 10x apart, not compared), cpp.gemm avx512_8x48x1 4.4us")
     candidates[0]["warm_time_us"] = 2000.0
     assert decision_text.timings_text(candidates) == "addmm 6773.3us, cpp.gemm avx512_8x48x1 4.4us"
+    # exactly 10x apart is not over 10x: the time stands unflagged
+    assert decision_text.time_text({"time_us": 1000.0, "warm_time_us": 100.0}) == "1000.0us"
 
 
 def test_a_speed_up_over_aten_comes_from_the_regime_the_decision_was_made_in():
@@ -251,6 +253,10 @@ def test_a_speed_up_over_aten_comes_from_the_regime_the_decision_was_made_in():
     reason = "fallback: every timed call of addmm was switched out by the OS: ATen"
     assert decision_text.speedup_vs_aten("addmm", reason, candidates) is None
     assert decision_text.speedup_vs_aten("t0", "benchmark", candidates[1:]) is None  # no ATen timed
+    # the rule's times are in ms, as decide's: 30us flushed vs 2us warm is within the cold allowance
+    agree = [{"name": "addmm", "kind": "aten", "time_us": 30.0, "warm_time_us": 2.0},
+             {"name": "t0", "kind": "template", "time_us": 4.0, "warm_time_us": 3.0}]
+    assert decision_text.speedup_vs_aten("t0", "benchmark", agree) == pytest.approx(30.0 / 4.0)
 
 
 def test_a_template_is_compared_with_the_fastest_aten_choice_not_the_first():

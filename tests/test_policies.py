@@ -260,6 +260,9 @@ def test_nvmmh_precisions():
     fp4_problem = SimpleNamespace(m=8, n=4096, k=4096, out_dtype="bfloat16")
     assert nvmmh_policy.precision_for(fp4_problem, "sm_100a", nvfp4) == "OOTST"
     assert nvmmh_tiles(fp4_problem, "sm_100a", family=nvfp4)
+    as_is = dataclasses.replace(nvfp4, config_from_tile=lambda t: t)  # propose names the dtypes by the family too
+    assert NvMatmulHeuristicsPolicy().propose(as_is, fp4_problem, "sm_100a") == nvmmh_tiles(fp4_problem, "sm_100a",
+                                                                                           family=nvfp4)
     mixed = SimpleNamespace(m=8, n=4096, k=4096, a_dtype="bfloat16", out_dtype="bfloat16")
     assert nvmmh_policy.precision_for(mixed, "sm_90a", nvfp4) is None  # bf16 x nvfp4: not listed
     assert not NvMatmulHeuristicsPolicy().applies(nvfp4, mixed, "sm_90a")

@@ -413,6 +413,11 @@ def test_one_own_file_is_writable_only_when_the_compile_times(tmp_path, monkeypa
     assert [layer.path for layer in reading.layers] == [own] and reading.writable.path != own
 
 
+def test_an_own_file_in_a_folder_not_made_yet_is_writable(tmp_path):
+    # ext makes the missing folder itself, 0700 (``make_private_folder``): no one else can swap the file
+    assert cache_layers.own_writable(tmp_path / "new" / "c.db")
+
+
 @pytest.mark.parametrize("mode", [0o620, 0o602])
 def test_a_file_others_can_write_in_a_private_folder_is_only_read(tmp_path, monkeypatch, mode):
     # the folder is private but the file is not: another user could have swapped its rows

@@ -51,7 +51,7 @@ def speedup_vs_aten(winner: str, reason: str, candidates: Sequence[Mapping[str, 
     if decide.os_disturbed(reason):
         return None
     warm = any(c.get("warm_time_us") is not None and c.get("time_us") is not None
-               and decide.regimes_disagree(c["time_us"], c["warm_time_us"]) for c in candidates)
+               and decide.regimes_disagree(c["time_us"] / 1000, c["warm_time_us"] / 1000) for c in candidates)
     times = {c["name"]: c.get("warm_time_us" if warm else "time_us") for c in candidates}
     aten = [c.get("warm_time_us" if warm else "time_us") for c in candidates if c.get("kind") == "aten"]
     aten = [t for t in aten if t]
