@@ -253,14 +253,18 @@ def test_a_thread_that_went_to_sleep_is_not_a_switched_out_call(monkeypatch):
 def test_input_copies_are_the_same_bytes_on_storages_of_their_own():
     weight = torch.randn(96, 64).t()[8:]  # a transposed view with an offset, as Inductor hands weights
     x = torch.randn(1, 96)
-    sets = cold_timing.input_copies((x, weight), budget=10 * (96 * 64 + 96) * 4)
+    size = (96 * 64 + 96) * 4  # the weight's whole storage (the view starts 8 in) and x
+    sets = cold_timing.input_copies((x, weight), budget=10 * size)
     assert len(sets) == 10 and sets[0] == (x, weight)  # the originals count as one set
     storages = {t.untyped_storage().data_ptr() for copies in sets for t in copies}
     assert len(storages) == 20
     for cx, cw in sets[1:]:
         assert cw.stride() == weight.stride() and cw.storage_offset() == weight.storage_offset()
         assert torch.equal(cw, weight) and torch.equal(cx, x)
-    assert len(cold_timing.input_copies((x, weight), budget=1)) == 2  # at least two: one after another
+    assert len(cold_timing.input_copies((x, weight), budget=size + 1)) == 2  # at least two: one after another
+    assert cold_timing.input_copies((x, weight), budget=size) == [(x, weight)]  # as large as the flush: streams itself
+    with_none = cold_timing.input_copies((x, weight, None), budget=3 * size)  # a missing input stays missing
+    assert len(with_none) == 3 and all(copies[2] is None for copies in with_none)
     assert len(cold_timing.input_copies((torch.ones(1),), budget=1 << 30)) == cold_timing.STREAMED_MAX_COPIES
     assert cold_timing.input_copies((x, torch.eye(4).to_sparse()), 1 << 20) == []  # no plain tensor: timed flushed
 
@@ -273,8 +277,9 @@ def test_a_streamed_round_calls_every_copy_once_in_turn_and_reports_per_call(mon
     timed = cold_timing.streamed_timing(calls, rounds=3)
     assert order[:4] == [0, 1, 2, 3]  # each once, untimed first (a packed copy is made on first use)
     assert order[4:9] == [0, 1, 2, 3, 0]  # a round in turn, then the first again before its warm call
-    # a round: four calls between two clock reads 1 ms apart -> 0.25 ms per call
-    assert timed.flushed_ms == pytest.approx(0.25) and timed.flushed_clean and timed.warm_clean
+    # a round: four calls between two clock reads 1 ms apart -> 0.25 ms per call; warm: one call, 1 ms
+    assert timed.flushed_ms == pytest.approx(0.25) and timed.warm_ms == pytest.approx(1.0)
+    assert timed.flushed_clean and timed.warm_clean
 
 
 def test_a_decode_shaped_choice_is_timed_over_copies_of_its_inputs(monkeypatch, unswitched):
@@ -331,3 +336,38 @@ def test_an_ext_compile_times_a_one_row_gemm_streamed_and_a_sixteen_row_one_flus
     torch.testing.assert_close(out, model(token, tokens), rtol=1e-4, atol=1e-3)
     assert streamed and all(n >= 2 for n in streamed)  # the 1-row GEMM's choices, each over copies
     assert flushed  # the 16-row GEMM's, after a flush
+
+
+def test_what_a_data_processor_makes_for_a_streamed_call_lives_until_it_is_timed(monkeypatch, unswitched):
+    """The C++ GEMM template is timed through ``DataProcessorChoiceCallerWrapper``, whose
+    preprocessor packs the weight per call, and a C++ benchmark's callable holds only its tensors'
+    addresses: collected now and timed later, it read freed memory (a 98 MB vocabulary weight's
+    copies segfaulted) unless what the preprocessor made is kept until the calls are timed."""
+    import weakref
+
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache, DataProcessorChoiceCallerWrapper
+
+    monkeypatch.setattr(cold_timing, "FLUSH_MAX_BYTES", 4 * 4 * (64 * 96 + 64))
+    alive = []
+
+    class Inner:
+        name = "template"
+
+        def benchmark(self, x, w, out):
+            packed = weakref.ref(w)  # what a C++ benchmark keeps of it: not the tensor
+            return benchmarker.benchmark_cpu(lambda: alive.append(packed() is not None))
+
+    def pack(args, out):
+        return tuple(t.clone() for t in args), out
+
+    class Args:
+        def get_benchmark_tensors(self, _):
+            return type("T", (), {"unpack": lambda self: ((torch.randn(1, 64), torch.randn(64, 96)),
+                                                          torch.zeros(1, 96))})()
+
+    wrapper = DataProcessorChoiceCallerWrapper(Inner(), pack, None)
+    cold_timing.time_streamed([wrapper])
+    with cold_timing.cold_cpu_benchmarks():
+        AlgorithmSelectorCache.benchmark_choice(wrapper, Args())
+    assert len(alive) > 4 and all(alive)
+    assert wrapper._preprocessor is pack  # put back

@@ -5,8 +5,11 @@ measured by ``bench/compile_time.py`` (isa_probe of the ext_cached arm)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
+import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -285,9 +288,35 @@ def test_an_ext_compile_asks_ahead_before_aot_traces_its_graph(monkeypatch, tmp_
     from inductor_ext import backend
 
     order = []
-    monkeypatch.setattr(record, "ask_ahead", lambda cache: order.append("ask_ahead"))
+    monkeypatch.setattr(record, "ask_ahead", lambda cache: order.append("ask_ahead") if isinstance(cache, AutotuneCache)
+                        else order.append(f"ask_ahead without the compile's cache: {cache!r}"))
     monkeypatch.setattr(backend, "compile_fx", lambda gm, inputs, **kw: order.append("compile_fx") or gm.forward)
     gm = torch.fx.symbolic_trace(lambda x: x + 1)
     backend.ext_backend(gm, [torch.ones(2)], options={"preset": "cpu", "autotune": autotune,
                                                        "autotune_cache": str(tmp_path / "at.db")})
     assert order == (["ask_ahead", "compile_fx"] if asked else ["compile_fx"])
+
+
+def test_the_asking_ahead_runs_in_a_daemon_thread_the_compile_time_bench_can_tell(monkeypatch):
+    """A process that exits before its compile needs the answer does not wait for g++ (a daemon),
+    and bench/compile_time.py counts the thread's builds as the probe's by its name."""
+    seen = []
+    monkeypatch.setattr(record, "_ahead", [None])
+    monkeypatch.setattr(record, "probe_key", lambda: "inductor.cpu_vec_isa:test")
+    monkeypatch.setattr(record, "_probed_in_process", lambda: False)
+    monkeypatch.setattr(record, "_ask_side_by_side", lambda: seen.append(threading.current_thread()) or [])
+    with inductor_config.patch({"cpp.vec_isa_ok": None}):
+        record.ask_ahead(AutotuneCache(":memory:"))
+    assert record._ahead[0].result(timeout=10) == []
+    assert seen[0].daemon and seen[0].name.startswith("ext-isa-probe")
+
+
+def test_asking_ahead_that_failed_leaves_the_probe_to_inductor_and_says_why(monkeypatch, caplog):
+    failed = concurrent.futures.Future()
+    failed.set_exception(OSError("g++: not found"))
+    monkeypatch.setattr(record, "_ahead", [failed])
+    monkeypatch.setattr(record.cpu_vec_isa, "valid_vec_isa_list", lambda: [])
+    with caplog.at_level(logging.DEBUG, logger="inductor_ext"):
+        assert record._probe_outcome() == ([], [])
+    assert "ext: asking the vector ISAs ahead of Inductor's probe failed: g++: not found" in caplog.text
+    assert record._ahead[0] is None

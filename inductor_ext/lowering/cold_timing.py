@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch._inductor.runtime.benchmarking import Benchmarker
-from torch._inductor.select_algorithm import AlgorithmSelectorCache
+from torch._inductor.select_algorithm import AlgorithmSelectorCache, DataProcessorChoiceCallerWrapper
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from inductor_ext.autotune import decide
@@ -141,13 +141,42 @@ def _copy(t: torch.Tensor) -> torch.Tensor:
 
 def input_copies(inputs: tuple[Any, ...], budget: int) -> list[tuple[Any, ...]]:
     """``inputs`` and copies of them (fresh storage each), as many sets as fill about ``budget``
-    bytes (at least two, at most ``STREAMED_MAX_COPIES``), or [] where an input is no plain CPU tensor."""
+    bytes (at least two, at most ``STREAMED_MAX_COPIES``), or [] where an input is no plain CPU
+    tensor. Inputs of ``budget`` bytes or more are not copied: each call streams them already (a
+    large model's vocabulary weight would otherwise be copied whole)."""
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
     if not tensors or any(t.layout != torch.strided or t.device.type != "cpu" or t.is_mkldnn for t in tensors):
         return []
     size = sum(t.untyped_storage().nbytes() for t in tensors)
-    count = max(2, min(STREAMED_MAX_COPIES, -(-budget // max(size, 1))))
+    count = 1 if size >= budget else max(2, min(STREAMED_MAX_COPIES, -(-budget // max(size, 1))))
     return [inputs] + [tuple(_copy(t) if isinstance(t, torch.Tensor) else t for t in inputs) for _ in range(count - 1)]
+
+
+@contextlib.contextmanager
+def _kept_alive(choice: Any) -> Iterator[list[Any]]:
+    """Inside: what the data processors around ``choice`` make for each benchmark call (the C++
+    GEMM template packs the weight it is timed with: ``DataProcessorChoiceCallerWrapper``) is
+    also kept in the list this yields. A C++ benchmark's callable holds only the addresses of its
+    tensors, so a call collected now and timed later would read freed memory without it."""
+    made: list[Any] = []
+    wrappers = []
+    while isinstance(choice, DataProcessorChoiceCallerWrapper):
+        wrappers.append((choice, choice._preprocessor))
+        choice = choice._wrapped
+
+    def keeping(preprocess: Callable[..., Any]) -> Callable[..., Any]:
+        def preprocessed(args: Any, out: Any) -> Any:
+            made.append(preprocess(args, out))
+            return made[-1]
+        return preprocessed
+
+    for wrapper, preprocess in wrappers:
+        wrapper._preprocessor = keeping(preprocess)
+    try:
+        yield made
+    finally:
+        for wrapper, preprocess in wrappers:
+            wrapper._preprocessor = preprocess
 
 
 def streamed_timing(calls: list[Callable[[], Any]], rounds: int = TIMED_CALLS) -> Timing:
@@ -364,7 +393,8 @@ def cold_cpu_benchmarks() -> Iterator[None]:
         calls: list[Callable[[], Any]] = []
         _collecting[0] = calls
         try:
-            results = [choice.benchmark(*copies, out=output) for copies in sets]
+            with _kept_alive(choice) as made:
+                results = [choice.benchmark(*copies, out=output) for copies in sets]
         finally:
             _collecting[0] = None
         if any(r == float("inf") for r in results):  # it failed (candidate_guard said why): dropped
@@ -372,6 +402,7 @@ def cold_cpu_benchmarks() -> Iterator[None]:
         if len(calls) != len(sets):  # not timed through the benchmarker once per call: as before
             return None
         timed = streamed_timing(calls)
+        del made  # what the calls read, alive until they are timed
         _warm[id(choice)] = timed.warm_ms
         if not (timed.flushed_clean and timed.warm_clean):
             _disturbed.add(id(choice))
