@@ -371,3 +371,24 @@ def test_what_a_data_processor_makes_for_a_streamed_call_lives_until_it_is_timed
         AlgorithmSelectorCache.benchmark_choice(wrapper, Args())
     assert len(alive) > 4 and all(alive)
     assert wrapper._preprocessor is pack  # put back
+
+
+@pytest.mark.parametrize("rows, constant, refused, streamed", [
+    (8, True, False, True),  # STREAMED_MAX_ROWS rows: a decode step's (a batch of 8 sequences)
+    (9, True, False, False),
+    (1, False, False, False),  # a weight that is no frozen constant streams nothing of its own
+    (1, True, True, False),  # an op instance ext's lowering refuses
+])
+def test_a_decode_shaped_gemm_has_few_static_rows_and_a_frozen_weight(monkeypatch, rows, constant, refused, streamed):
+    from types import SimpleNamespace
+
+    from inductor_ext.lowering import ext_choices
+    from inductor_ext.templates.family import TensorSpec
+
+    x = TensorSpec((rows, 64), (64, 1), "float32")
+    w_t = TensorSpec((64, 96), (1, 64), "float32", constant=constant)
+    spec = SimpleNamespace(spec=SimpleNamespace(inputs=[x, w_t]))
+    monkeypatch.setattr(ext_choices.ops, "op_inputs", lambda op, ki: "refused: why" if refused else spec)
+    assert ext_choices.decode_shaped("mm", SimpleNamespace(device_type="cpu")) is streamed
+    assert ext_choices.decode_shaped("bmm", SimpleNamespace(device_type="cpu")) is False
+    assert ext_choices.decode_shaped("mm", SimpleNamespace(device_type="cuda")) is False

@@ -318,5 +318,6 @@ def test_asking_ahead_that_failed_leaves_the_probe_to_inductor_and_says_why(monk
     monkeypatch.setattr(record.cpu_vec_isa, "valid_vec_isa_list", lambda: [])
     with caplog.at_level(logging.DEBUG, logger="inductor_ext"):
         assert record._probe_outcome() == ([], [])
-    assert "ext: asking the vector ISAs ahead of Inductor's probe failed: g++: not found" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        "ext: asking the vector ISAs ahead of Inductor's probe failed: g++: not found"]
     assert record._ahead[0] is None
