@@ -201,11 +201,9 @@ def streamed_timing(calls: list[Callable[[], Any]], rounds: int = TIMED_CALLS) -
         wake_threads()
         warm_elapsed, ok = timed_call(calls[0])
         warm[not ok].append(warm_elapsed)
-        enough = rounds if time.perf_counter() - start < TIME_BUDGET_S else min(rounds, MIN_CLEAN_CALLS)
-        if len(streamed[0]) >= enough and len(warm[0]) >= enough:
+        if _enough(streamed, warm, rounds, start):
             break
-    return Timing(statistics.median(streamed[0] or streamed[1]) * 1e3, statistics.median(warm[0] or warm[1]) * 1e3,
-                  bool(streamed[0]), bool(warm[0]))
+    return _medians(streamed, warm)
 
 
 def _outputs_to_drop(autotune_args: Any) -> tuple[torch.Tensor, ...]:
@@ -335,11 +333,25 @@ def timing(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS)
         wake_threads()
         warm_elapsed, ok = timed_call(fn)
         warm[not ok].append(warm_elapsed)
-        enough = calls if time.perf_counter() - start < TIME_BUDGET_S else min(calls, MIN_CLEAN_CALLS)
-        if len(flushed[0]) >= enough and len(warm[0]) >= enough:
+        if _enough(flushed, warm, calls, start):
             break
-    return Timing(statistics.median(flushed[0] or flushed[1]) * 1e3, statistics.median(warm[0] or warm[1]) * 1e3,
-                  bool(flushed[0]), bool(warm[0]))
+    return _medians(flushed, warm)
+
+
+Calls = tuple[list[float], list[float]]  # seconds of one regime's calls: (clean, switched out)
+
+
+def _enough(first: Calls, warm: Calls, wanted: int, start: float) -> bool:
+    """Whether both regimes have ``wanted`` clean calls, or ``MIN_CLEAN_CALLS`` once the tries
+    begun at ``start`` took ``TIME_BUDGET_S``."""
+    enough = wanted if time.perf_counter() - start < TIME_BUDGET_S else min(wanted, MIN_CLEAN_CALLS)
+    return len(first[0]) >= enough and len(warm[0]) >= enough
+
+
+def _medians(first: Calls, warm: Calls) -> Timing:
+    """Each regime's median in ms, of its clean calls (of all of them where none was clean)."""
+    return Timing(statistics.median(first[0] or first[1]) * 1e3, statistics.median(warm[0] or warm[1]) * 1e3,
+                  bool(first[0]), bool(warm[0]))
 
 
 def flushed_median_ms(fn: Callable[[], Any], flush: torch.Tensor, calls: int = TIMED_CALLS) -> float:
