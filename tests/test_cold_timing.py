@@ -392,3 +392,16 @@ def test_a_decode_shaped_gemm_has_few_static_rows_and_a_frozen_weight(monkeypatc
     assert ext_choices.decode_shaped("mm", SimpleNamespace(device_type="cpu")) is streamed
     assert ext_choices.decode_shaped("bmm", SimpleNamespace(device_type="cpu")) is False
     assert ext_choices.decode_shaped("mm", SimpleNamespace(device_type="cuda")) is False
+
+
+def test_streamed_rounds_that_are_all_switched_out_stop_at_the_budget(monkeypatch):
+    """On a loaded machine every round of many calls is switched out; they stop at the budget
+    (their median taken) instead of running every try."""
+    ticks, switches = iter(range(10**6)), iter(range(10**6))
+    monkeypatch.setattr(cold_timing.time, "perf_counter", lambda: next(ticks) * 1e-3)
+    monkeypatch.setattr(cold_timing, "context_switches", lambda: next(switches))
+    monkeypatch.setattr(cold_timing, "STREAMED_BUDGET_S", 0.05)
+    rounds = []
+    timed = cold_timing.streamed_timing([lambda: rounds.append(1)], rounds=15)
+    assert 2 < len(rounds) < 2 * 15  # one untimed call, then two calls a round (streamed, warm): 60 tries unbudgeted
+    assert not timed.flushed_clean and timed.flushed_ms > 0

@@ -121,7 +121,11 @@ def time_as_returned(choices: list[Any]) -> None:
 # call after another over distinct copies of its inputs, together FLUSH_MAX_BYTES or so, so every
 # call streams its weight from memory as each layer does after the others' (``time_streamed``).
 _STREAMED = "_inductor_ext_streamed"
-STREAMED_MAX_COPIES = 512  # a tiny weight: past this many copies a round is all call overhead
+# Each copy is one benchmark call to collect (a C++ GEMM's packs its weight) and one call per round:
+# 512 copies of a test's tiny weights made compiles on a loaded machine take minutes. 64 copies of a
+# decode projection (2.4 MB fp32 at 768x768) are 150 MB, several times the cache a core gets here.
+STREAMED_MAX_COPIES = 64
+STREAMED_BUDGET_S = 2.0  # rounds stop past this (their median taken), clean or not
 # While collecting the calls of a streamed choice (one per copy of its inputs): each benchmark
 # callable Inductor hands the benchmarker lands here instead of being timed.
 _collecting: list[list[Callable[[], Any]] | None] = [None]
@@ -201,7 +205,7 @@ def streamed_timing(calls: list[Callable[[], Any]], rounds: int = TIMED_CALLS) -
         wake_threads()
         warm_elapsed, ok = timed_call(calls[0])
         warm[not ok].append(warm_elapsed)
-        if _enough(streamed, warm, rounds, start):
+        if _enough(streamed, warm, rounds, start) or time.perf_counter() - start > STREAMED_BUDGET_S:
             break
     return _medians(streamed, warm)
 
