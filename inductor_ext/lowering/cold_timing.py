@@ -410,11 +410,11 @@ def cold_cpu_benchmarks() -> Iterator[None]:
         _collecting[0] = calls
         try:
             with _kept_alive(choice) as made:
-                results = [choice.benchmark(*copies, out=output) for copies in sets]
+                for copies in sets:
+                    if choice.benchmark(*copies, out=output) == float("inf"):
+                        return float("inf")  # it failed, once (candidate_guard dropped it, saying why)
         finally:
             _collecting[0] = None
-        if any(r == float("inf") for r in results):  # it failed (candidate_guard said why): dropped
-            return float("inf")
         if len(calls) != len(sets):  # not timed through the benchmarker once per call: as before
             return None
         timed = streamed_timing(calls)
