@@ -52,7 +52,9 @@ def built(tmp_path_factory) -> dict:
     env = {"INDUCTOR_EXT_CACHE_DIR": str(root / "ext"), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor")}
     result = _script("quick", str(root / "tuned.db"), env=env)
     # timed (a reason may add that the OS disturbed one candidate's timing)
-    assert result["decisions"] and all(d["reason"].startswith("benchmark") for d in result["decisions"]), result
+    # ("config within margin ... of its default": a timed rule kept the default, e.g. when streamed)
+    assert result["decisions"] and all(d["reason"].startswith("benchmark") or " within margin " in d["reason"]
+                                       for d in result["decisions"]), result
     return {"db": root / "tuned.db", "decisions": result["decisions"], "root": root}
 
 
