@@ -5,7 +5,7 @@ setting of PyTorch's own): ext's ops and subgraph templates build and run there,
 One graph: decode attention over a KV cache whose length is dynamic (as Hugging Face's dynamic
 cache makes it). An autotuning compile, where both ATen and the template must be timed (the
 template's benchmark build failed there, and it was dropped), and a cache-only compile in which
-ATen's op wins (its C++ call did not build, and the compile failed). Each compiled once.
+ATen's choice wins (it serves ATen's SDPA, as Inductor lowers it). Each compiled once.
 """
 
 from __future__ import annotations
@@ -86,10 +86,35 @@ def test_the_template_was_timed_against_aten_in_the_dynamic_graph(tuned):
     assert not [c["error"] for c in decision.candidates if c.get("error")]
 
 
-def test_atens_op_is_called_through_the_dispatcher(aten_from_cache):
+def test_where_aten_wins_the_cpp_wrapper_calls_atens_sdpa_not_exts_op(aten_from_cache):
+    """ATen's choice served: the user's SDPA as Inductor lowers it (ATen's flash kernel through its
+    C shim), not ext's op (Python around the same kernel) through the dispatcher."""
     decision = next(d for d in aten_from_cache["decisions"] if d.op == "decode_attention")
     assert (decision.winner, decision.reason) == ("decode_attention_aten", "cache")
-    assert 'aoti_torch_call_dispatcher("inductor_ext::decode_attention"' in aten_from_cache["code"]
+    assert "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu(" in aten_from_cache["code"]
+    assert "inductor_ext::decode_attention" not in aten_from_cache["code"]
+
+
+def normed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A graph that calls ext's rms_norm op itself: the cpu preset has no family for it, so ATen's
+    choice (the op) serves it."""
+    return torch.ops.inductor_ext.rms_norm(x, w, [64], 1e-6) * 2
+
+
+def test_an_ext_op_served_by_atens_choice_is_called_through_the_dispatcher(tmp_path):
+    """The op has no C shim (a plain extern kernel's call of ``aoti_torch_cpu_<op>`` did not
+    build, and the compile failed): Inductor's FallbackKernel calls it through the dispatcher."""
+    from inductor_ext.kernels import norm_ops  # noqa: F401  (registers inductor_ext::rms_norm)
+
+    torch._dynamo.reset()
+    dump = tmp_path / "dump"
+    x, w = torch.randn(3, 64), torch.randn(64)
+    options = {"preset": "cpu", "autotune_cache": str(tmp_path / "c.db"), "dump_dir": str(dump)}
+    with tune.fresh_inductor_caches(), torch._inductor.config.patch(cpp_wrapper=True), torch.no_grad():
+        got = torch.compile(normed, backend="ext", options=options)(x, w)
+    code = "\n".join(p.read_text() for p in dump.rglob("output_code.py"))
+    assert 'findSchemaOrThrow("inductor_ext::rms_norm"' in code or 'dispatcher("inductor_ext::rms_norm"' in code
+    torch.testing.assert_close(got, torch.rms_norm(x, [64], w, 1e-6) * 2)
 
 
 # ------------------------------------------------- a family whose kernels are called from Python

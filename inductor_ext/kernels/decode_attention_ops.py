@@ -15,14 +15,20 @@ from torch import Tensor
 from torch._prims_common import make_contiguous_strides_for
 
 
-@torch.library.custom_op("inductor_ext::decode_attention", mutates_args=())
-def decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+def aten_decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, scale: float) -> Tensor:
+    """ATen's SDPA of one query token, contiguous: the op's implementation, and what a graph
+    inlines where ATen's choice wins (``lowering/ops/_attention.py``)."""
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
     if out.is_contiguous():
         # ATen's CPU kernel writes (B, 1, H, Dv) and returns its transpose: with one query the
         # same memory as a contiguous (B, H, 1, Dv), whose strides the graph expects
         return out.as_strided(out.shape, make_contiguous_strides_for(out.shape))
     return out.contiguous()
+
+
+@torch.library.custom_op("inductor_ext::decode_attention", mutates_args=())
+def decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+    return aten_decode_attention(q, k, v, mask, scale=scale)
 
 
 @decode_attention.register_fake

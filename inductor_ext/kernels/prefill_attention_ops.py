@@ -15,12 +15,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-@torch.library.custom_op("inductor_ext::prefill_attention", mutates_args=())
-def prefill_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float,
-                      is_causal: bool = False) -> Tensor:
+def aten_prefill_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, scale: float,
+                           is_causal: bool = False) -> Tensor:
+    """ATen's SDPA, contiguous: the op's implementation, and what a graph inlines where ATen's
+    choice wins (``lowering/ops/_attention.py``)."""
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, is_causal=is_causal,
                                          enable_gqa=q.shape[1] != k.shape[1])
     return out.contiguous()
+
+
+@torch.library.custom_op("inductor_ext::prefill_attention", mutates_args=())
+def prefill_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float,
+                      is_causal: bool = False) -> Tensor:
+    return aten_prefill_attention(q, k, v, mask, scale=scale, is_causal=is_causal)
 
 
 @prefill_attention.register_fake

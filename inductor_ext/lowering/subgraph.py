@@ -17,6 +17,7 @@ from typing import Any
 from torch._inductor import config as inductor_config
 from torch._inductor import ir
 from torch._inductor.codegen.subgraph import SubgraphTemplate, inline_subgraph_to_ir_nodes
+from torch._inductor.ir import ir_node_to_tensor
 from torch._inductor.decomposition import select_decomp_table
 from torch._inductor.virtualized import V
 
@@ -82,8 +83,19 @@ def winner_node(node: Any, choice: Any, inputs: list[Any], name: str) -> Any:
     """What the graph holds for the winning ``choice``: a subgraph's operations inlined (they
     fuse with their neighbours), any other choice's ``node`` as it is."""
     gm = getattr(choice, "gm", None)
-    if gm is None:
-        return node
+    return node if gm is None else _inline(gm, inputs, name)
+
+
+def inlined(function: Any, inputs: list[Any], name: str) -> Any:
+    """``function`` (plain torch over ``inputs``' tensors) traced as a subgraph choice is, and its
+    operations inlined: Inductor lowers them as it lowers the user's own code (an ATen op with no
+    lowering becomes the extern call Inductor makes for it, called from the wrapper directly)."""
+    with V.fake_mode:
+        examples = [ir_node_to_tensor(x) for x in inputs]
+    return _inline(_make_fx_graph(function, {}, *examples), inputs, name)
+
+
+def _inline(gm: Any, inputs: list[Any], name: str) -> Any:
     # the inlined operations are lowered as any graph's are, on TensorBoxes (a realized input is a
     # StorageBox or a view: expand's lowering, for one, takes only a TensorBox)
     boxed = [x if isinstance(x, ir.TensorBox) else ir.TensorBox(x) for x in inputs]

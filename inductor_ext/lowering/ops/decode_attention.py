@@ -13,7 +13,7 @@ from typing import Any
 
 from torch._inductor.lowering import register_lowering
 
-from inductor_ext.kernels.decode_attention_ops import OP
+from inductor_ext.kernels.decode_attention_ops import OP, aten_decode_attention
 from inductor_ext.lowering.ops import _attention
 from inductor_ext.lowering.ops._select import OpChoice
 from inductor_ext.lowering.ops._spec import OpInputs
@@ -30,4 +30,4 @@ SPECS = {"decode_attention": decode_attention}
 
 @register_lowering(OP, type_promotion_kind=None)
 def lower_decode_attention(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
-    return _attention.lower("decode_attention", ATEN_CHOICE, q, k, v, mask, scale)
+    return _attention.lower("decode_attention", ATEN_CHOICE, aten_decode_attention, q, k, v, mask, scale)

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch._inductor.lowering import register_lowering
 
-from inductor_ext.kernels.prefill_attention_ops import OP
+from inductor_ext.kernels.prefill_attention_ops import OP, aten_prefill_attention
 from inductor_ext.lowering.ops import _attention
 from inductor_ext.lowering.ops._select import OpChoice
 from inductor_ext.lowering.ops._spec import OpInputs
@@ -36,5 +36,5 @@ SPECS = {"prefill_attention": prefill_attention, "prefill_attention_causal": pre
 @register_lowering(OP, type_promotion_kind=None)
 def lower_prefill_attention(q: Any, k: Any, v: Any, mask: Any, scale: float, is_causal: bool = False) -> Any:
     if is_causal:
-        return _attention.lower("prefill_attention_causal", ATEN_CHOICE, q, k, v, mask, scale, is_causal=True)
-    return _attention.lower("prefill_attention", ATEN_CHOICE, q, k, v, mask, scale)
+        return _attention.lower("prefill_attention_causal", ATEN_CHOICE, aten_prefill_attention, q, k, v, mask, scale, is_causal=True)
+    return _attention.lower("prefill_attention", ATEN_CHOICE, aten_prefill_attention, q, k, v, mask, scale)
