@@ -3,7 +3,9 @@
 For each model style, width, dtype and token count asked, a one-layer Hugging Face model of that
 style (random weights, nothing downloaded) is tuned by ``inductor-ext tune build`` (the cpu preset,
 ``autotune="full"``) at that many tokens, one sequence: its GEMMs, batched GEMMs and attention,
-with the layouts a real model of the style has. The decisions are then written as a table: each
+with the layouts a real model of the style has; with ``--cache-slots``, also one decode step (one
+new token) over a static KV cache of each size (Hugging Face's ``StaticCache``, its 4-D boolean mask
+passed in as ``generate()`` passes it): the attention of a decode loop. The decisions are then written as a table: each
 entry's key made portable (``decision_tables.portable``: the machine as its CPU form, no package
 versions, no template hash) with its measured times, and the table's provenance (CPU, form, date,
 torch and inductor_ext versions, this command).
@@ -46,13 +48,14 @@ STYLES: dict[str, dict[int, tuple[int, int, int, int]]] = {
     "bert": {768: (3072, 12, 12, 30522), 1024: (4096, 16, 16, 30522)},
 }
 TOKENS = tuple(2 ** i for i in range(12))  # 1 .. 2048
+CACHE_SLOTS = (256, 1024, 4096)  # static KV cache sizes a server sets (max_cache_len)
 DTYPES = ("float32", "bfloat16")
 
 MODEL_FILE = '''
 import torch
 import transformers
 
-STYLE, HIDDEN, FFN, HEADS, KV_HEADS, VOCAB, TOKENS, DTYPE = {args!r}
+STYLE, HIDDEN, FFN, HEADS, KV_HEADS, VOCAB, TOKENS, DTYPE, SLOTS = {args!r}
 
 
 class LogitsOnly(torch.nn.Module):
@@ -66,6 +69,19 @@ class LogitsOnly(torch.nn.Module):
         if STYLE == "bert":
             return self.model(ids).last_hidden_state
         return self.model(ids, use_cache=False).logits
+
+
+class StaticStep(torch.nn.Module):
+    """One decode step over a static KV cache of SLOTS slots: its position and its 4-D boolean
+    mask come in as inputs, as generate() passes them."""
+
+    def __init__(self, model, cache):
+        super().__init__()
+        self.model, self.cache = model, cache
+
+    def forward(self, ids, position, mask):
+        return self.model(ids, attention_mask=mask, past_key_values=self.cache, cache_position=position,
+                          use_cache=True).logits
 
 
 def model():
@@ -85,34 +101,52 @@ def model():
             vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=1,
             num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=max(TOKENS, 4096))
         made = getattr(transformers, cls + "ForCausalLM")(config)
-    return LogitsOnly(made.to(getattr(torch, DTYPE)).eval())
+    made = made.to(getattr(torch, DTYPE)).eval()
+    if not SLOTS:
+        return LogitsOnly(made)
+    cache = transformers.StaticCache(config=made.config, max_cache_len=SLOTS)
+    with torch.no_grad():  # the cache's tensors made (at its first update) before the compile
+        made(torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, cache_position=torch.tensor([0]))
+    return StaticStep(made, cache)
 
 
 def inputs():
-    return (torch.randint(0, VOCAB, (1, TOKENS), generator=torch.Generator().manual_seed(1)),)
+    ids = torch.randint(0, VOCAB, (1, TOKENS), generator=torch.Generator().manual_seed(1))
+    if not SLOTS:
+        return (ids,)
+    position = torch.tensor([SLOTS // 2])
+    return ids, position, (torch.arange(SLOTS) <= position).view(1, 1, 1, SLOTS)
 '''
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One tune build: a style at one width, dtype and token count."""
+    """One tune build: a style at one width, dtype and token count (``slots``: one token's decode
+    step over a static KV cache of that many slots)."""
 
     style: str
     hidden: int
     dtype: str
     tokens: int
+    slots: int = 0
 
     def __str__(self) -> str:
+        if self.slots:
+            return f"{self.style}-{self.hidden} {self.dtype} decode over {self.slots} static cache slots"
         return f"{self.style}-{self.hidden} {self.dtype} {self.tokens} tokens"
 
     def model_text(self) -> str:
         ffn, heads, kv_heads, vocab = STYLES[self.style][self.hidden]
-        return MODEL_FILE.format(args=(self.style, self.hidden, ffn, heads, kv_heads, vocab, self.tokens, self.dtype))
+        return MODEL_FILE.format(args=(self.style, self.hidden, ffn, heads, kv_heads, vocab, self.tokens, self.dtype,
+                                       self.slots))
 
 
-def units(styles: list[str], widths: list[int] | None, tokens: list[int], dtypes: list[str]) -> list[Unit]:
-    return [Unit(s, h, d, t) for s in styles for h in sorted(STYLES[s]) if widths is None or h in widths
-            for d in dtypes for t in tokens]
+def units(styles: list[str], widths: list[int] | None, tokens: list[int], dtypes: list[str],
+          slots: list[int] = ()) -> list[Unit]:
+    """Each style's widths (those in ``widths``; all without), by dtype: a forward per token count,
+    then a decode step per static cache size (not for ``bert``, an encoder)."""
+    return [unit for s in styles for h in sorted(STYLES[s]) if widths is None or h in widths for d in dtypes
+            for unit in [*(Unit(s, h, d, t) for t in tokens), *(Unit(s, h, d, 1, n) for n in slots if s != "bert")]]
 
 
 def _ints(text: str) -> list[int]:
@@ -145,6 +179,9 @@ def main() -> int:
     parser.add_argument("--styles", default=",".join(STYLES), help=f"of {', '.join(STYLES)}")
     parser.add_argument("--widths", help="hidden widths to build (default: every width of each style)")
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="token counts (default 1..2048, x2)")
+    parser.add_argument("--cache-slots", default=",".join(map(str, CACHE_SLOTS)),
+                        help=f"static KV cache sizes of the decode steps (default {','.join(map(str, CACHE_SLOTS))}; "
+                             "'' for none)")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help=f"of {', '.join(DTYPES)}")
     parser.add_argument("--threads", type=int, help="intra-op threads (default: torch's)")
     parser.add_argument("--dry-run", action="store_true", help="list the builds, build nothing")
@@ -158,7 +195,8 @@ def main() -> int:
         if d not in DTYPES:
             parser.error(f"--dtypes: {d!r} is not one of {', '.join(DTYPES)}")
     try:
-        plan = units(styles, _ints(args.widths) if args.widths else None, _ints(args.tokens), dtypes)
+        plan = units(styles, _ints(args.widths) if args.widths else None, _ints(args.tokens), dtypes,
+                     _ints(args.cache_slots))
     except ValueError as e:
         parser.error(str(e))
     if not plan:

@@ -392,6 +392,10 @@ def test_a_decode_shaped_gemm_has_few_static_rows_and_a_frozen_weight(monkeypatc
     assert ext_choices.decode_shaped("mm", SimpleNamespace(device_type="cpu")) is streamed
     assert ext_choices.decode_shaped("bmm", SimpleNamespace(device_type="cpu")) is False
     assert ext_choices.decode_shaped("mm", SimpleNamespace(device_type="cuda")) is False
+    # a decode step's attention reads its layer's KV cache once a step, whatever its shapes
+    assert ext_choices.decode_shaped("decode_attention", SimpleNamespace(device_type="cpu")) is True
+    assert ext_choices.decode_shaped("prefill_attention", SimpleNamespace(device_type="cpu")) is False
+    assert ext_choices.decode_shaped("decode_attention", SimpleNamespace(device_type="cuda")) is False
 
 
 def test_streamed_rounds_that_are_all_switched_out_stop_at_the_budget(monkeypatch):

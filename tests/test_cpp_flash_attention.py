@@ -119,7 +119,7 @@ def test_qkv_that_do_not_fit_are_refused_saying_so():
     t = _spec_of(q)
     spec = _spec(q, q, q)
     assert family.problem_for(dataclasses.replace(spec, op="mm")) == \
-        "cpp.flash_attention serves prefill_attention, prefill_attention_causal, not mm"
+        "cpp.flash_attention serves prefill_attention, prefill_attention_causal, decode_attention, not mm"
     for inputs in ((t, None, t, None), (t, t, None, None)):  # k, then v, not a tensor
         assert family.problem_for(dataclasses.replace(spec, inputs=inputs)) == \
             "q, k and v must be 4-D (batch, heads, tokens, head dim)"
@@ -277,6 +277,61 @@ def test_a_call_that_does_not_fit_its_problem_is_refused_not_computed():
         family.call(causal, family.ALL_CONFIGS[0], "cpu", q, q, q, torch.ones(8, 8, dtype=torch.bool))
 
 
+# --------------------------------------------------------------- decode: one query token per sequence
+
+
+def _decode_spec(q, k, v, mask=None, scale=0.125):
+    return dataclasses.replace(_spec(q, k, v, mask, scale), op="decode_attention")
+
+
+DECODE_CASES = [  # batch, cache slots, slots written (the first sequence; each next one a block fewer), heads, kv heads, d
+    (1, 1024, 48, 12, 12, 64),  # bench/hf_generate.py's static1024 row: 48 of 1024 slots written
+    (2, 130, KEY_BLOCK + 1, 4, 2, 64),  # grouped-query; a key block and one key written, then one key
+    (1, KEY_BLOCK, KEY_BLOCK - 1, 2, 2, 128),  # every slot but the last written
+    (3, 200, 1, 4, 1, 32),  # one slot written; the later sequences see none (zeros, as ATen's)
+    (1, 37, 37, 2, 2, 96),  # no mask: a dynamic cache, every slot a key
+]
+
+
+@pytest.mark.parametrize("dtype, config", EVERY_FORM)
+@pytest.mark.parametrize("case", DECODE_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_decode_over_a_static_cache_matches_float64_sdpa_and_never_reads_an_unwritten_slot(dtype, config, case):
+    """Each sequence sees the first slots of its cache; the unwritten ones hold NaN, which would
+    reach the output if the kernel read them (a hidden key's NaN value times its zero weight)."""
+    batch, slots, written, heads, kv_heads, d = case
+    torch.manual_seed(0)
+    cache_k, cache_v = (torch.randn(batch, kv_heads, slots + 5, d).to(dtype) for _ in range(2))  # a larger buffer
+    k, v = cache_k[:, :, :slots], cache_v[:, :, :slots]  # its first slots: strided views, as a cache slice
+    lengths = [max(written - i * KEY_BLOCK, 0) for i in range(batch)]
+    mask = None
+    if written < slots:
+        mask = (torch.arange(slots) < torch.tensor(lengths)[:, None]).view(batch, 1, 1, slots)
+        for i, n in enumerate(lengths):
+            k[i, :, n:], v[i, :, n:] = float("nan"), float("nan")
+    q = _hf(batch, 1, heads, d, dtype)
+    problem = family.problem_for(_decode_spec(q, k, v, mask, d ** -0.5))
+    assert not isinstance(problem, str), problem
+    assert (problem.queries, problem.mask) == (1, "none" if mask is None else "bool")
+    got = family.call(problem, config, "cpu", q, k, v, mask)
+    assert got.dtype == dtype and got.is_contiguous() and got.shape == (batch, heads, 1, d)
+    assert not got.isnan().any(), "an unwritten slot was read"
+    want = _reference(q, k.nan_to_num(0.0), v.nan_to_num(0.0), mask, d ** -0.5)
+    torch.testing.assert_close(got.double(), want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype, config", EVERY_FORM)
+def test_decode_keeps_the_nans_and_infinities_of_the_keys_it_sees(dtype, config):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 3, 1, 64).to(dtype), torch.randn(1, 3, 90, 64).to(dtype), torch.randn(1, 3, 90, 64).to(dtype)
+    q[0, 0, 0, 3] = float("nan")  # head 0: every score NaN
+    v[0, 1, 70, 2] = float("nan")  # head 1: a NaN value it sees
+    k[0, 2, 9, 0] = float("-inf") if q[0, 2, 0, 0] > 0 else float("inf")  # head 2: a -inf score, which drops out
+    got = family.call(family.problem_for(_decode_spec(q, k, v)), config, "cpu", q, k, v)
+    assert got[0, 0].isnan().all() and got[0, 1, 0, 2].isnan() and not got[0, 2].isnan().any()
+    want = _reference(q, k, v, None, 0.125)
+    torch.testing.assert_close(got[0, 2].double(), want[0, 2], **TOL[dtype])
+
+
 # ----------------------------------------------------------------------------------- the build
 
 
@@ -419,6 +474,38 @@ def test_kernel_is_timed_against_aten_and_the_winner_computes_the_same(compiled)
     assert {"prefill_attention_aten", "ext_cpp_flash_attention_formavx512"} <= names, decision.candidates
     assert all(c.get("us", 1) > 0 for c in decision.candidates)
     torch.testing.assert_close(got.double(), compiled["want"], **TOL[compiled["dtype"]])
+
+
+@needs[torch.float32]
+def test_every_mask_a_benchmark_passes_attends_everywhere(monkeypatch):
+    """Inductor's example value of a bool tensor is all False: a mask hiding every key, under which
+    the kernel skips every block and was timed doing nothing. Timed, the kernel sees masks that
+    attend everywhere (``lowering/ops/_select.py``); run, the graph's own (causal) mask."""
+    from inductor_ext.lowering import adapters
+
+    masks = []
+    real_get = adapters.registry.get
+
+    class Spy:
+        def __init__(self, fam):
+            self._fam = fam
+
+        def __getattr__(self, name):
+            return getattr(self._fam, name)
+
+        def call(self, problem, config, target, *tensors):
+            masks.append(tensors[3].clone() if len(tensors) > 3 else None)
+            return self._fam.call(problem, config, target, *tensors)
+
+    monkeypatch.setattr(adapters.registry, "get",
+                        lambda name: Spy(real_get(name)) if name == family.NAME else real_get(name))
+    m, x = Prefill().eval(), torch.randn(1, 40, 128)
+    got, (decision,) = _compile(m, {"preset": "cpu", "force_template": family.NAME}, x)
+    timed, run = masks[:-1], masks[-1]
+    assert timed and all(t is not None and bool(t.all()) for t in timed), [t if t is None else t.float().mean() for t in timed]
+    assert run is not None and not run.all()  # the compiled call's causal mask
+    with torch.no_grad():
+        torch.testing.assert_close(got, m(x), **TOL[torch.float32])
 
 
 class CausalFlag(Prefill):

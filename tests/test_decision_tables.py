@@ -380,10 +380,34 @@ def _script(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_build_script_plans_the_grid_it_is_asked_for() -> None:
     done = _script("--out", "t.json", "--styles", "llama,bert", "--widths", "768", "--tokens", "1,16",
-                   "--dtypes", "float32", "--dry-run")
+                   "--dtypes", "float32", "--cache-slots", "1024", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["llama-768 float32 1 tokens", "llama-768 float32 16 tokens",
-                                        "bert-768 float32 1 tokens", "bert-768 float32 16 tokens"]
+                                        "llama-768 float32 decode over 1024 static cache slots",
+                                        "bert-768 float32 1 tokens", "bert-768 float32 16 tokens"]  # an encoder: no cache
+    default = _script("--out", "t.json", "--styles", "llama", "--widths", "768", "--tokens", "",
+                      "--dtypes", "float32", "--dry-run")
+    assert default.stdout.splitlines() == [f"llama-768 float32 decode over {n} static cache slots" for n in (256, 1024, 4096)]
+
+
+def test_a_static_cache_unit_is_one_decode_step_with_the_mask_generate_passes(monkeypatch) -> None:
+    """What the build tunes for ``--cache-slots``: one new token's forward over a static cache of
+    that many slots, its 4-D boolean mask an input (as generate() passes it: the same problem key)."""
+    spec = importlib.util.spec_from_file_location("build_decision_tables", ROOT / "scripts" / "build_decision_tables.py")
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclasses look their module up
+    spec.loader.exec_module(script)
+    unit = script.Unit("llama", 768, "float32", 1, slots=256)
+    space: dict[str, Any] = {}
+    exec(compile(unit.model_text(), "unit.py", "exec"), space)  # noqa: S102  (the script's own text)
+    ids, position, mask = space["inputs"]()
+    assert ids.shape == (1, 1) and mask.shape == (1, 1, 1, 256) and mask.dtype == torch.bool and mask.is_contiguous()
+    assert int(mask.sum()) == int(position) + 1  # the slots written so far, this one included
+    step = space["model"]()
+    with torch.no_grad():
+        logits = step(ids, position, mask)
+    assert logits.shape == (1, 1, 32000)
+    assert step.cache.layers[0].keys.shape[-2] == 256  # attention reads the whole static cache
 
 
 @pytest.mark.parametrize("args, why", [

@@ -68,4 +68,22 @@ def select(op: str, aten: Any, nodes: list[Any], layout: ir.Layout, scalars: dic
     offer = getattr(V.choices, "offer", None)
     if offer is not None:
         choices = offer(op, FixedKernelInputs(nodes, layout, scalars, names), choices)
-    return autotune_select_algorithm(op, choices, nodes, layout)
+    return autotune_select_algorithm(op, choices, nodes, layout, input_gen_fns=attending_masks(nodes))
+
+
+def attending_masks(nodes: list[Any]) -> dict[int, Any] | None:
+    """Example values for the boolean inputs (attention masks): all True. Inductor's example value
+    of a bool tensor is all False, a mask that hides every key: a kernel that skips what a mask
+    hides then skips everything, and is timed doing nothing (ATen's SDPA still does all its work).
+    Attending everywhere, every choice does its whole work, as background tuning times it."""
+    gen = {i: _all_true for i, node in enumerate(nodes) if node.get_dtype() == torch.bool}
+    return gen or None
+
+
+def _all_true(node: Any) -> torch.Tensor:
+    """Inductor's example value of ``node`` (its sizes, strides and offset), every element True."""
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    example = AlgorithmSelectorCache.benchmark_example_value(node)
+    storage = torch.ones(example.untyped_storage().nbytes(), dtype=torch.bool)
+    return storage.as_strided(example.shape, example.stride(), example.storage_offset())

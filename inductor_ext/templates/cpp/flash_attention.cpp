@@ -145,11 +145,100 @@ inline void store_s(S* p, vec x) { store_ps(p, x); }
 using S = float;
 inline void store_s(S* p, vec x) { vstore(p, x); }
 #endif
+inline float vsum(vec v) {
+#if EXT_AVX512
+  return _mm512_reduce_add_ps(v);
+#else
+  return reduce_add(v);
+#endif
+}
+
+// One query per sequence (a decode step): nothing packed (each visible key and value row is read
+// once, straight from the cache), one (batch, head) a task, and a key the mask hides is never read:
+// a static KV cache's unwritten slots cost their mask bytes only. The visible keys of a block of 64
+// are listed first, a block of DKB keys at a time (long runs of rows, which the prefetchers follow), then
+// scored 4 at a time (4 independent dot products keep 4 rows in flight).
+constexpr int DKB = 256;
+int decode(const T* Q, const T* K, const T* V, const uint8_t* M, T* O, int64_t B, int64_t H, int64_t Hkv,
+           int64_t Lk, const int64_t* sq, const int64_t* sk, const int64_t* sv, const int64_t* sm, float scale,
+           int threads) {
+  const int64_t group = H / Hkv;
+#pragma omp parallel for num_threads(threads)
+  for (int64_t x = 0; x < B * H; ++x) {
+    const int64_t b = x / H, h = x % H, hk = h / group;
+    alignas(64) float q[D], acc[D], sc[DKB], seen[DKB];
+    int64_t at[DKB];  // the block's visible keys
+    for (int c = 0; c < NV; ++c) {
+      vstore(&q[c * W], vmul(load_ps(Q + b * sq[0] + h * sq[1] + c * W), vset1(scale)));
+      vstore(&acc[c * W], vzero());
+    }
+    const uint8_t* mr = M ? M + b * sm[0] + h * sm[1] : nullptr;
+    const T* kh = K + b * sk[0] + hk * sk[1];
+    const T* vh = V + b * sv[0] + hk * sv[1];
+    float mx = -INFINITY, sum = 0.f;
+    bool nan = false;  // a NaN among the scores it sees: the output is NaN, as softmax's
+    for (int64_t j0 = 0; j0 < Lk; j0 += DKB) {
+      const int64_t nk = std::min<int64_t>(DKB, Lk - j0);
+      int64_t n = 0;
+      for (int64_t j = 0; j < nk; ++j)
+        if (!mr || mr[j0 + j]) at[n++] = j0 + j;
+      if (!n) continue;
+      float m = mx;
+      for (int64_t t = 0; t < n; t += 4) {
+        const T* r[4];
+        for (int u = 0; u < 4; ++u) r[u] = kh + at[std::min<int64_t>(t + u, n - 1)] * sk[2];
+        vec a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+        for (int c = 0; c < NV; ++c) {
+          const vec qc = vload(&q[c * W]);
+          a0 = vfmadd(qc, load_ps(r[0] + c * W), a0);
+          a1 = vfmadd(qc, load_ps(r[1] + c * W), a1);
+          a2 = vfmadd(qc, load_ps(r[2] + c * W), a2);
+          a3 = vfmadd(qc, load_ps(r[3] + c * W), a3);
+        }
+        const float s4[4] = {vsum(a0), vsum(a1), vsum(a2), vsum(a3)};
+        for (int u = 0; u < 4 && t + u < n; ++u) {
+          nan |= s4[u] != s4[u];
+          sc[t + u] = s4[u];
+          m = std::max(m, s4[u]);
+        }
+      }
+      for (int64_t t = 0; t < DKB; ++t) {
+        seen[t] = t < n ? 1.f : 0.f;
+        if (t >= n) sc[t] = -INFINITY;
+      }
+      if (m == -INFINITY) continue;  // nothing but -inf scores yet
+      const float corr = expf(mx - m);
+      vec sw = vzero();
+      for (int c = 0; c < DKB / W; ++c) {  // probabilities; the lanes past the visible keys zeroed
+        const vec e = vmul(exp_ps(vfnmadd(vset1(1.f), vset1(m), vload(&sc[c * W]))), vload(&seen[c * W]));
+        vstore(&sc[c * W], e);
+        sw = vfmadd(vset1(1.f), e, sw);
+      }
+      sum = sum * corr + vsum(sw);
+      mx = m;
+      vec o[NV];
+      for (int c = 0; c < NV; ++c) o[c] = vmul(vset1(corr), vload(&acc[c * W]));
+      for (int64_t t = 0; t < n; ++t) {
+        const T* vr = vh + at[t] * sv[2];
+        const vec p = vset1(sc[t]);
+        for (int c = 0; c < NV; ++c) o[c] = vfmadd(p, load_ps(vr + c * W), o[c]);
+      }
+      for (int c = 0; c < NV; ++c) vstore(&acc[c * W], o[c]);
+    }
+    const float inv = nan ? NAN : sum > 0.f ? 1.f / sum : sum == 0.f ? 0.f : NAN;
+    T* o = O + (b * H + h) * D;
+    for (int c = 0; c < NV; ++c) store_ps(o + c * W, vmul(vload(&acc[c * W]), vset1(inv)));
+  }
+  return 0;
+}
 }  // namespace
 
 extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O, int64_t B, int64_t H, int64_t Hkv,
                       int64_t L, int64_t Lk, const int64_t* sq, const int64_t* sk, const int64_t* sv, const int64_t* sm,
                       float scale, int threads) {
+#if !EXT_CAUSAL
+  if (L == 1) return decode(Q, K, V, M, O, B, H, Hkv, Lk, sq, sk, sv, sm, scale, threads);
+#endif
   const int64_t group = H / Hkv, nkb = (Lk + KB - 1) / KB, nqb = (L + QB - 1) / QB;
   // keys and values of each (batch, kv head, block of 64 keys) packed once: for vdpbf16ps as pairs
   // (K: [D/2][64][2], V: [32][D][2]), otherwise in fp32 as K^T [D][64] and V [64][D]

@@ -1,8 +1,13 @@
-"""Flash attention for the CPU as a C++ kernel of our own, offered beside ATen's SDPA for prefill.
+"""Flash attention for the CPU as a C++ kernel of our own, offered beside ATen's SDPA for prefill
+and decode.
 
 Serves ``prefill_attention`` (``kernels/prefill_attention_ops.py``, made by the
 ``prefill_attention_op`` pass): several query tokens per sequence, no dropout, no mask or a boolean
-one (Hugging Face builds its causal mask in the graph and passes it). The kernel (``KERNEL``,
+one (Hugging Face builds its causal mask in the graph and passes it); and ``decode_attention``
+(one query token, ``decode_attention_op``) with no mask or a boolean one: there the kernel packs
+nothing and never reads a key or value the mask hides, so a static KV cache (Hugging Face's
+``cache_implementation="static"``, sized for the longest generation) costs what its written slots
+hold, where ATen's kernel reads every slot. The kernel (``KERNEL``,
 the C++ of ``flash_attention.cpp``, rendered with the head dim and the dtype) tiles 32 queries
 against 64 keys with an online softmax in fp32, skips the blocks of keys the mask hides from a whole block of
 queries, and in bf16 takes its dot products with AVX512_BF16's ``vdpbf16ps``. A CPU with AVX2 but
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
 
 NAME = "cpp.flash_attention"
 TARGETS = ("cpu",)
-OPS = ("prefill_attention", "prefill_attention_causal")  # the second: SDPA's is_causal flag, no mask
+OPS = ("prefill_attention", "prefill_attention_causal", "decode_attention")  # the second: SDPA's is_causal flag, no mask
 CHOICE_KIND = "extern"
 RUNS_ON_CPU = True  # a native CPU kernel: no interpreter involved
 # every size and stride is a kernel argument read from the tensors (the problem fixes the head dim,
