@@ -390,6 +390,7 @@ def test_a_decode_shaped_gemm_has_few_static_rows_and_a_frozen_weight(monkeypatc
     spec = SimpleNamespace(spec=SimpleNamespace(inputs=[x, w_t]))
     monkeypatch.setattr(ext_choices.ops, "op_inputs", lambda op, ki: "refused: why" if refused else spec)
     assert ext_choices.decode_shaped("mm", SimpleNamespace(device_type="cpu")) is streamed
+    assert ext_choices.decode_shaped("addmm", SimpleNamespace(device_type="cpu")) is streamed
     assert ext_choices.decode_shaped("bmm", SimpleNamespace(device_type="cpu")) is False
     assert ext_choices.decode_shaped("mm", SimpleNamespace(device_type="cuda")) is False
     # a decode step's attention reads its layer's KV cache once a step, whatever its shapes
