@@ -2,8 +2,8 @@
 take (q, k, v, mask|None, scale) as ATen's SDPA does, return a contiguous (B, Hq, Lq, Dv) output in
 q's dtype, and autotune ATen's SDPA (the op's own implementation) against the families serving
 the op; a winning subgraph choice is inlined (it fuses with its neighbours). Where ATen's choice
-wins, the graph gets what Inductor makes of the user's SDPA call (``aten_function``, the op's own
-torch code, inlined: ATen's attention kernel called from the wrapper as an ATen op), not the ext op
+wins, the graph gets what Inductor makes of the user's SDPA call (the choice's ``inline``, the op's
+own torch code, inlined: ATen's attention kernel called from the wrapper as an ATen op), not the ext op
 it was timed as: that op runs Python around the same kernel, ~25 us a call, and a decode graph
 calls it once per layer and token.
 
@@ -30,10 +30,9 @@ def spec(op: str, kernel_inputs: Any) -> OpInputs | str:
                  optional)
 
 
-def lower(op: str, aten: OpChoice, aten_function: Any, q: Any, k: Any, v: Any, mask: Any, scale: float,
-          **flags: Any) -> Any:
+def lower(op: str, aten: OpChoice, q: Any, k: Any, v: Any, mask: Any, scale: float, **flags: Any) -> Any:
     """The graph node for one call of ``op``: the autotuned winner among ATen's choice ``aten``
-    (called with ``flags`` too; inlined as ``aten_function(q, k, v[, mask], scale=, **flags)`` when
+    (called with ``flags`` too; inlined as ``aten.inline(q, k, v[, mask], scale=, **flags)`` when
     it wins) and the families'."""
     nodes = [ir.ExternKernel.realize_input(x) for x in (q, k, v, mask) if x is not None]
     size = [*nodes[0].get_size()[:3], nodes[2].get_size()[3]]
@@ -41,6 +40,6 @@ def lower(op: str, aten: OpChoice, aten_function: Any, q: Any, k: Any, v: Any, m
     scalars = {"scale": float(scale)}
     aten_kwargs = ({"mask": None} if mask is None else {}) | scalars | flags  # the tensors go positionally
     node, choice = select(op, aten.bind(tuple(nodes), layout, **aten_kwargs), nodes, layout, scalars)
-    if getattr(choice, "choice", None) is aten:
-        return subgraph.inlined(functools.partial(aten_function, **scalars, **flags), nodes, op)
+    if getattr(choice, "choice", None) is aten and aten.inline is not None:
+        return subgraph.inlined(functools.partial(aten.inline, **scalars, **flags), nodes, op)
     return subgraph.winner_node(node, choice, nodes, op)

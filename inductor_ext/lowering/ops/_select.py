@@ -8,7 +8,7 @@ Outside ext's handler (another backend, or Inductor's own handler) only ATen's c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch._inductor import ir
@@ -39,10 +39,14 @@ class OpChoice(ExternKernelChoice):
     C++ wrapper (``cpp_wrapper=True``) it is Inductor's ``FallbackKernel``, which the C++ wrapper calls
     through the dispatcher; a plain extern kernel there becomes a call of ``aoti_torch_cpu_<op>``,
     a C shim only ATen's own ops have (the wrapper's C++ build failed). Under the Python wrapper it
-    stays the extern kernel named after the choice (``extern_kernels.<name>(``), as dumps read it."""
+    stays the extern kernel named after the choice (``extern_kernels.<name>(``), as dumps read it.
 
-    def __init__(self, op: torch._ops.OpOverload, name: str) -> None:
+    ``inline``: the op's own torch code, where a lowering inlines it when ATen's choice wins (the
+    graph then holds what Inductor makes of that code, not the op's Python body: ``_attention``)."""
+
+    def __init__(self, op: torch._ops.OpOverload, name: str, inline: Callable[..., Any] | None = None) -> None:
         super().__init__(op, name=name, has_out_variant=False, op_overload=op)
+        self.inline = inline
 
     @property
     def use_fallback_kernel(self) -> bool:

@@ -18,7 +18,7 @@ from inductor_ext.lowering.ops import _attention
 from inductor_ext.lowering.ops._select import OpChoice
 from inductor_ext.lowering.ops._spec import OpInputs
 
-ATEN_CHOICE = OpChoice(OP, "decode_attention_aten")
+ATEN_CHOICE = OpChoice(OP, "decode_attention_aten", inline=aten_decode_attention)
 
 
 def decode_attention(kernel_inputs: Any) -> OpInputs | str:
@@ -30,4 +30,4 @@ SPECS = {"decode_attention": decode_attention}
 
 @register_lowering(OP, type_promotion_kind=None)
 def lower_decode_attention(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
-    return _attention.lower("decode_attention", ATEN_CHOICE, aten_decode_attention, q, k, v, mask, scale)
+    return _attention.lower("decode_attention", ATEN_CHOICE, q, k, v, mask, scale)

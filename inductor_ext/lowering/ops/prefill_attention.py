@@ -18,7 +18,7 @@ from inductor_ext.lowering.ops import _attention
 from inductor_ext.lowering.ops._select import OpChoice
 from inductor_ext.lowering.ops._spec import OpInputs
 
-ATEN_CHOICE = OpChoice(OP, "prefill_attention_aten")
+ATEN_CHOICE = OpChoice(OP, "prefill_attention_aten", inline=aten_prefill_attention)
 
 
 def prefill_attention(kernel_inputs: Any) -> OpInputs | str:
@@ -36,5 +36,5 @@ SPECS = {"prefill_attention": prefill_attention, "prefill_attention_causal": pre
 @register_lowering(OP, type_promotion_kind=None)
 def lower_prefill_attention(q: Any, k: Any, v: Any, mask: Any, scale: float, is_causal: bool = False) -> Any:
     if is_causal:
-        return _attention.lower("prefill_attention_causal", ATEN_CHOICE, aten_prefill_attention, q, k, v, mask, scale, is_causal=True)
-    return _attention.lower("prefill_attention", ATEN_CHOICE, aten_prefill_attention, q, k, v, mask, scale)
+        return _attention.lower("prefill_attention_causal", ATEN_CHOICE, q, k, v, mask, scale, is_causal=True)
+    return _attention.lower("prefill_attention", ATEN_CHOICE, q, k, v, mask, scale)
