@@ -56,10 +56,11 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch._inductor.runtime.benchmarking import Benchmarker
-from torch._inductor.select_algorithm import AlgorithmSelectorCache, DataProcessorChoiceCallerWrapper
+from torch._inductor.select_algorithm import AlgorithmSelectorCache
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from inductor_ext.autotune import decide
+from inductor_ext.lowering import parallel_builds
 from inductor_ext.runtime import fresh_pages
 
 log = logging.getLogger("inductor_ext")
@@ -163,10 +164,7 @@ def _kept_alive(choice: Any) -> Iterator[list[Any]]:
     also kept in the list this yields. A C++ benchmark's callable holds only the addresses of its
     tensors, so a call collected now and timed later would read freed memory without it."""
     made: list[Any] = []
-    wrappers = []
-    while isinstance(choice, DataProcessorChoiceCallerWrapper):
-        wrappers.append((choice, choice._preprocessor))
-        choice = choice._wrapped
+    wrappers = [(wrapper, wrapper._preprocessor) for wrapper in parallel_builds.unwrapped(choice)[0]]
 
     def keeping(preprocess: Callable[..., Any]) -> Callable[..., Any]:
         def preprocessed(args: Any, out: Any) -> Any:
@@ -232,6 +230,14 @@ def _outputs_to_drop(autotune_args: Any) -> tuple[torch.Tensor, ...]:
 def _drop_outputs() -> None:
     for t in _returned_outputs[0] or ():
         fresh_pages.drop(t)
+
+
+def _note(choice: Any, warm_ms: float, clean: bool) -> None:
+    """What a benchmark of ``choice`` leaves besides its flushed time: its warm median, and whether
+    a regime had no clean call (``disturbed``)."""
+    _warm[id(choice)] = warm_ms
+    if not clean:
+        _disturbed.add(id(choice))
 
 
 def warm_ms(choice: Any) -> float | None:
@@ -394,9 +400,7 @@ def cold_cpu_benchmarks() -> Iterator[None]:
                 flushed = min(flushed, again.flushed_ms)
             elif again.flushed_clean:
                 flushed, clean = again.flushed_ms, True
-        _warm[id(choice)] = timed.warm_ms
-        if not (clean and timed.warm_clean):
-            _disturbed.add(id(choice))
+        _note(choice, timed.warm_ms, clean and timed.warm_clean)
         return flushed
 
     def streamed(cls: type, choice: Any, autotune_args: Any) -> float | None:
@@ -419,9 +423,7 @@ def cold_cpu_benchmarks() -> Iterator[None]:
             return None
         timed = streamed_timing(calls)
         del made  # what the calls read, alive until they are timed
-        _warm[id(choice)] = timed.warm_ms
-        if not (timed.flushed_clean and timed.warm_clean):
-            _disturbed.add(id(choice))
+        _note(choice, timed.warm_ms, timed.flushed_clean and timed.warm_clean)
         return timed.flushed_ms
 
     def noting_choice(cls: type, choice: Any, autotune_args: Any) -> float:

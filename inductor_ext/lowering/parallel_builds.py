@@ -52,18 +52,21 @@ def cpp_sources(choices: list[Any]) -> list[str]:
     """The distinct C++ sources of ``choices`` that Inductor would build to time them."""
     sources: dict[str, None] = {}
     for choice in choices:  # only these: other callers' bmreq may assert when read (SubgraphChoiceCaller)
-        caller = _unwrapped(choice)
+        _, caller = unwrapped(choice)
         if isinstance(caller, CppTemplateCaller):
             sources.setdefault(caller.bmreq.source_code)
     return list(sources)
 
 
-def _unwrapped(choice: Any) -> Any:
-    """The caller inside Inductor's ``DataProcessorChoiceCallerWrapper`` (how the C++ GEMM
-    template hands its choices over, to pack the weight it benchmarks with), else ``choice``."""
+def unwrapped(choice: Any) -> tuple[list[DataProcessorChoiceCallerWrapper], Any]:
+    """The ``DataProcessorChoiceCallerWrapper`` chain around ``choice``, outermost first (how the
+    C++ GEMM template hands its choices over, to pack the weight it benchmarks with), and the caller
+    inside it (``choice`` itself where none wraps it)."""
+    wrappers = []
     while isinstance(choice, DataProcessorChoiceCallerWrapper):
+        wrappers.append(choice)
         choice = choice._wrapped
-    return choice
+    return wrappers, choice
 
 
 def build_all(choices: list[Any]) -> int:
