@@ -150,3 +150,36 @@ def test_build_once_builds_beside_and_renames_or_says_why(tmp_path):
     # nothing half-written left (build_once writes beside as ".thing.*"), no broken build; the folder
     # also holds the digest build_once records to recognise its own build
     assert "thing.so" in left and "broken.so" not in left and not [n for n in left if n.startswith(".")], left
+
+
+def test_a_first_compile_on_a_machine_builds_the_check_beside_it_and_uses_it_once_built(monkeypatch, tmp_path):
+    """Where the module is not built yet (a fresh machine), a frozen graph does not wait ~1-3 s of
+    g++: it is built in the background, calls check in Python meanwhile (a change still thaws the
+    graph), and the first call after the build takes the C++ check."""
+    monkeypatch.setenv("INDUCTOR_EXT_TOOL_DIR", str(tmp_path / "tools"))
+    tensor_watch.load.cache_clear()
+    monkeypatch.setattr(tensor_watch, "_building", [])
+    try:
+        run, x, w, compiles = _frozen_matmul()
+        assert run.fast is None and run.awaiting and tensor_watch.building()
+        torch.testing.assert_close(run(x, w), x @ w)  # checked in Python while it builds
+        tensor_watch._building[0].join(timeout=600)
+        assert not tensor_watch.building() and run.fast is None
+        run(x, w)
+        assert run.fast is not None and not run.awaiting
+        assert str(tensor_watch.build()).startswith(str(tmp_path / "tools"))
+        w.add_(1)
+        torch.testing.assert_close(run(x, w), x @ w)
+        assert compiles == [True, False]
+        # a change seen while the build still runs thaws the graph as well
+        tensor_watch.load.cache_clear()
+        monkeypatch.setenv("INDUCTOR_EXT_TOOL_DIR", str(tmp_path / "tools2"))
+        monkeypatch.setattr(tensor_watch, "_building", [])
+        run, x, w, compiles = _frozen_matmul()
+        assert run.fast is None and tensor_watch.building()
+        w.add_(1)
+        torch.testing.assert_close(run(x, w), x @ w)
+        assert compiles == [True, False]
+        tensor_watch._building[0].join(timeout=600)
+    finally:
+        tensor_watch.load.cache_clear()

@@ -143,11 +143,17 @@ class FrozenGraph:
         tensors = self.watched(pool)
         self.versions, self.data_ptrs = tuple(map(_VERSION, tensors)), tuple(map(_DATA_PTR, tensors))
         # the same check as one C++ loop, when it can be built here; `changed` stays the judge
-        self.fast = tensor_watch.watch(pool, self.watched_indices)
+        self._watch_fast(pool)
         # by position in the pool, as torch._C._tensors_data_ptrs_at_indices_equal reads them
         self.ptr_at: list[int | None] = [None] * len(pool)
         for i, ptr in zip(self.watched_indices, self.data_ptrs):
             self.ptr_at[i] = ptr
+
+    def _watch_fast(self, pool: Sequence[Any]) -> None:
+        # not waiting for the C++ check's first build on this machine (beside the compile): until
+        # it is there, calls check in Python and try again (`awaiting`)
+        self.fast = tensor_watch.watch(pool, self.watched_indices, wait=False)
+        self.awaiting = self.fast is None and tensor_watch.building()
 
     def changed(self, args: Sequence[Any]) -> int | None:
         """The first watched tensor (its position in the arguments or the attributes) whose
@@ -174,9 +180,9 @@ class FrozenGraph:
             index = self.changed(args)
             if index is not None:
                 return self._thaw(args, index)
-            if fast is not None:
+            if fast is not None or self.awaiting:
                 # unchanged, but held by other tensor objects than when watched: watch those
-                self.fast = tensor_watch.watch(pool, self.watched_indices)
+                self._watch_fast(pool)
         out = self.compiled(*self.kept(args))
         if self.first_call:
             # Tensors this graph mutates are real inputs, not constants: stop watching them.

@@ -7,10 +7,12 @@ chain of dependent cache misses (its object, TensorImpl, version counter, storag
 tensor after another. The C++ loop issues those of all tensors together.
 
 The module is a CPython extension built once per machine with the system g++ against the torch
-wheel's c10 headers (~3 s) and cached under ``toolchain.tool_cache_dir()/tensor_watch/<key>/``,
+wheel's c10 headers (~1.3-3 s) and cached under ``toolchain.tool_cache_dir()/tensor_watch/<key>/``,
 the key hashing the source, the torch build, the Python build and the compiler. Without a
 compiler, :func:`watch` returns None and the caller checks in Python, as before; one debug line
-says why.
+says why. A frozen graph does not wait for that build (``wait=False``): on a machine's first
+compile the module is built in a background thread, beside the compile, and the graph checks its
+weights in Python until it is there.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import sysconfig
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
@@ -28,6 +31,7 @@ from typing import Any, Sequence
 import torch
 
 from inductor_ext.runtime import toolchain
+from inductor_ext.runtime.private_files import holds_what_was_built
 
 log = logging.getLogger("inductor_ext")
 
@@ -76,6 +80,32 @@ def load() -> ModuleType | None:
         return None
 
 
+_building: list[threading.Thread] = []  # the background build, once per process
+
+
+def _at_hand() -> bool:
+    """Whether ``load()`` answers now without a build: loaded (or found unavailable) already, no
+    compiler to build with, or the module built on this machine before."""
+    if load.cache_info().currsize:
+        return True
+    gxx = toolchain.gxx()
+    return gxx is None or holds_what_was_built(library_path(gxx))
+
+
+def building() -> bool:
+    """Whether the background build started by ``watch(..., wait=False)`` is still running."""
+    return bool(_building) and _building[0].is_alive()
+
+
+def _module(wait: bool) -> ModuleType | None:
+    if wait or _at_hand():
+        return load()
+    if not _building:
+        _building.append(threading.Thread(target=load, name="ext-tensor-watch-build"))
+        _building[0].start()  # not a daemon: a process leaving mid-build removes its half-written file
+    return None if building() else load()
+
+
 class Watch:
     """Tensors at ``indices`` of a pool (a call's arguments, or a list of attributes), watched."""
 
@@ -89,10 +119,12 @@ class Watch:
         return self._unchanged(pool, self._handle)
 
 
-def watch(pool: Sequence[Any], indices: Sequence[int]) -> Watch | None:
+def watch(pool: Sequence[Any], indices: Sequence[int], wait: bool = True) -> Watch | None:
     """A watch on ``pool[i]`` for ``i`` in ``indices`` (pool a tuple or list), or None when the
-    C++ check is unavailable or some tensor is one it cannot read (no storage or version counter)."""
-    module = load()
+    C++ check is unavailable or some tensor is one it cannot read (no storage or version counter).
+    Without ``wait``, also None while the module is being built (``building()``), the build
+    started in the background where it is not built yet."""
+    module = _module(wait)
     if module is None or not isinstance(pool, (tuple, list)):
         return None
     tensors = [pool[i] for i in indices]
