@@ -108,6 +108,36 @@ def test_the_choice_inductor_times_is_also_timed_warm_while_inside(monkeypatch):
     assert AlgorithmSelectorCache.benchmark_choice == timer
 
 
+def test_a_choice_is_timed_only_once_a_background_build_of_the_weight_check_is_done(monkeypatch):
+    """A machine's first compile builds the frozen graphs' C++ weight check in a thread
+    (runtime/tensor_watch); a benchmark waits for it rather than share the CPU with g++."""
+    import threading
+
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    from inductor_ext.runtime import tensor_watch
+
+    monkeypatch.setattr(cold_timing, "last_level_cache_bytes", lambda: 1 << 16)
+    release, order = threading.Event(), []
+    build = threading.Thread(target=lambda: (release.wait(), order.append("built")))
+    monkeypatch.setattr(tensor_watch, "_building", [build])
+    build.start()
+
+    class Choice:
+        def benchmark(self, *args, out):
+            order.append("timed")
+            return benchmarker.benchmark_cpu(lambda: None)
+
+    class Args:
+        def get_benchmark_tensors(self, _):
+            return type("T", (), {"unpack": lambda self: ((), torch.zeros(1))})()
+
+    threading.Timer(0.2, release.set).start()
+    with cold_timing.cold_cpu_benchmarks():
+        AlgorithmSelectorCache.benchmark_choice(Choice(), Args())
+    assert order == ["built", "timed"]
+
+
 # ------------------------------------------- calls the OS switched out are not the kernel's (issue 29)
 
 class Switches:

@@ -160,7 +160,13 @@ def test_a_first_compile_on_a_machine_builds_the_check_beside_it_and_uses_it_onc
     tensor_watch.load.cache_clear()
     monkeypatch.setattr(tensor_watch, "_building", [])
     try:
-        run, x, w, compiles = _frozen_matmul()
+        x, w = torch.randn(2, 3), torch.randn(3, 4)
+        torch._dynamo.mark_static_address(w, guard=False)
+        compiles, building = [], []
+        run = frozen_params.compile_frozen(torch.fx.symbolic_trace(lambda x, w: x @ w), [x, w],
+                                           lambda g, i, freeze: compiles.append(freeze) or building.append(
+                                               tensor_watch.building()) or g)
+        assert building == [True]  # started before the compile, to run beside it
         assert run.fast is None and run.awaiting and tensor_watch.building()
         torch.testing.assert_close(run(x, w), x @ w)  # checked in Python while it builds
         tensor_watch._building[0].join(timeout=600)

@@ -227,6 +227,7 @@ def compile_frozen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], comp
         # nested inputs, which compile_fx calls differently: Inductor's freezing as it comes
         return compile(gm, example_inputs, True)
     static = static_inputs(example_inputs)
+    tensor_watch.build_ahead()  # beside the compile, where the weight check is not built yet
     if not static:
         # Dynamo installed parameters and buffers as attributes (the user's Inductor config had
         # freezing on while it traced): Inductor freezes those; watch them where they are.

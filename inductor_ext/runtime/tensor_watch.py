@@ -97,12 +97,24 @@ def building() -> bool:
     return bool(_building) and _building[0].is_alive()
 
 
+def build_ahead() -> None:
+    """Start building the module in the background unless it is at hand or being built: a
+    compile that will watch frozen weights calls this first, so the build runs beside it."""
+    if not _building and not _at_hand():
+        _building.append(threading.Thread(target=load, name="ext-tensor-watch-build"))
+        _building[0].start()  # not a daemon: a process leaving mid-build removes its half-written file
+
+
+def finish_build() -> None:
+    """Wait for the background build, if one runs (a benchmark must not share the CPU with g++)."""
+    if building():
+        _building[0].join()
+
+
 def _module(wait: bool) -> ModuleType | None:
     if wait or _at_hand():
         return load()
-    if not _building:
-        _building.append(threading.Thread(target=load, name="ext-tensor-watch-build"))
-        _building[0].start()  # not a daemon: a process leaving mid-build removes its half-written file
+    build_ahead()
     return None if building() else load()
 
 
