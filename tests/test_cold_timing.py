@@ -110,18 +110,17 @@ def test_the_choice_inductor_times_is_also_timed_warm_while_inside(monkeypatch):
 
 def test_a_choice_is_timed_only_once_a_background_build_of_the_weight_check_is_done(monkeypatch):
     """A machine's first compile builds the frozen graphs' C++ weight check in a thread
-    (runtime/tensor_watch); a benchmark waits for it rather than share the CPU with g++."""
+    (runtime/tensor_watch, runtime/background_builds); a benchmark waits for it rather than share
+    the CPU with g++."""
     import threading
 
     from torch._inductor.select_algorithm import AlgorithmSelectorCache
 
-    from inductor_ext.runtime import tensor_watch
+    from inductor_ext.runtime import background_builds
 
     monkeypatch.setattr(cold_timing, "last_level_cache_bytes", lambda: 1 << 16)
     release, order = threading.Event(), []
-    build = threading.Thread(target=lambda: (release.wait(), order.append("built")))
-    monkeypatch.setattr(tensor_watch, "_building", [build])
-    build.start()
+    background_builds.start(lambda: (release.wait(), order.append("built")), "test-build")
 
     class Choice:
         def benchmark(self, *args, out):

@@ -606,3 +606,36 @@ def test_nan_and_inf_reach_the_rows_that_see_them(dtype, config):
     assert not (got.isnan() & ~at_most.isnan()).any(), "a NaN was made up"
     finite = ~got.isnan()
     torch.testing.assert_close(got.double()[finite], want[finite], **TOL[dtype])
+
+
+@needs[torch.float32]
+def test_a_kernel_served_from_a_cache_is_built_beside_the_compile_not_at_the_first_call(monkeypatch, tmp_path):
+    """Served untimed (a cache, a table), the family's kernel would be built by the graph's first
+    call; its build starts at the decision instead (``prebuild``, in a background thread)."""
+    from inductor_ext.autotune import cache_layers
+    from inductor_ext.autotune.cache import Entry
+    from inductor_ext.autotune.cache_transfer import write_cache
+    from inductor_ext.runtime import background_builds
+
+    torch.manual_seed(0)
+    m, x = Prefill().eval(), torch.randn(1, 33, 128)
+    asked = []
+    real_get = cache_layers.DecisionSources.get
+    monkeypatch.setattr(cache_layers.DecisionSources, "get", lambda self, key: asked.append(key) or real_get(self, key))
+    _compile(m, {"preset": "cpu", "autotune": "cache-only"}, x)  # nothing cached: ATen, and the key asked
+    key = next(k for k in asked if k.op == "prefill_attention")
+    shipped = tmp_path / "shipped.db"
+    write_cache([Entry(key, winner=family.NAME, config={"form": family.host_forms("float32")[0]},
+                       winner_time_us=1.0)], shipped)
+    started, built_by = [], []
+    real_start = background_builds.start
+    monkeypatch.setattr(background_builds, "start", lambda build, name: started.append(name) or real_start(build, name))
+    real_function = cpu_library.function
+    monkeypatch.setattr(cpu_library, "function", lambda *a: built_by.append(
+        __import__("threading").current_thread().name) or real_function(*a))
+    family._built.cache_clear()
+    got, decisions = _compile(m, {"preset": "cpu", "autotune": "cache-only", "autotune_cache": str(shipped)}, x)
+    assert [d.reason for d in decisions] == ["cache"] and decisions[0].winner.startswith("ext_cpp_flash_attention")
+    assert f"ext-prebuild-{family.NAME}" in started and built_by == [f"ext-prebuild-{family.NAME}"]
+    with torch.no_grad():
+        torch.testing.assert_close(got, m(x), **TOL[torch.float32])

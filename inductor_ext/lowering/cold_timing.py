@@ -61,7 +61,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from inductor_ext.autotune import decide
 from inductor_ext.lowering import parallel_builds
-from inductor_ext.runtime import fresh_pages, tensor_watch
+from inductor_ext.runtime import background_builds, fresh_pages
 
 log = logging.getLogger("inductor_ext")
 
@@ -427,7 +427,7 @@ def cold_cpu_benchmarks() -> Iterator[None]:
         return timed.flushed_ms
 
     def noting_choice(cls: type, choice: Any, autotune_args: Any) -> float:
-        tensor_watch.finish_build()  # a first compile's background g++ would share the CPU with the timing
+        background_builds.wait()  # a g++ started beside the compile would share the CPU with the timing
         if getattr(choice, _STREAMED, False):
             try:
                 ms = streamed(cls, choice, autotune_args)

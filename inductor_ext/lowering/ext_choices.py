@@ -37,7 +37,7 @@ from inductor_ext.lowering.ops._spec import symbolic_indices
 from inductor_ext.lowering import refusals
 from inductor_ext.lowering.refusals import Refusal
 from inductor_ext.lowering.template_keys import templates_hash
-from inductor_ext.runtime import extras, fresh_pages
+from inductor_ext.runtime import background_builds, extras, fresh_pages
 from inductor_ext.targets import cpu as cpu_target
 from inductor_ext.templates import registry
 from inductor_ext.templates.family import Family
@@ -284,7 +284,19 @@ class ExtChoices(InductorChoices):
         if chosen is None:
             return self._only(choices, decision, choices[0], f"fallback: the {source}'s config could not be generated")
         decision.candidates.append(candidate_record(chosen, "template", entry.winner, source, entry.config))
+        self._build_beside(module, prepared[entry.winner], entry.config)
         return self._only(choices, decision, chosen, source)
+
+    def _build_beside(self, module: Family, ready: Any, config_dict: dict[str, Any]) -> None:
+        """An extern family served untimed builds its kernel at the graph's first call (g++ on
+        the critical path, ~1 s for ``cpp.flash_attention``): where it has ``prebuild``, that
+        build starts now, beside the rest of the compile."""
+        if module.choice_kind != "extern" or module.prebuild is None:
+            return
+        config = registry.config_from_dict(module, config_dict)  # checked by _servable already
+        device_type = ready.inputs[0].get_device().type
+        background_builds.start(functools.partial(adapters.prebuild_extern, module, ready.problem, [config],
+                                                  self.config.target, device_type), f"ext-prebuild-{module.name}")
 
     def _servable(self, module: Family, ready: Any, config_dict: dict[str, Any], node: str) -> Any | None:
         """The choice of ``module`` for ``config_dict``, or None where its family refuses the config

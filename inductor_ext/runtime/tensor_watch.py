@@ -23,14 +23,13 @@ import importlib.machinery
 import importlib.util
 import logging
 import sysconfig
-import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
 import torch
 
-from inductor_ext.runtime import toolchain
+from inductor_ext.runtime import background_builds, toolchain
 from inductor_ext.runtime.private_files import holds_what_was_built
 
 log = logging.getLogger("inductor_ext")
@@ -80,7 +79,7 @@ def load() -> ModuleType | None:
         return None
 
 
-_building: list[threading.Thread] = []  # the background build, once per process
+_building: list[Any] = []  # the background build, once per process
 
 
 def _at_hand() -> bool:
@@ -101,14 +100,7 @@ def build_ahead() -> None:
     """Start building the module in the background unless it is at hand or being built: a
     compile that will watch frozen weights calls this first, so the build runs beside it."""
     if not _building and not _at_hand():
-        _building.append(threading.Thread(target=load, name="ext-tensor-watch-build"))
-        _building[0].start()  # not a daemon: a process leaving mid-build removes its half-written file
-
-
-def finish_build() -> None:
-    """Wait for the background build, if one runs (a benchmark must not share the CPU with g++)."""
-    if building():
-        _building[0].join()
+        _building.append(background_builds.start(load, "ext-tensor-watch-build"))
 
 
 def _module(wait: bool) -> ModuleType | None:

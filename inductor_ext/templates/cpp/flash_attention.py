@@ -25,8 +25,9 @@ fp32 5.8 -> 3.3 ms.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from inductor_ext.templates.allowed import integer, number, one_of, size
 from inductor_ext.templates.base import KernelSource, resource_text
@@ -208,14 +209,31 @@ def call(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: s
     return out
 
 
-@functools.lru_cache(maxsize=64)
 def _function(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str) -> Any:
     """The C function serving ``problem``, built on first use: once per problem in a process, so a
-    call pays no rendering."""
+    call pays no rendering. One lock: a call that comes while ``prebuild`` builds the same
+    function in the background waits for it instead of running g++ a second time."""
+    with _building:
+        return _built(problem, config, target)
+
+
+_building = threading.Lock()
+
+
+@functools.lru_cache(maxsize=64)
+def _built(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str) -> Any:
     from inductor_ext.runtime import cpu_library
 
     kernel = render(problem, config, target)
     return cpu_library.function(kernel, tuple(kernel.launch["flags"]))
+
+
+def prebuild(pairs: Sequence[tuple[FlashAttentionProblem, FlashAttentionConfig]], target: str,
+             device_type: str) -> None:
+    """Build (and load) each pair's function now: a compile that picked this family from a table
+    or cache runs this beside its other work, so the graph's first call does not wait for g++."""
+    for problem, config in pairs:
+        _function(problem, config, target)
 
 
 # The kernel's C++ ({D}, {BF16}, {AVX512}, {CAUSAL} and {NAME} filled in by render), read from
