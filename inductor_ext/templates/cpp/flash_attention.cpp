@@ -155,9 +155,9 @@ inline float vsum(vec v) {
 
 // One query per sequence (a decode step): nothing packed (each visible key and value row is read
 // once, straight from the cache), one (batch, head) a task, and a key the mask hides is never read:
-// a static KV cache's unwritten slots cost their mask bytes only. The visible keys of a block of 64
-// are listed first, a block of DKB keys at a time (long runs of rows, which the prefetchers follow), then
-// scored 4 at a time (4 independent dot products keep 4 rows in flight).
+// a static KV cache's unwritten slots cost their mask bytes only. The visible keys are listed first, a
+// block of DKB keys at a time (long runs of rows, which the prefetchers follow), then scored 4 at a
+// time (4 independent dot products keep 4 rows in flight).
 constexpr int DKB = 256;
 int decode(const T* Q, const T* K, const T* V, const uint8_t* M, T* O, int64_t B, int64_t H, int64_t Hkv,
            int64_t Lk, const int64_t* sq, const int64_t* sk, const int64_t* sv, const int64_t* sm, float scale,
@@ -405,11 +405,7 @@ extern "C" int {NAME}(const T* Q, const T* K, const T* V, const uint8_t* M, T* O
 #endif
           store_s(&pr[i][c * W], e);
         }
-#if EXT_AVX512
-        sum[i] = sum[i] * corr + _mm512_reduce_add_ps(sw);
-#else
-        sum[i] = sum[i] * corr + reduce_add(sw);
-#endif
+        sum[i] = sum[i] * corr + vsum(sw);
         mx[i] = m;
         if (corr != 1.f)
           for (int c = 0; c < NV; ++c) vstore(&acc[i][c * W], vmul(vset1(corr), vload(&acc[i][c * W])));
