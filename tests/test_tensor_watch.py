@@ -189,3 +189,40 @@ def test_a_first_compile_on_a_machine_builds_the_check_beside_it_and_uses_it_onc
         tensor_watch._building[0].join(timeout=600)
     finally:
         tensor_watch.load.cache_clear()
+
+
+def test_a_caller_that_waits_gets_the_check_built_in_the_foreground(monkeypatch, tmp_path):
+    """``watch()`` as tests and direct callers use it (wait=True): on a machine where the module is
+    not built yet it is built now, and the watch comes back; a frozen graph's background build
+    runs under a name that says what it is."""
+    monkeypatch.setenv("INDUCTOR_EXT_TOOL_DIR", str(tmp_path / "tools"))
+    tensor_watch.load.cache_clear()
+    monkeypatch.setattr(tensor_watch, "_building", [])
+    try:
+        pool = (torch.ones(2),)
+        assert tensor_watch.watch(pool, [0]) is not None and not tensor_watch._building
+        tensor_watch.load.cache_clear()
+        monkeypatch.setenv("INDUCTOR_EXT_TOOL_DIR", str(tmp_path / "tools2"))
+        assert tensor_watch.watch(pool, [0], wait=False) is None
+        assert [t.name for t in tensor_watch._building] == ["ext-tensor-watch-build"]
+        tensor_watch._building[0].join(timeout=600)
+    finally:
+        tensor_watch.load.cache_clear()
+
+
+def test_a_background_build_that_fails_says_so_at_debug_level_and_is_over(capfd):
+    from inductor_ext.runtime import background_builds
+
+    def broken():
+        raise RuntimeError("no such header")
+
+    logger = logging.getLogger("inductor_ext")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        background_builds.start(broken, "ext-test-build")
+        background_builds.wait()
+    finally:
+        logger.setLevel(level)
+    said = capfd.readouterr().err  # ext's logger writes to stderr
+    assert "ext-test-build in the background failed (no such header)" in said, said
