@@ -203,9 +203,13 @@ def test_a_caller_that_waits_gets_the_check_built_in_the_foreground(monkeypatch,
         assert tensor_watch.watch(pool, [0]) is not None and not tensor_watch._building
         tensor_watch.load.cache_clear()
         monkeypatch.setenv("INDUCTOR_EXT_TOOL_DIR", str(tmp_path / "tools2"))
+        builds = []
+        real_build = tensor_watch.build
+        monkeypatch.setattr(tensor_watch, "build", lambda: builds.append(1) or real_build())
         assert tensor_watch.watch(pool, [0], wait=False) is None
         assert [t.name for t in tensor_watch._building] == ["ext-tensor-watch-build"]
-        tensor_watch._building[0].join(timeout=600)
+        assert tensor_watch.watch(pool, [0]) is not None  # waits for that build, runs no second one
+        assert not tensor_watch.building() and builds == [1]
     finally:
         tensor_watch.load.cache_clear()
 

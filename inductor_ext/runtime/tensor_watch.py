@@ -104,6 +104,12 @@ def build_ahead() -> None:
 
 
 def _module(wait: bool) -> ModuleType | None:
+    # asked on each call of a frozen graph while the build runs: that case answers first, and
+    # cheaply (finding the built file reads and hashes the source)
+    if building():
+        if not wait:
+            return None
+        _building[0].join()
     if wait or _at_hand():
         return load()
     build_ahead()
