@@ -639,3 +639,21 @@ def test_a_kernel_served_from_a_cache_is_built_beside_the_compile_not_at_the_fir
     assert f"ext-prebuild-{family.NAME}" in started and built_by == [f"ext-prebuild-{family.NAME}"]
     with torch.no_grad():
         torch.testing.assert_close(got, m(x), **TOL[torch.float32])
+
+
+@needs[torch.float32]
+def test_a_frozen_graph_whose_weights_change_recompiles_with_atens_attention_inlined():
+    """Weights changed after a frozen compile: the graph is compiled again without freezing, at call
+    time and from the example inputs, so with no shape environment. ATen's attention, inlined
+    where it wins, is traced there with static sizes (symbolic tracing asserted: the call failed)."""
+    torch.manual_seed(0)
+    m, x = Prefill().eval(), torch.randn(2, 20, 128)
+    torch._dynamo.reset()
+    first = len(decision_record.decisions)
+    compiled = torch.compile(m, backend="ext", options={"preset": "cpu", "autotune": "cache-only"})
+    with tune.fresh_inductor_caches(), torch.no_grad():
+        torch.testing.assert_close(compiled(x), m(x), **TOL[torch.float32])
+        m.qkv.weight.mul_(2)
+        torch.testing.assert_close(compiled(x), m(x), **TOL[torch.float32])
+    decisions = [d for d in decision_record.decisions[first:] if d.op == "prefill_attention"]
+    assert len(decisions) == 2 and all(d.winner == "prefill_attention_aten" for d in decisions), decisions

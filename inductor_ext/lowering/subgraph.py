@@ -38,8 +38,11 @@ def default_config(family: Family, prepared: Prepared, target: str) -> Any | Non
 def _make_fx_graph(function: Any, kwargs: dict[str, Any], *args: Any) -> Any:
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    # symbolic where the compile has a shape environment; a compile without one (a frozen graph
+    # recompiled at run time, from real example inputs) has only static sizes to trace
+    symbolic = getattr(V.fake_mode, "shape_env", None) is not None
     return make_fx(functools.partial(function, **kwargs), decomposition_table=select_decomp_table(),
-                   tracing_mode="symbolic")(*args)
+                   tracing_mode="symbolic" if symbolic else "fake")(*args)
 
 
 def append(family: Family, choices: list[Any], prepared: Prepared, config: Any) -> Any | None:
