@@ -335,7 +335,11 @@ def test_timed_efforts_still_time(model, keys, tmp_path: Path, monkeypatch) -> N
     for effort in ("quick", "full"):
         decisions = _compile(model, {"decision_tables": table, "autotune": effort,
                                      "autotune_cache": str(tmp_path / f"{effort}.db")}, monkeypatch)
-        assert all(d.reason.startswith("benchmark") for d in decisions), [d.reason for d in decisions]
+        # timed, whatever the timings then said ("benchmark", or a timed rule such as "template over
+        # 5% slower timed warm than ATen", which a busy machine can produce): never the table's pick
+        assert all(d.reason != "table" and not d.reason.startswith("model") for d in decisions), \
+            [d.reason for d in decisions]
+        assert all(any(c["time_us"] is not None for c in d.candidates) for d in decisions), decisions
 
 
 def _near(first: ProblemKey, form: str, winner: str, template_us: float) -> list[Entry]:
