@@ -284,23 +284,23 @@ class ExtChoices(InductorChoices):
         if chosen is None:
             return self._only(choices, decision, choices[0], f"fallback: the {source}'s config could not be generated")
         decision.candidates.append(candidate_record(chosen, "template", entry.winner, source, entry.config))
-        self._build_beside(module, prepared[entry.winner], entry.config)
         return self._only(choices, decision, chosen, source)
 
-    def _build_beside(self, module: Family, ready: Any, config_dict: dict[str, Any]) -> None:
+    def _build_beside(self, module: Family, ready: Any, config: Any) -> None:
         """An extern family served untimed builds its kernel at the graph's first call (g++ on
         the critical path, ~1 s for ``cpp.flash_attention``): where it has ``prebuild``, that
         build starts now, beside the rest of the compile."""
         if module.choice_kind != "extern" or module.prebuild is None:
             return
-        config = registry.config_from_dict(module, config_dict)  # checked by _servable already
         device_type = ready.inputs[0].get_device().type
         background_builds.start(functools.partial(adapters.prebuild_extern, module, ready.problem, [config],
                                                   self.config.target, device_type), f"ext-prebuild-{module.name}")
 
     def _servable(self, module: Family, ready: Any, config_dict: dict[str, Any], node: str) -> Any | None:
         """The choice of ``module`` for ``config_dict``, or None where its family refuses the config
-        for this problem (a config from a cache or a table for another problem is data, not a promise)."""
+        for this problem (a config from a cache or a table for another problem is data, not a promise).
+        Every untimed pick (cache, table, model) is served through here: a kernel it needs built
+        starts building now (``_build_beside``)."""
         try:
             config = registry.config_from_dict(module, config_dict)
         except ValueError as e:
@@ -310,7 +310,10 @@ class ExtChoices(InductorChoices):
         if refusal is not None:
             log.info("%s", refusal.line(node))
             return None
-        return self._append(module, [], ready, config)
+        chosen = self._append(module, [], ready, config)
+        if chosen is not None:
+            self._build_beside(module, ready, config)
+        return chosen
 
     def _queue(self, key: ProblemKey, op_name: str, kernel_inputs: Any) -> None:
         """``autotune="background"``: queue a GEMM or an attention served untimed for the background worker."""
