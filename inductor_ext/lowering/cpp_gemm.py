@@ -5,7 +5,8 @@ fixed ranking (``cpp_micro_gemm.create_micro_gemm``). Each ``cpp.gemm`` config n
 micro-kernel (ISA and register block); the template subclass made for it here narrows
 Inductor's micro-kernel table to that one entry whenever Inductor picks, both when the choice is
 made and when the winner is rendered again at final codegen, so the kernel benchmarked is the
-kernel compiled. A config's cache blocking, when it fixes one, replaces Inductor's heuristic
+kernel compiled; where M is static its micro-kernel instantiates only the row tail M leaves
+(``cpp_micro_tails``). A config's cache blocking, when it fixes one, replaces Inductor's heuristic
 the same way, in the template's own blocking method. Weight packing (blocking, VNNI) is
 Inductor's: at compile time for a constant (frozen) weight. The rendered C++ starts with ext's
 marker lines, which dumps read.
@@ -32,6 +33,7 @@ from torch._inductor.codegen.cpp_utils import get_gemm_template_output_and_compu
 from torch._inductor.cpu_vec_isa import VecAMX, VecAVX2, VecAVX512
 from torch._inductor.utils import parallel_num_threads
 
+from inductor_ext.lowering import cpp_micro_tails
 from inductor_ext.lowering.prepared import Prepared
 from inductor_ext.templates.family import Family
 
@@ -76,7 +78,9 @@ class _Pinned:
 
     def get_options(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         with pinned(self.ext_config):
-            return super().get_options(*args, **kwargs)  # type: ignore[misc]
+            options = super().get_options(*args, **kwargs)  # type: ignore[misc]
+        cpp_micro_tails.narrow(options["micro_gemm"], self.m)  # type: ignore[attr-defined]
+        return options
 
     def _cache_blocking(self, num_threads: int) -> Any:
         """Inductor's cache blocking, or the config's (in register blocks, as Inductor's setting
