@@ -20,7 +20,7 @@ Arms, each a fresh process with fresh Inductor and ext cache folders (nothing in
 Where the time goes (seconds of wall time in the compiling thread, each counted once, innermost wins):
   isa_probe          Inductor's vector-ISA probe (cpu_vec_isa.VecISA.check_build: test builds, each
                      loaded in a fresh Python); ext reuses its outcome from its cache, and where it
-                     must probe asks the ISAs side by side (vec_isa_record._ask_side_by_side),
+                     must probe asks the ISAs up to the first that passes (vec_isa_record._ask_isas),
                      from the backend's entry in a thread: only the compile's wait for it counts
   candidate_builds   C++ builds of autotuning candidates (select_algorithm's precompile, ext's
                      lowering/parallel_builds.py, and builds that happen inside a benchmark)
@@ -146,7 +146,7 @@ def install_clock() -> PhaseClock:
     clock.wrap(parallel_builds, "build_all", "candidate_builds")
     from inductor_ext.lowering import vec_isa_record  # ext asks the probe's ISAs side by side, in threads
 
-    clock.wrap(vec_isa_record, "_ask_side_by_side", "isa_probe")
+    clock.wrap(vec_isa_record, "_ask_isas", "isa_probe")
     clock.wrap(vec_isa_record, "_probe_outcome", "isa_probe")  # waiting for the asking ahead
     original = select_algorithm.AlgorithmSelectorCache.make_precompile_fn
 

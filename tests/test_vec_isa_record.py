@@ -6,6 +6,7 @@ measured by ``bench/compile_time.py`` (isa_probe of the ext_cached arm)."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import json
 import logging
@@ -27,6 +28,7 @@ ISAS = ["avx512 avx512_vnni amx_tile", "avx512", "avx2"]
 def machine(monkeypatch):
     """A fresh process on an x86 machine; Inductor's probe, when it runs, passes ``state["outcome"]``."""
     state = {"probed": False, "outcome": list(ISAS), "probes": 0}
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
     monkeypatch.setattr(record, "probe_key", lambda: "inductor.cpu_vec_isa:test")
     monkeypatch.setattr(record, "candidates", lambda: list(ISAS))
     monkeypatch.setattr(record, "_probed_in_process", lambda: state["probed"])
@@ -71,6 +73,27 @@ def test_an_isa_that_failed_the_probe_keeps_the_probe(machine):
     machine["probed"] = False
     with record.reused(cache):
         assert _compile(machine) is None  # vec_isa_ok=True would say yes to AMX: never
+
+
+def test_a_record_of_the_first_valid_isa_only_serves_where_the_compile_reads_only_it(machine, monkeypatch):
+    """ext's probe asks up to the first ISA that passes; its record then answers compiles that pick
+    the first valid ISA, not one where ATEN_CPU_CAPABILITY chooses another (Inductor asks each there)."""
+    cache = AutotuneCache(":memory:")
+    machine["outcome"] = ISAS[:1]
+    with record.reused(cache):
+        assert _compile(machine) is True
+    machine["probed"] = False
+    with record.reused(cache):
+        assert _compile(machine) is True
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    machine["probed"] = False
+    with record.reused(cache):
+        assert _compile(machine) is None  # vec_isa_ok=True would say yes to AVX2 unasked: never
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    with inductor_config.patch({"cpp.simdlen": 256}):
+        machine["probed"] = False
+        with record.reused(cache):
+            assert _compile(machine) is None
 
 
 def test_the_users_setting_is_left_alone(machine):
@@ -144,6 +167,7 @@ def fresh_process(monkeypatch, tmp_path):
         for owner, name in _CACHED_CHECKS:  # functools.cache'd per instance, and ISAs compare equal by type
             monkeypatch.setattr(owner, name, functools.cache(getattr(owner, name).__wrapped__))
         monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", functools.cache(cpu_vec_isa.valid_vec_isa_list.__wrapped__))
+        monkeypatch.setattr(record, "_first_valid", functools.cache(record._first_valid.__wrapped__))
         # new instances: the extra checks set attributes on them
         monkeypatch.setattr(cpu_vec_isa, "supported_vec_isa_list",
                             [type(isa)() if isinstance(isa, (cpu_vec_isa.VecAVX2, cpu_vec_isa.VecAVX512)) else isa
@@ -215,10 +239,39 @@ def test_builds_a_process_ran_before_ext_are_recorded_by_the_next(fresh_process,
     assert builds == []
 
 
-def test_a_first_probe_asks_the_isas_side_by_side_with_the_same_outcome(fresh_process, avx512_bf16_host,
-                                                                       monkeypatch):
-    """The probe's builds overlap (two or more at once) and Inductor then picks exactly what the
-    probe one build at a time picks, after the very same builds."""
+def _picked() -> tuple:
+    """What codegen reads from the ISA Inductor picks: its name, flags and extra checks' outcomes."""
+    isa = cpu_vec_isa.pick_vec_isa()
+    return (str(isa), isa.build_arch_flags(), getattr(isa, "_is_avx512_bf16_supported", None),
+            getattr(isa, "_is_amx_fp16_supported", None))
+
+
+def _first_isas_builds(one_at_a_time: list[str]) -> list[str]:
+    """Of plain Inductor's probe builds (AVX-512 base, its BF16 extra check, AVX2 base, in that
+    order on the avx512_bf16_host): those of the first ISA."""
+    return one_at_a_time[:2]
+
+
+def test_a_first_probe_builds_only_up_to_the_first_isa_that_passes_and_picks_the_same(fresh_process,
+                                                                                   avx512_bf16_host):
+    """Inductor picks the first valid ISA; ext's compile asks no further (the AVX2 build of plain
+    Inductor's probe is not run) and Inductor picks exactly what its full probe picks."""
+    builds = fresh_process()
+    picked = _picked()  # plain Inductor: every ISA, one build at a time
+    one_at_a_time = [Path(b).name for b in builds]
+    assert len(one_at_a_time) == 3
+    builds = fresh_process()
+    with record.reused(AutotuneCache(":memory:")):
+        assert _picked() == picked
+    assert [Path(b).name for b in builds] == _first_isas_builds(one_at_a_time)
+    assert cpu_vec_isa.valid_vec_isa_list is not record._first_valid  # Inductor's own, after the compile
+
+
+@pytest.mark.parametrize("setting", ["ATEN_CPU_CAPABILITY", "cpp.simdlen"])
+def test_where_a_setting_chooses_among_the_isas_each_is_asked_side_by_side_with_the_same_outcome(
+        fresh_process, avx512_bf16_host, monkeypatch, setting):
+    """There the probe's builds overlap (two or more at once) and Inductor then picks exactly what
+    its probe one build at a time picks, after the very same builds."""
     import threading
     import time
 
@@ -235,38 +288,45 @@ def test_a_first_probe_asks_the_isas_side_by_side_with_the_same_outcome(fresh_pr
             running[0] -= 1
 
     monkeypatch.setattr(cpp_builder.CppBuilder, "build", slow_build)
-    builds = fresh_process()
-    cpu_vec_isa.pick_vec_isa()  # plain Inductor: one build at a time
-    one_at_a_time, picked = sorted(Path(b).name for b in builds), _what_inductor_picked()
-    assert most[0] == 1
-    builds = fresh_process()
-    with record.reused(AutotuneCache(":memory:")):
-        assert _what_inductor_picked() == picked
+    chosen = contextlib.nullcontext()
+    if setting == "ATEN_CPU_CAPABILITY":
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    else:
+        chosen = inductor_config.patch({"cpp.simdlen": 256})
+    with chosen:
+        builds = fresh_process()
+        picked = _picked()  # plain Inductor: one build at a time
+        one_at_a_time = sorted(Path(b).name for b in builds)
+        assert most[0] == 1 and picked[0] == "avx2"
+        builds = fresh_process()
+        record.ask_ahead(AutotuneCache(":memory:"))
+        with record.reused(AutotuneCache(":memory:")):
+            assert _picked() == picked
     assert sorted(Path(b).name for b in builds) == one_at_a_time and most[0] >= 2
 
 
 def test_asked_ahead_the_probe_builds_the_same_and_the_record_answers_the_next_process(fresh_process,
                                                                                       avx512_bf16_host):
     """``ask_ahead`` (an ext compile's entry, before AOTAutograd traces) starts the probe's builds in
-    the background; the compile's probe then picks what Inductor's own picks, after the same
-    builds, and the record it writes answers the next process without a build."""
+    the background, up to the first ISA that passes; the compile's probe then picks what Inductor's
+    own picks, building nothing more, and the record it writes answers the next process without a build."""
     builds = fresh_process()
-    cpu_vec_isa.pick_vec_isa()  # plain Inductor, one build at a time
-    one_at_a_time, picked = sorted(Path(b).name for b in builds), _what_inductor_picked()
+    picked = _picked()  # plain Inductor, one build at a time
+    first_isas = _first_isas_builds([Path(b).name for b in builds])
     cache = AutotuneCache(":memory:")
     builds = fresh_process()
     record.ask_ahead(cache)
     ahead = record._ahead[0]
     assert ahead is not None
     ahead.result(timeout=60)
-    assert sorted(Path(b).name for b in builds) == one_at_a_time  # every build ran ahead...
+    assert [Path(b).name for b in builds] == first_isas  # the first ISA's builds ran ahead...
     with record.reused(cache):
-        assert _what_inductor_picked() == picked
-    assert sorted(Path(b).name for b in builds) == one_at_a_time  # ...and none again
+        assert _picked() == picked
+    assert [Path(b).name for b in builds] == first_isas  # ...and none again
     assert record._ahead[0] is None  # taken by that compile
     builds = fresh_process()
     with record.reused(cache):
-        assert _what_inductor_picked() == picked
+        assert _picked() == picked
     assert builds == []
 
 
@@ -304,7 +364,7 @@ def test_the_asking_ahead_runs_in_a_daemon_thread_the_compile_time_bench_can_tel
     monkeypatch.setattr(record, "_ahead", [None])
     monkeypatch.setattr(record, "probe_key", lambda: "inductor.cpu_vec_isa:test")
     monkeypatch.setattr(record, "_probed_in_process", lambda: False)
-    monkeypatch.setattr(record, "_ask_side_by_side", lambda: seen.append(threading.current_thread()) or [])
+    monkeypatch.setattr(record, "_ask_isas", lambda first_only: seen.append(threading.current_thread()) or [])
     with inductor_config.patch({"cpp.vec_isa_ok": None}):
         record.ask_ahead(AutotuneCache(":memory:"))
     assert record._ahead[0].result(timeout=10) == []

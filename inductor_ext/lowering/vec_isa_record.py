@@ -7,8 +7,12 @@ outcome in its own cache directory only (``.load_ok`` files), so every process w
 Inductor cache pays again: a new container serving a cache built offline with
 ``inductor-ext tune build``, a CI job, a benchmark arm.
 
-Where it must probe (its record absent), ext asks the CPU's ISAs side by side
-(``_ask_side_by_side``): the same builds by Inductor's own code, in about half the time on two cores.
+Of the probe's outcome a compile reads only the first ISA that passes (``pick_vec_isa``), unless
+``ATEN_CPU_CAPABILITY`` or ``cpp.simdlen`` chooses another: so within ext's compiles Inductor's
+list of valid ISAs is asked in order and stops at the first that passes (``_first_valid``), the
+ISAs after it never built (on an AMX machine 4 of the 10 test builds, ~3 of ~10 s of g++). Where it
+must probe (its record absent), ext asks ahead of the compile (``_ask_isas``), in a background
+thread: in that order, or every ISA side by side where a setting chooses among them.
 
 ext stores the outcome in its autotune cache (a ``facts`` row) under a key naming everything the
 probe depends on: this torch and Python, the C++ compiler (path, size, mtime), the CPU's ISA flags
@@ -86,8 +90,41 @@ def candidates() -> list[str]:
     return [str(isa) for isa in _cpu_isas()]
 
 
+def _asks_the_first_only() -> bool:
+    """Whether Inductor picks the first valid ISA (``pick_vec_isa``): no ``ATEN_CPU_CAPABILITY``
+    or ``cpp.simdlen`` choosing among them."""
+    return not os.environ.get("ATEN_CPU_CAPABILITY") and inductor_config.cpp.simdlen is None \
+        and not inductor_config.is_fbcode()
+
+
+@functools.cache
+def _first_valid() -> list[cpu_vec_isa.VecISA]:
+    """Inductor's valid ISAs as ``pick_vec_isa`` reads them without a setting choosing among them:
+    the first ISA this CPU has that passes Inductor's checks, the ones after it not asked."""
+    for isa in _cpu_isas():
+        if isa:
+            return [isa]
+    return []
+
+
+@contextlib.contextmanager
+def _first_valid_asked_only() -> Iterator[None]:
+    """Within one compile, Inductor's valid ISAs asked in order up to the first that passes
+    (where no setting chooses among them; else every ISA, as Inductor asks)."""
+    if not _asks_the_first_only():
+        yield
+        return
+    every = cpu_vec_isa.valid_vec_isa_list
+    cpu_vec_isa.valid_vec_isa_list = _first_valid  # pick_vec_isa reads the module's name
+    try:
+        yield
+    finally:
+        cpu_vec_isa.valid_vec_isa_list = every
+
+
 def _probed_in_process() -> bool:
-    return cpu_vec_isa.valid_vec_isa_list.cache_info().currsize > 0
+    """Whether Inductor's probe (all of it, or up to the first valid ISA) ran in this process."""
+    return any(f.cache_info().currsize > 0 for f in (cpu_vec_isa.valid_vec_isa_list, _first_valid))
 
 
 # The asking started at an ext compile's entry (``ask_ahead``), until a compile's record takes it.
@@ -105,10 +142,11 @@ def ask_ahead(cache: AutotuneCache) -> None:
     if key is None or cache.get_fact(key) is not None:
         return
     future: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+    first_only = _asks_the_first_only()  # here: Inductor's config patches are the calling thread's
 
     def ask() -> None:
         try:
-            future.set_result(_ask_side_by_side())
+            future.set_result(_ask_isas(first_only))
         except BaseException as e:  # the compile's probe asks again and says what is wrong
             future.set_exception(e)
 
@@ -128,20 +166,21 @@ def _probe_outcome() -> tuple[list[str], list[str]]:
         except Exception as e:
             log.debug("ext: asking the vector ISAs ahead of Inductor's probe failed: %s", e)
     elif not _probed_in_process():
-        passed = _ask_side_by_side()
+        passed = _ask_isas(_asks_the_first_only())
     return [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()], passed
 
 
-def _ask_side_by_side() -> list[str]:
-    """Inductor's probe asks the ISAs this CPU has one after another (``bool(isa)``: up to five
-    test builds each, every one a g++ build and a load in a fresh Python, ~1 s). The ISAs do not
-    depend on each other, so each is asked in its own thread first (the builds are subprocesses:
-    they run side by side); the probe then finds every answer in Inductor's own per-ISA cache,
-    reached by Inductor's own code. A thread that fails leaves that ISA to the probe, as before.
-    Returns the keys of the test builds that passed (the record keeps them)."""
+def _ask_isas(first_only: bool) -> list[str]:
+    """Inductor's probe asks each ISA this CPU has (``bool(isa)``: up to five test builds each,
+    every one a g++ build and a load in a fresh Python, ~0.4-2 s); its answers land in Inductor's
+    per-ISA caches, where the compile's probe then finds them, reached by Inductor's own code.
+    Where the compile reads only the first that passes (``first_only``: ``_asks_the_first_only``
+    in the compiling thread) they are asked in order up to it; else side by side, each in its own thread (the builds are subprocesses).
+    An ISA whose asking fails is left to the probe, as before. Returns the keys of the test builds
+    that passed (the record keeps them)."""
     isas = _cpu_isas()
 
-    def ask(isa: cpu_vec_isa.VecISA) -> list[str]:
+    def ask(isa: cpu_vec_isa.VecISA) -> tuple[bool, list[str]]:
         passed: list[str] = []
 
         def check_build(code: str) -> bool:  # this ISA's builds (its extra checks' too), counted
@@ -152,17 +191,25 @@ def _ask_side_by_side() -> list[str]:
 
         isa.check_build = check_build  # type: ignore[method-assign]  # on this instance, for this call
         try:
-            bool(isa)
+            return bool(isa), passed
         except Exception as e:  # Inductor's probe asks again and says what is wrong
             log.debug("ext: asking %s ahead of Inductor's probe failed: %s", isa, e)
+            return False, passed
         finally:
             del isa.check_build
-        return passed
 
     if not isas:
         return []
+    if first_only:
+        keys: list[str] = []
+        for isa in isas:
+            ok, passed = ask(isa)
+            keys += passed
+            if ok:
+                break
+        return keys
     with concurrent.futures.ThreadPoolExecutor(len(isas), thread_name_prefix="ext-isa-probe") as pool:
-        return [key for keys in pool.map(ask, isas) for key in keys]
+        return [key for _, keys in pool.map(ask, isas) for key in keys]
 
 
 def _build_key(isa: cpu_vec_isa.VecISA, code: str) -> str:
@@ -214,6 +261,16 @@ def _parsed(stored: str | None) -> dict[str, list[str]] | None:
     return fact
 
 
+def _every_isa_asked_passed(fact: dict[str, list[str]]) -> bool:
+    """Whether the record says every ISA this compile asks passed: the first this CPU has where
+    only the first is asked, else all of them (a record from an ext that asked all, or where a
+    setting chooses among them)."""
+    cpu = candidates()
+    if fact.get("candidates") != cpu:
+        return False
+    return fact.get("valid") == cpu or (_asks_the_first_only() and fact.get("valid", [])[:1] == cpu[:1])
+
+
 @contextlib.contextmanager
 def reused(cache: AutotuneCache) -> Iterator[None]:
     """Around one compile: Inductor's probe answered from ext's record (or run once, by Inductor,
@@ -226,7 +283,7 @@ def reused(cache: AutotuneCache) -> Iterator[None]:
         yield
         return
     fact = _parsed(cache.get_fact(key))
-    with _builds_answered(list(fact.get("builds", [])) if fact else []) as found:
+    with _first_valid_asked_only(), _builds_answered(list(fact.get("builds", [])) if fact else []) as found:
         try:
             if fact is None:
                 # Inductor's own probe, as its first C++ kernel would run it (free if this process ran it).
@@ -236,7 +293,7 @@ def reused(cache: AutotuneCache) -> Iterator[None]:
                 cache.put_fact(key, json.dumps(fact))
             elif not _probed_in_process():
                 log.info("ext: Inductor's vector-ISA probe answered from ext's cache (%s)", ", ".join(fact["valid"]))
-            if fact.get("valid") == fact.get("candidates") == candidates():
+            if _every_isa_asked_passed(fact):
                 with inductor_config.patch({"cpp.vec_isa_ok": True}):
                     yield
             else:
