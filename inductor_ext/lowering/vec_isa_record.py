@@ -10,7 +10,7 @@ Inductor cache pays again: a new container serving a cache built offline with
 Of the probe's outcome a compile reads only the first ISA that passes (``pick_vec_isa``), unless
 ``ATEN_CPU_CAPABILITY`` or ``cpp.simdlen`` chooses another: so within ext's compiles Inductor's
 list of valid ISAs is asked in order and stops at the first that passes (``_first_valid``), the
-ISAs after it never built (on an AMX machine 4 of the 10 test builds, ~3 of ~10 s of g++). Where it
+ISAs after it never asked (on an AMX machine 4 of the 10 test builds run, ~3 of ~10 s of g++). Where it
 must probe (its record absent), ext asks ahead of the compile (``_ask_isas``), in a background
 thread: in that order, or every ISA side by side where a setting chooses among them.
 
