@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -636,6 +637,44 @@ def test_a_kernel_served_from_a_cache_is_built_beside_the_compile_not_at_the_fir
     family._built.cache_clear()
     got, decisions = _compile(m, {"preset": "cpu", "autotune": "cache-only", "autotune_cache": str(shipped)}, x)
     assert [d.reason for d in decisions] == ["cache"] and decisions[0].winner.startswith("ext_cpp_flash_attention")
+    assert f"ext-prebuild-{family.NAME}" in started and built_by == [f"ext-prebuild-{family.NAME}"]
+    with torch.no_grad():
+        torch.testing.assert_close(got, m(x), **TOL[torch.float32])
+
+
+@needs[torch.float32]
+def test_a_kernel_the_cost_model_picks_is_built_beside_the_compile_not_at_the_first_call(monkeypatch):
+    """A problem no table covers, where the cost model predicts the family wins: its kernel is
+    built by the prebuild thread started at the decision, as for a cache's pick."""
+    from inductor_ext.autotune import decision_tables
+    from inductor_ext.autotune.cost_model import Prediction
+    from inductor_ext.lowering import ext_choices
+    from inductor_ext.runtime import background_builds
+
+    class NoTables:
+        def get(self, key, form):
+            return None
+
+    class Predicts:  # the family 0.5x ATen's time, error 0.01 in log: a win beyond any margin
+        def predict(self, key):
+            return Prediction(math.log(0.5), 0.01, 100.0, 50.0,
+                              configs=((family.NAME, {"form": family.host_forms("float32")[0]}),), neighbours=3)
+
+    monkeypatch.setattr(ext_choices.ExtChoices, "tables", property(lambda self: NoTables()))
+    monkeypatch.setattr(ext_choices.ExtChoices, "model", lambda self, form: Predicts())
+    monkeypatch.setattr(decision_tables, "portable", lambda key, form: key)
+    torch.manual_seed(0)
+    m, x = Prefill().eval(), torch.randn(1, 33, 128)
+    started, built_by = [], []
+    real_start = background_builds.start
+    monkeypatch.setattr(background_builds, "start", lambda build, name: started.append(name) or real_start(build, name))
+    real_function = cpu_library.function
+    monkeypatch.setattr(cpu_library, "function", lambda *a: built_by.append(
+        __import__("threading").current_thread().name) or real_function(*a))
+    family._built.cache_clear()
+    got, decisions = _compile(m, {"preset": "cpu", "autotune": "model"}, x)
+    assert [d.reason.split(":")[0] for d in decisions] == ["model"], decisions
+    assert decisions[0].winner.startswith("ext_cpp_flash_attention"), decisions
     assert f"ext-prebuild-{family.NAME}" in started and built_by == [f"ext-prebuild-{family.NAME}"]
     with torch.no_grad():
         torch.testing.assert_close(got, m(x), **TOL[torch.float32])
