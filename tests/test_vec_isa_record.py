@@ -261,10 +261,19 @@ def test_a_first_probe_builds_only_up_to_the_first_isa_that_passes_and_picks_the
     one_at_a_time = [Path(b).name for b in builds]
     assert len(one_at_a_time) == 3
     builds = fresh_process()
+    inductors = cpu_vec_isa.valid_vec_isa_list
     with record.reused(AutotuneCache(":memory:")):
         assert _picked() == picked
-    assert [Path(b).name for b in builds] == _first_isas_builds(one_at_a_time)
-    assert cpu_vec_isa.valid_vec_isa_list is not record._first_valid  # Inductor's own, after the compile
+        assert [Path(b).name for b in builds] == _first_isas_builds(one_at_a_time)
+
+        def other_thread() -> str:  # Inductor's config patches are per thread: its own setting chooses
+            with inductor_config.patch({"cpp.simdlen": 256}):
+                return _picked()[0]
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            assert pool.submit(other_thread).result() == "avx2"  # every ISA asked there, as Inductor asks
+    assert [Path(b).name for b in builds] == one_at_a_time
+    assert cpu_vec_isa.valid_vec_isa_list is inductors  # Inductor's own again after the compile
 
 
 @pytest.mark.parametrize("setting", ["ATEN_CPU_CAPABILITY", "cpp.simdlen"])

@@ -109,13 +109,16 @@ def _first_valid() -> list[cpu_vec_isa.VecISA]:
 
 @contextlib.contextmanager
 def _first_valid_asked_only() -> Iterator[None]:
-    """Within one compile, Inductor's valid ISAs asked in order up to the first that passes
-    (where no setting chooses among them; else every ISA, as Inductor asks)."""
-    if not _asks_the_first_only():
-        yield
-        return
+    """Within one compile, Inductor's valid ISAs asked in order up to the first that passes,
+    wherever no setting chooses among them (decided in the thread that asks: Inductor's config
+    patches are per thread); else every ISA, as Inductor asks."""
     every = cpu_vec_isa.valid_vec_isa_list
-    cpu_vec_isa.valid_vec_isa_list = _first_valid  # pick_vec_isa reads the module's name
+
+    def valid() -> list[cpu_vec_isa.VecISA]:
+        return _first_valid() if _asks_the_first_only() else every()
+
+    valid.every = every  # type: ignore[attr-defined]  # what _probed_in_process reads
+    cpu_vec_isa.valid_vec_isa_list = valid  # pick_vec_isa reads the module's name
     try:
         yield
     finally:
@@ -124,7 +127,9 @@ def _first_valid_asked_only() -> Iterator[None]:
 
 def _probed_in_process() -> bool:
     """Whether Inductor's probe (all of it, or up to the first valid ISA) ran in this process."""
-    return any(f.cache_info().currsize > 0 for f in (cpu_vec_isa.valid_vec_isa_list, _first_valid))
+    every = cpu_vec_isa.valid_vec_isa_list
+    every = getattr(every, "every", every)  # within an ext compile, Inductor's own behind ours
+    return any(f.cache_info().currsize > 0 for f in (every, _first_valid))
 
 
 # The asking started at an ext compile's entry (``ask_ahead``), until a compile's record takes it.
