@@ -180,9 +180,9 @@ def _ask_isas(first_only: bool) -> list[str]:
     every one a g++ build and a load in a fresh Python, ~0.4-2 s); its answers land in Inductor's
     per-ISA caches, where the compile's probe then finds them, reached by Inductor's own code.
     Where the compile reads only the first that passes (``first_only``: ``_asks_the_first_only``
-    in the compiling thread) they are asked in order up to it; else side by side, each in its own thread (the builds are subprocesses).
-    An ISA whose asking fails is left to the probe, as before. Returns the keys of the test builds
-    that passed (the record keeps them)."""
+    in the compiling thread) they are asked in order up to it; else side by side, each in its own
+    thread (the builds are subprocesses). An ISA whose asking fails is left to the probe, as
+    before. Returns the keys of the test builds that passed (the record keeps them)."""
     isas = _cpu_isas()
 
     def ask(isa: cpu_vec_isa.VecISA) -> tuple[bool, list[str]]:
