@@ -22,7 +22,8 @@ builds passed (``VecISA.check_build``, by ISA, flags and code). Under a record e
 that passed is answered from it, including the extra checks ``cpp.vec_isa_ok`` does not cover
 (AVX-512 VNNI, AVX-512 BF16, AMX, AMX FP16: on an AVX-512 VNNI/BF16 CPU three builds, ~3 s, in
 every compile of a process with a fresh Inductor cache). A build the record lacks runs as before
-and is added once it passes (a failed one runs again in each process, as Inductor does). When every ISA this CPU has passed,
+and is added once it passes (a failed one runs again in each process, as Inductor does). When
+every ISA a compile asks passed (the first this CPU has, or all of them where a setting chooses),
 ext's compiles also set Inductor's switch for an already-probed machine, ``cpp.vec_isa_ok=True``,
 so that Inductor's FX graph cache keys are the same from one process to the next; the first
 compile on a machine lets Inductor probe first and records the outcome. A user's own
