@@ -44,12 +44,13 @@ def _cases(source):
     return sorted(int(c) for c in re.findall(r"case (\d+):", source))
 
 
-def test_a_static_m_keeps_only_its_tail_and_sends_any_other_tail_row_by_row():
-    micro, narrowed = _micro(37)
+@pytest.mark.parametrize("m", [33, 34, 37])  # tails of 1 (the one-row kernel itself), 2 and 5 rows (8- or 16-row blocks)
+def test_a_static_m_keeps_only_its_tail_and_sends_any_other_tail_row_by_row(m):
+    micro, narrowed = _micro(m)
     block_m = micro.register_blocking.block_m
     source = micro.codegen_define(_Kernel())
     assert narrowed
-    assert _cases(source) == ([37 % block_m] if 37 % block_m > 1 else [])
+    assert _cases(source) == ([m % block_m] if m % block_m > 1 else [])
     assert "for (int64_t row = 0; row < block_m; ++row)" in source and "_kernel<1, " in source
     assert "Unsupported block_m" not in source
 
