@@ -44,7 +44,7 @@ def _cases(source):
     return sorted(int(c) for c in re.findall(r"case (\d+):", source))
 
 
-@pytest.mark.parametrize("m", [33, 34, 37])  # tails of 1 (the one-row kernel itself), 2 and 5 rows (8- or 16-row blocks)
+@pytest.mark.parametrize("m", [33, 34, 37])  # tails of 1 (the one-row kernel itself), 2 and 5 rows
 def test_a_static_m_keeps_only_its_tail_and_sends_any_other_tail_row_by_row(m):
     micro, narrowed = _micro(m)
     block_m = micro.register_blocking.block_m
