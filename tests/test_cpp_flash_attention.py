@@ -609,6 +609,21 @@ def test_nan_and_inf_reach_the_rows_that_see_them(dtype, config):
     torch.testing.assert_close(got.double()[finite], want[finite], **TOL[dtype])
 
 
+def _noting_builds(monkeypatch) -> tuple[list[str], list[str]]:
+    """The names of the background builds started, and of the threads that build the family's
+    kernel (its built kernels forgotten first)."""
+    from inductor_ext.runtime import background_builds
+
+    started, built_by = [], []
+    real_start = background_builds.start
+    monkeypatch.setattr(background_builds, "start", lambda build, name: started.append(name) or real_start(build, name))
+    real_function = cpu_library.function
+    monkeypatch.setattr(cpu_library, "function", lambda *a: built_by.append(
+        __import__("threading").current_thread().name) or real_function(*a))
+    family._built.cache_clear()
+    return started, built_by
+
+
 @needs[torch.float32]
 def test_a_kernel_served_from_a_cache_is_built_beside_the_compile_not_at_the_first_call(monkeypatch, tmp_path):
     """Served untimed (a cache, a table), the family's kernel would be built by the graph's first
@@ -616,7 +631,6 @@ def test_a_kernel_served_from_a_cache_is_built_beside_the_compile_not_at_the_fir
     from inductor_ext.autotune import cache_layers
     from inductor_ext.autotune.cache import Entry
     from inductor_ext.autotune.cache_transfer import write_cache
-    from inductor_ext.runtime import background_builds
 
     torch.manual_seed(0)
     m, x = Prefill().eval(), torch.randn(1, 33, 128)
@@ -628,13 +642,7 @@ def test_a_kernel_served_from_a_cache_is_built_beside_the_compile_not_at_the_fir
     shipped = tmp_path / "shipped.db"
     write_cache([Entry(key, winner=family.NAME, config={"form": family.host_forms("float32")[0]},
                        winner_time_us=1.0)], shipped)
-    started, built_by = [], []
-    real_start = background_builds.start
-    monkeypatch.setattr(background_builds, "start", lambda build, name: started.append(name) or real_start(build, name))
-    real_function = cpu_library.function
-    monkeypatch.setattr(cpu_library, "function", lambda *a: built_by.append(
-        __import__("threading").current_thread().name) or real_function(*a))
-    family._built.cache_clear()
+    started, built_by = _noting_builds(monkeypatch)
     got, decisions = _compile(m, {"preset": "cpu", "autotune": "cache-only", "autotune_cache": str(shipped)}, x)
     assert [d.reason for d in decisions] == ["cache"] and decisions[0].winner.startswith("ext_cpp_flash_attention")
     assert f"ext-prebuild-{family.NAME}" in started and built_by == [f"ext-prebuild-{family.NAME}"]
@@ -649,7 +657,6 @@ def test_a_kernel_the_cost_model_picks_is_built_beside_the_compile_not_at_the_fi
     from inductor_ext.autotune import decision_tables
     from inductor_ext.autotune.cost_model import Prediction
     from inductor_ext.lowering import ext_choices
-    from inductor_ext.runtime import background_builds
 
     class NoTables:
         def get(self, key, form):
@@ -665,13 +672,7 @@ def test_a_kernel_the_cost_model_picks_is_built_beside_the_compile_not_at_the_fi
     monkeypatch.setattr(decision_tables, "portable", lambda key, form: key)
     torch.manual_seed(0)
     m, x = Prefill().eval(), torch.randn(1, 33, 128)
-    started, built_by = [], []
-    real_start = background_builds.start
-    monkeypatch.setattr(background_builds, "start", lambda build, name: started.append(name) or real_start(build, name))
-    real_function = cpu_library.function
-    monkeypatch.setattr(cpu_library, "function", lambda *a: built_by.append(
-        __import__("threading").current_thread().name) or real_function(*a))
-    family._built.cache_clear()
+    started, built_by = _noting_builds(monkeypatch)
     got, decisions = _compile(m, {"preset": "cpu", "autotune": "model"}, x)
     assert [d.reason.split(":")[0] for d in decisions] == ["model"], decisions
     assert decisions[0].winner.startswith("ext_cpp_flash_attention"), decisions
