@@ -19,8 +19,8 @@ torch.compile: ``model.forward = torch.compile(model.forward)``; the static cach
   inductor_max_autotune  torch.compile(forward, mode="max-autotune") with Inductor's freezing on,
                          as PyTorch's CPU tutorial runs it
   ext                    torch.compile(forward, backend="ext"): the cpu preset as a new user gets it
-                         (autotune="model": decision tables and the cost model, nothing timed; an
-                         empty autotune cache)
+                         (autotune="model": decision tables and the cost model, nothing timed; its
+                         own cache in a fresh folder, $INDUCTOR_EXT_CACHE_DIR)
 
 Decode rows compare each arm's tokens with eager's (``same_tokens_as_eager``); where they differ,
 ``token_differences`` gives the first step that differs and eager's logit margin there between its
@@ -179,8 +179,11 @@ def compile_arm(arm: str, model: torch.nn.Module) -> torch.nn.Module:
     elif arm == "inductor_max_autotune":
         model.forward = torch.compile(model.forward, mode="max-autotune")
     elif arm == "ext":
-        cache = str(Path(tempfile.mkdtemp(prefix="hf_generate_ext_")) / "autotune.db")  # empty: a first run
-        model.forward = torch.compile(model.forward, backend="ext", options={"autotune_cache": cache})
+        # A first run: the user's own cache (decisions, machine facts, ext's built tools) in a fresh
+        # folder. Named as autotune_cache, an untimed compile would read the file as a read-only
+        # layer ("does not exist") and still ask the machine's own cache after it.
+        os.environ["INDUCTOR_EXT_CACHE_DIR"] = tempfile.mkdtemp(prefix="hf_generate_ext_")
+        model.forward = torch.compile(model.forward, backend="ext")
     else:
         raise ValueError(f"unknown arm {arm!r}; arms: {', '.join(ARMS)}")
     return model
