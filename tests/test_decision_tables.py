@@ -368,7 +368,9 @@ def test_quick_times_the_configs_that_won_nearby_and_the_default(model, keys, tm
     timed = [c for c in decisions[0].candidates if c["family"] == "cpp.gemm"]
     assert timed[0]["policy"] == "model" and timed[0]["config_dict"] == GEMM_CONFIG, timed
     assert [c["policy"] for c in timed[1:]] in ([], ["default"])  # the family's default, unless it is the same
-    assert decisions[0].reason.startswith("benchmark")
+    # timed, whatever the timings then said ("benchmark", or a timed rule such as "template over 5%
+    # slower timed warm than ATen", which two busy CI workers produced): never the table's pick
+    assert decisions[0].reason != "table" and not decisions[0].reason.startswith("model"), decisions[0].reason
     without = _compile(model, {"decision_tables": str(tmp_path / "none.json"), "autotune": "quick",
                                "autotune_cache": str(tmp_path / "other.db")}, monkeypatch)
     assert all(c["policy"] != "model" for c in without[0].candidates)
