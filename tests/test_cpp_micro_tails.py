@@ -80,19 +80,19 @@ def test_amx_micro_kernels_are_not_narrowed():
     assert not narrowed and type(micro) is not cpp_micro_gemm.CppMicroGemmFP32Vec
 
 
+ROWS = (1, 5, 15, 17, 32, 37)
+
+
 class Gemms(torch.nn.Module):
-    """One GEMM per M: 1 (decode), 5 (a tail only), 32 (whole blocks), 37 (blocks and a tail); K=70
-    and N=45 are off every register block."""
+    """One GEMM per M: 1 (decode), 5 (a tail only), 15 and 17 (a 16-row block less or more one row),
+    32 (whole blocks), 37 (blocks and a tail); K=70 and N=45 are off every register block."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.linears = torch.nn.ModuleList(torch.nn.Linear(70, 45, bias=i % 2 == 0) for i in range(4))
+        self.linears = torch.nn.ModuleList(torch.nn.Linear(70, 45, bias=i % 2 == 0) for i in range(len(ROWS)))
 
     def forward(self, *xs: torch.Tensor) -> list[torch.Tensor]:
         return [linear(x) for linear, x in zip(self.linears, xs)]
-
-
-ROWS = (1, 5, 32, 37)
 
 
 def _compiled(tmp_path) -> dict:
