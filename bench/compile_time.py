@@ -144,7 +144,7 @@ def install_clock() -> PhaseClock:
     from inductor_ext.lowering import parallel_builds  # ext's own precompile of a decision's C++ candidates
 
     clock.wrap(parallel_builds, "build_all", "candidate_builds")
-    from inductor_ext.lowering import vec_isa_record  # ext asks the probe's ISAs side by side, in threads
+    from inductor_ext.lowering import vec_isa_record  # ext asks the probe's ISAs ahead, in a thread
 
     clock.wrap(vec_isa_record, "_ask_isas", "isa_probe")
     clock.wrap(vec_isa_record, "_probe_outcome", "isa_probe")  # waiting for the asking ahead
