@@ -36,6 +36,9 @@ needs = {dtype: pytest.mark.skipif(family.host_refusal(name) is not None,
                                           f"({family.host_refusal(name)}); ATen's SDPA serves prefill here")
          for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16"))}
 
+# The best form of the fp32 kernel this CPU runs (the AVX-512 one would die of SIGILL on an AVX2 host)
+HOST_FP32 = family.Config(family.host_forms("float32")[0]) if family.host_forms("float32") else None
+
 
 def _each_form(dtype: torch.dtype, name: str) -> list:
     """One param per form of the kernel, each skipped (saying why) where this CPU does not run it."""
@@ -260,7 +263,7 @@ def test_kernel_matches_float64_sdpa(dtype, config, case):
 def test_kernel_reads_contiguous_inputs_and_a_scale_of_its_own():
     q, k, v = (torch.randn(1, 2, 40, 64) for _ in range(3))
     problem = family.problem_for(_spec(q, k, v, scale=0.3))
-    got = family.call(problem, family.ALL_CONFIGS[0], "cpu", q, k, v)
+    got = family.call(problem, HOST_FP32, "cpu", q, k, v)
     torch.testing.assert_close(got.double(), _reference(q, k, v, None, 0.3), **TOL[torch.float32])
 
 
@@ -268,14 +271,25 @@ def test_a_call_that_does_not_fit_its_problem_is_refused_not_computed():
     problem = family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "bool")
     q = torch.randn(1, 2, 8, 64)
     with pytest.raises(ValueError, match="built for float32, head dim 64 and mask 'bool'"):
-        family.call(problem, family.ALL_CONFIGS[0], "cpu", q.bfloat16(), q.bfloat16(), q.bfloat16())
+        family.call(problem, HOST_FP32, "cpu", q.bfloat16(), q.bfloat16(), q.bfloat16())
     with pytest.raises(ValueError, match="mask torch.uint8"):
-        family.call(problem, family.ALL_CONFIGS[0], "cpu", q, q, q, torch.ones(8, 8, dtype=torch.uint8))
+        family.call(problem, HOST_FP32, "cpu", q, q, q, torch.ones(8, 8, dtype=torch.uint8))
     with pytest.raises(ValueError, match="mask None"):  # a mask the problem needs, left out
-        family.call(problem, family.ALL_CONFIGS[0], "cpu", q, q, q)
+        family.call(problem, HOST_FP32, "cpu", q, q, q)
     causal = family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "causal")
     with pytest.raises(ValueError, match="mask 'causal' was called with .* mask torch.bool"):
-        family.call(causal, family.ALL_CONFIGS[0], "cpu", q, q, q, torch.ones(8, 8, dtype=torch.bool))
+        family.call(causal, HOST_FP32, "cpu", q, q, q, torch.ones(8, 8, dtype=torch.bool))
+
+
+def test_a_form_this_cpu_lacks_is_refused_before_it_is_built(monkeypatch):
+    """A config from another machine (a cached decision, a caller's pick) naming the AVX-512 form
+    on an AVX2 CPU: a ValueError naming the forms it runs, no g++, never the kernel's SIGILL."""
+    monkeypatch.setattr(family, "host_forms", lambda dtype: ("avx2",))
+    monkeypatch.setattr(cpu_library, "function", lambda *a: pytest.fail("built a kernel this CPU cannot run"))
+    problem = family.Problem(1, 2, 2, 8, 8, 64, 64, "float32", 0.125, "none")
+    q = torch.randn(1, 2, 8, 64)
+    with pytest.raises(ValueError, match="form avx512 does not run on this CPU for float32 .it runs: avx2."):
+        family.call(problem, family.Config("avx512"), "cpu", q, q, q)
 
 
 # --------------------------------------------------------------- decode: one query token per sequence
@@ -439,6 +453,11 @@ class Prefill(torch.nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, t, 128)
 
 
+def _offered(dtype: torch.dtype) -> str:
+    """The choice a compile offers for ``dtype`` here: the best form this CPU runs (``configs``)."""
+    return f"ext_cpp_flash_attention_form{family.host_forms(str(dtype).removeprefix('torch.'))[0]}"
+
+
 def _compile(m, options, x):
     options = {"autotune": "quick", **options}  # the timed path (the cpu preset's default times nothing)
     torch._dynamo.reset()
@@ -464,7 +483,7 @@ def compiled(request):
 
 def test_forced_kernel_matches_the_reference(compiled):
     got, decisions = compiled["forced"]
-    assert [d.winner for d in decisions] == ["ext_cpp_flash_attention_formavx512"], decisions
+    assert [d.winner for d in decisions] == [_offered(compiled["dtype"])], decisions
     assert got.dtype == compiled["dtype"]
     torch.testing.assert_close(got.double(), compiled["want"], **TOL[compiled["dtype"]])
 
@@ -472,7 +491,7 @@ def test_forced_kernel_matches_the_reference(compiled):
 def test_kernel_is_timed_against_aten_and_the_winner_computes_the_same(compiled):
     got, (decision,) = compiled["timed"]
     names = {c["name"] for c in decision.candidates}
-    assert {"prefill_attention_aten", "ext_cpp_flash_attention_formavx512"} <= names, decision.candidates
+    assert {"prefill_attention_aten", _offered(compiled["dtype"])} <= names, decision.candidates
     assert all(c.get("us", 1) > 0 for c in decision.candidates)
     torch.testing.assert_close(got.double(), compiled["want"], **TOL[compiled["dtype"]])
 
@@ -527,8 +546,7 @@ def test_the_is_causal_flag_is_served_and_keyed_apart():
     first = len(decision_record.decisions)
     got, _ = _compile(m, {"preset": "cpu", "force_template": "cpp.flash_attention"}, x)
     (decision,) = [d for d in decision_record.decisions[first:] if d.op.startswith("prefill_attention")]
-    assert (decision.op, decision.winner) == ("prefill_attention_causal", "ext_cpp_flash_attention_formavx512") \
-        or "avx512" not in family.host_forms("float32"), decision
+    assert (decision.op, decision.winner) == ("prefill_attention_causal", _offered(torch.float32)), decision
     assert decision.key.op == "prefill_attention_causal"  # never the cached decision of a maskless call
     torch.testing.assert_close(got.double(), want, **TOL[torch.float32])
 
@@ -553,7 +571,7 @@ def test_a_call_is_named_in_profiles_as_attention():
     q = torch.randn(1, 2, 40, 64)
     problem = family.problem_for(_spec(q, q, q))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        family.call(problem, family.ALL_CONFIGS[0], "cpu", q, q, q)
+        family.call(problem, HOST_FP32, "cpu", q, q, q)
     assert "inductor_ext::cpp.flash_attention" in {e.key for e in prof.key_averages()}
 
 
@@ -582,7 +600,7 @@ def test_a_prompt_of_another_length_keeps_the_kernel():
             torch.testing.assert_close(compiled(x), m(x), **TOL[torch.float32])
     decisions = [d for d in decision_record.decisions[first:] if d.op == "prefill_attention"]
     assert [bool(d.problem.get("dynamic")) for d in decisions] == [False, True], [d.problem for d in decisions]
-    assert all(d.winner == "ext_cpp_flash_attention_formavx512" for d in decisions), decisions
+    assert all(d.winner == _offered(torch.float32) for d in decisions), decisions
 
 
 @pytest.mark.parametrize("dtype, config", EVERY_FORM)

@@ -224,6 +224,8 @@ _building = threading.Lock()
 def _built(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str) -> Any:
     from inductor_ext.runtime import cpu_library
 
+    if why := refuse_config(problem, config, target):  # its instructions would kill the process (SIGILL)
+        raise ValueError(f"{NAME} cannot run {config} here: {why}")
     kernel = render(problem, config, target)
     return cpu_library.function(kernel, tuple(kernel.launch["flags"]))
 
