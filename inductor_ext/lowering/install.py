@@ -37,7 +37,14 @@ from torch._inductor.custom_graph_pass import get_custom_graph_passes
 
 from inductor_ext import targets
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import cold_timing, jinja_templates, linear_packing, ops, vec_isa_record
+from inductor_ext.lowering import (
+    cold_timing,
+    jinja_templates,
+    linear_packing,
+    ops,
+    parsed_index_exprs,
+    vec_isa_record,
+)
 from inductor_ext.lowering.ext_choices import cache_for, choices_factory
 from inductor_ext.lowering.passes import StagePasses, pass_patches
 
@@ -124,11 +131,13 @@ def ask_isas_ahead(config: ExtConfig) -> None:
 @contextlib.contextmanager
 def compile_context(config: ExtConfig) -> Iterator[None]:
     """What one graph's compile (forward, backward or inference: ``compile_fx_inner``) runs
-    inside besides the config patches: kernel templates rendered from compiled sources, and where
+    inside besides the config patches: kernel templates rendered from compiled sources and their
+    index expressions parsed once, and where
     this config autotunes C++ kernels for CPU tensors, the vector ISA probe's outcome reused from
     ext's cache and GEMMs timed as a decode step runs them (flushed, and warm)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(jinja_templates.compiled_once())
+        stack.enter_context(parsed_index_exprs.parsed_once())
         if autotunes_cpu_kernels(config):
             stack.enter_context(vec_isa_record.reused(cache_for(config)))
             stack.enter_context(cold_timing.cold_cpu_benchmarks())
