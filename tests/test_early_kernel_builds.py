@@ -5,6 +5,7 @@ and the compiled graph computes what eager does."""
 import pytest
 import torch
 from torch._inductor import codecache
+from torch._inductor.async_compile import AsyncCompile
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 from torch._inductor.cpp_builder import CppBuilder
 from torch._inductor.utils import fresh_cache
@@ -25,6 +26,8 @@ def test_the_arguments_are_read_as_inductor_wrote_them():
     "async_compile.cpp_pybinding(['const float*', name], r'''\nvoid kernel() {}\n''')",  # not a list of strings
     "async_compile.cpp_pybinding(['float*'], r'''\n''' + extra + r'''\n''')",  # more than one literal
     "async_compile.cpp(r'''\nvoid kernel() {}\n''')",
+    "async_compile.cpp_pybinding(['float*'], r'''\nvoid kernel() {}\n''' )",  # not closed as Inductor closes it
+    "async_compile.cpp_pybinding(['float*'])",
 ])
 def test_a_definition_of_any_other_form_is_left_to_the_module(body):
     assert early_kernel_builds.kernel_build_args(body) is None
@@ -96,9 +99,10 @@ def test_nothing_starts_early_where_inductor_compiles_inline(monkeypatch):
 
     submitted = []
     monkeypatch.setattr(codecache.CppPythonBindingsCodeCache, "load_pybinding_async",
-                        classmethod(lambda cls, *a, **k: submitted.append(a)))
+                        classmethod(lambda cls, *a, **k: submitted.append((a, k))))
     with inductor_config.patch(compile_threads=1):
         assert early_kernel_builds.start_build(BODY) is False
     with inductor_config.patch(compile_threads=2):
         assert early_kernel_builds.start_build(BODY) is True
-    assert submitted == [(["const float*", "float*", "const int64_t"], SOURCE)]
+    # into Inductor's pool, as the module's own call submits it (not built inline when the module loads)
+    assert submitted == [((["const float*", "float*", "const int64_t"], SOURCE), {"submit_fn": AsyncCompile.submit})]

@@ -34,12 +34,10 @@ def kernel_build_args(kernel_body: str) -> tuple[list[str], str] | None:
     body = kernel_body.strip()
     if not (body.startswith(_CALL) and body.endswith(_SOURCE_CLOSE)):
         return None
-    open_at = body.find(_SOURCE_OPEN)
-    if open_at < 0:
+    listed, opened, rest = body[len(_CALL):-len(_SOURCE_CLOSE)].partition(_SOURCE_OPEN)
+    if not opened:
         return None
-    listed = body[len(_CALL):open_at]
-    argtypes = _ARG_TYPE.findall(listed)
-    source = body[open_at + len(_SOURCE_OPEN):-len(_SOURCE_CLOSE)]
+    argtypes, source = _ARG_TYPE.findall(listed), rest
     if repr(argtypes) != listed or "'''" in source:
         return None
     return argtypes, source
