@@ -20,6 +20,10 @@ import logging
 import re
 from typing import Any, Iterator
 
+from torch._inductor.async_compile import AsyncCompile, get_compile_threads
+from torch._inductor.codecache import CppPythonBindingsCodeCache
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
 log = logging.getLogger("inductor_ext")
 
 _CALL = "async_compile.cpp_pybinding("
@@ -46,9 +50,6 @@ def kernel_build_args(kernel_body: str) -> tuple[list[str], str] | None:
 def start_build(kernel_body: str) -> bool:
     """Submit the build of the kernel ``kernel_body`` defines to Inductor's compile pool; False where
     the body is of another form or Inductor compiles inline."""
-    from torch._inductor.async_compile import AsyncCompile, get_compile_threads
-    from torch._inductor.codecache import CppPythonBindingsCodeCache
-
     args = kernel_build_args(kernel_body)
     if args is None or get_compile_threads() <= 1:
         return False
@@ -60,8 +61,6 @@ def start_build(kernel_body: str) -> bool:
 @contextlib.contextmanager
 def started_as_generated() -> Iterator[None]:
     """Inside: each CPU kernel Inductor writes into a graph's Python module starts building."""
-    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
-
     original = PythonWrapperCodegen.__dict__["define_kernel"]
 
     def define_kernel(self: Any, kernel_name: str, kernel_body: str, *args: Any, **kwargs: Any) -> Any:

@@ -18,6 +18,8 @@ import threading
 from typing import Any, Callable, Iterator
 
 import sympy
+import torch._inductor.lowering  # noqa: F401  (first: cpp_template_kernel imported alone is a circular import in 2.15)
+from torch._inductor.codegen import cpp_template_kernel
 
 _lock = threading.Lock()
 _parsed: dict[str, sympy.Expr] = {}
@@ -46,10 +48,6 @@ def memoized(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
 @contextlib.contextmanager
 def parsed_once() -> Iterator[None]:
     """Inside: Inductor's C++ templates parse each index expression text once for the process."""
-    # imported here: on its own this module of Inductor's starts a circular import (it needs
-    # Inductor's lowering loaded first, as it is by the time a graph compiles)
-    from torch._inductor.codegen import cpp_template_kernel
-
     original = cpp_template_kernel.parse_expr_with_index_symbols
     cpp_template_kernel.parse_expr_with_index_symbols = memoized(original)
     try:
