@@ -61,3 +61,22 @@ def interpreter() -> None:
         pytest.fail("Triton was imported before this module could set TRITON_INTERPRET=1 (another test "
                     "module imported it first), so its kernels cannot run on the CPU here; run with "
                     "TRITON_INTERPRET=1 in the environment or run this file on its own")
+
+
+@pytest.fixture
+def kernel_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The C++ kernel libraries (``*.main.so``) built from here on in this test, one entry per
+    compiler run that built one (the ISA probe's test builds are not kernels)."""
+    from torch._inductor.cpp_builder import CppBuilder
+
+    built: list[str] = []
+    real = CppBuilder.build
+
+    def build(self: CppBuilder) -> object:
+        target = self.get_target_file_path()
+        if target.endswith(".main.so"):
+            built.append(target)
+        return real(self)
+
+    monkeypatch.setattr(CppBuilder, "build", build)
+    return built

@@ -7,10 +7,9 @@ import torch
 from torch._inductor import codecache
 from torch._inductor.async_compile import AsyncCompile
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen
-from torch._inductor.cpp_builder import CppBuilder
 from torch._inductor.utils import fresh_cache
 
-from inductor_ext.lowering import early_kernel_builds
+from inductor_ext.lowering import early_kernel_builds, kernel_batches
 
 SOURCE = '\n#include "x.h"\nextern "C" void kernel(const float* in_ptr0, float* out_ptr0, const int64_t ks0)\n{\n}\n'
 BODY = f"async_compile.cpp_pybinding(['const float*', 'float*', 'const int64_t'], r'''{SOURCE}''')\n"
@@ -33,23 +32,10 @@ def test_a_definition_of_any_other_form_is_left_to_the_module(body):
     assert early_kernel_builds.kernel_build_args(body) is None
 
 
-def _kernel_builds(monkeypatch) -> list[str]:
-    """The C++ sources built from here on, one entry per build that ran a compiler."""
-    built: list[str] = []
-    real = CppBuilder.build
-
-    def build(self):
-        target = self.get_target_file_path()
-        if target.endswith(".main.so"):  # a kernel's library (not the ISA probe's test builds)
-            built.append(target)
-        return real(self)
-
-    monkeypatch.setattr(CppBuilder, "build", build)
-    return built
-
-
-def test_each_kernel_starts_while_the_graph_is_generated_and_is_built_once(monkeypatch):
-    built = _kernel_builds(monkeypatch)
+def test_each_kernel_starts_while_the_graph_is_generated_and_is_built_once(monkeypatch, kernel_builds):
+    # kernels built alone (batches are tests/test_kernel_batches.py's)
+    monkeypatch.setattr(kernel_batches, "member", lambda argtypes, source: None)
+    built = kernel_builds
     events: list[str] = []
     start = early_kernel_builds.start_build
 

@@ -9,8 +9,9 @@ pool (``AsyncCompile.submit``) as its definition is written into the wrapper, wi
 the module will pass; when the module loads, ``CppCodeCache`` finds the same key in its table and
 waits for the build already under way instead of starting another. The kernel text is read as
 Inductor wrote it (no Python is evaluated); a definition of any other form is left to the module.
-Where Inductor compiles inline (``compile_threads`` 1) nothing starts early. Inductor's function
-is restored on exit (as in ``jinja_templates``).
+Kernels that can share a compiler run are gathered into ``kernel_batches``' batches instead,
+each batch started as soon as it is full. Where Inductor compiles inline (``compile_threads`` 1)
+nothing starts early. Inductor's function is restored on exit (as in ``jinja_templates``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any, Iterator
 from torch._inductor.async_compile import AsyncCompile, get_compile_threads
 from torch._inductor.codecache import CppPythonBindingsCodeCache
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+from inductor_ext.lowering import kernel_batches
 
 log = logging.getLogger("inductor_ext")
 
@@ -67,7 +70,9 @@ def started_as_generated() -> Iterator[None]:
         gpu = kwargs.get("gpu", args[1] if len(args) > 1 else True)
         if not gpu:
             try:
-                start_build(kernel_body)
+                built = kernel_build_args(kernel_body)
+                if built is None or not kernel_batches.prefetch(self, *built):
+                    start_build(kernel_body)
             except Exception as e:  # noqa: BLE001  (the module builds it as it would have)
                 log.debug("ext: early build of %s not started (%s)", kernel_name, e)
         return original(self, kernel_name, kernel_body, *args, **kwargs)

@@ -41,6 +41,7 @@ from inductor_ext.lowering import (
     cold_timing,
     early_kernel_builds,
     jinja_templates,
+    kernel_batches,
     linear_packing,
     ops,
     parsed_index_exprs,
@@ -133,13 +134,15 @@ def ask_isas_ahead(config: ExtConfig) -> None:
 def compile_context(config: ExtConfig) -> Iterator[None]:
     """What one graph's compile (forward, backward or inference: ``compile_fx_inner``) runs
     inside besides the config patches: kernel templates rendered from compiled sources and their
-    index expressions parsed once, C++ kernels built from the moment each is generated, and where
+    index expressions parsed once, C++ kernels built from the moment each is generated and a few
+    to a compiler run, and where
     this config autotunes C++ kernels for CPU tensors, the vector ISA probe's outcome reused from
     ext's cache and GEMMs timed as a decode step runs them (flushed, and warm)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(jinja_templates.compiled_once())
         stack.enter_context(parsed_index_exprs.parsed_once())
         stack.enter_context(early_kernel_builds.started_as_generated())
+        stack.enter_context(kernel_batches.served_in_batches())
         if autotunes_cpu_kernels(config):
             stack.enter_context(vec_isa_record.reused(cache_for(config)))
             stack.enter_context(cold_timing.cold_cpu_benchmarks())
