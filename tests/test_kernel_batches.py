@@ -87,6 +87,7 @@ def test_includes_are_hoisted_above_the_namespaces_once_each():
     (["float*"], PREFIX + 'namespace at { int x; }\nextern "C" void kernel(float* out_ptr0) {}\n'),
     (["float*"], PREFIX + 'template <> struct S<int> {};\nextern "C" void kernel(float* out_ptr0) {}\n'),
     (["float*"], PREFIX + 'extern "C" void kernel(float* out_ptr0) {}\nextern "C" void other() {}\n'),
+    (["float*"], PREFIX + 'extern "C" void kernel(float* out_ptr0) {}\nextern  "C"\nvoid other() {}\n'),
     (["float*"], PREFIX + 'extern "C" void entry(float* out_ptr0) {}\n'),  # not named kernel
     (["float*"], PREFIX + 'void kernel(float* out_ptr0) {}\n'),  # no C entry
     (["float*); system(\"x\"); (void"], PREFIX + 'extern "C" void kernel(float* out_ptr0) {}\n'),
@@ -126,6 +127,27 @@ def test_a_full_batch_starts_at_once_and_a_partial_one_when_a_kernel_is_asked_fo
     assert started == [2, 1]
     gatherer.add(m)  # a started batch takes no more members: a new one opens
     assert started == [2, 1]
+
+
+def test_at_codegen_a_wrappers_kernels_gather_into_its_own_batches(monkeypatch):
+    import torch._inductor.config as inductor_config
+    from torch._inductor.async_compile import AsyncCompile
+
+    started: list[tuple[int, object]] = []
+    monkeypatch.setattr(kernel_batches, "start",
+                        lambda members, submit_fn: started.append((len(members), submit_fn)) or _Built)
+    monkeypatch.setattr(kernel_batches, "BATCH_SIZE", 2)
+
+    class Wrapper:
+        pass
+
+    first, second = Wrapper(), Wrapper()
+    with inductor_config.patch(compile_threads=2):
+        assert kernel_batches.prefetch(first, *KERNELS[0]) and kernel_batches.prefetch(second, *KERNELS[1])
+        assert started == []  # one kernel each: neither batch is full
+        assert kernel_batches.prefetch(first, *KERNELS[2])
+        assert kernel_batches.prefetch(first, ["float*"], PREFIX + '#define N 1\nextern "C" void kernel(float* p) {}') is False
+    assert started == [(2, AsyncCompile.submit)]  # into Inductor's pool, as the module's own builds go
 
 
 def _graph(x, y):  # four C++ kernels (three scans, a GEMM) on the cpu preset

@@ -48,6 +48,7 @@ _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b.*$", re.M)
 _UNSHAREABLE = re.compile(
     r"^[ \t]*#[ \t]*(define|undef)\b|^[ \t]*#[ \t]*pragma[ \t]+(?!omp\b|GCC[ \t]+(ivdep|unroll)\b)"
     r"|\bnamespace\b|\btemplate\s*<\s*>", re.M)
+_C_LINKAGE = re.compile(r'\bextern\s+"C"')
 _ENTRY = re.compile(r'extern\s+"C"\s+void\s+kernel\s*\(')
 _ARG_TYPE = re.compile(r"(const )?[A-Za-z_][A-Za-z0-9_:]*( ?\*)?")
 
@@ -67,7 +68,7 @@ def member(argtypes: list[str] | tuple[str, ...], source: str) -> Member | None:
     """``source`` as a batch member, or None where it must be built alone (see the module doc)."""
     if not all(_ARG_TYPE.fullmatch(t) for t in argtypes):
         return None
-    if _UNSHAREABLE.search(source) or source.count('extern "C"') != 1:
+    if _UNSHAREABLE.search(source) or len(_C_LINKAGE.findall(source)) != 1:
         return None
     body, entries = _ENTRY.subn("void kernel(", _INCLUDE.sub("", source))
     if entries != 1:
