@@ -10,6 +10,7 @@ from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 from torch._inductor.utils import fresh_cache
 
 from inductor_ext.lowering import early_kernel_builds, kernel_batches
+from inductor_ext.testing.patches import assert_in_force_only_inside
 
 SOURCE = '\n#include "x.h"\nextern "C" void kernel(const float* in_ptr0, float* out_ptr0, const int64_t ks0)\n{\n}\n'
 BODY = f"async_compile.cpp_pybinding(['const float*', 'float*', 'const int64_t'], r'''{SOURCE}''')\n"
@@ -71,13 +72,7 @@ def test_each_kernel_starts_while_the_graph_is_generated_and_is_built_once(monke
 
 
 def test_inductors_own_function_is_back_after_and_when_a_compile_fails():
-    inductor = PythonWrapperCodegen.__dict__["define_kernel"]
-    with early_kernel_builds.started_as_generated():
-        assert PythonWrapperCodegen.__dict__["define_kernel"] is not inductor
-    assert PythonWrapperCodegen.__dict__["define_kernel"] is inductor
-    with pytest.raises(RuntimeError), early_kernel_builds.started_as_generated():
-        raise RuntimeError("a failed compile")
-    assert PythonWrapperCodegen.__dict__["define_kernel"] is inductor
+    assert_in_force_only_inside(PythonWrapperCodegen, "define_kernel", early_kernel_builds.started_as_generated)
 
 
 def test_nothing_starts_early_where_inductor_compiles_inline(monkeypatch):

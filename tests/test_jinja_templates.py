@@ -1,10 +1,10 @@
 """Inductor's jinja templates are compiled once per source during ext's compiles
 (``lowering/jinja_templates.py``), and Inductor's own function is back afterwards."""
 
-import pytest
 from torch._inductor.codegen.common import KernelTemplate
 
 from inductor_ext.lowering import jinja_templates
+from inductor_ext.testing.patches import assert_in_force_only_inside
 
 SOURCE = "{{ name }} = {{ value|indent_except_first(1) }};"
 
@@ -22,7 +22,4 @@ def test_each_source_is_compiled_once_inside_and_renders_the_same():
 
 
 def test_restored_when_the_compile_fails():
-    inductor = KernelTemplate.__dict__["_template_from_string"]
-    with pytest.raises(RuntimeError), jinja_templates.compiled_once():
-        raise RuntimeError("a failed compile")
-    assert KernelTemplate.__dict__["_template_from_string"] is inductor
+    assert_in_force_only_inside(KernelTemplate, "_template_from_string", jinja_templates.compiled_once)

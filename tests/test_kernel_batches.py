@@ -12,6 +12,7 @@ from torch._inductor.codecache import CppPythonBindingsCodeCache
 from torch._inductor.utils import fresh_cache
 
 from inductor_ext.lowering import kernel_batches
+from inductor_ext.testing.patches import assert_in_force_only_inside
 
 PREFIX = "#include <torch/csrc/inductor/cpp_prefix.h>\n"
 # Two kernels define a helper of the same name (their namespaces keep them apart), one takes an
@@ -200,10 +201,4 @@ def test_nothing_is_batched_where_inductor_compiles_inline():
 def test_inductors_own_function_is_back_after_and_when_a_compile_fails():
     from torch._inductor.async_compile import AsyncCompile
 
-    inductor = AsyncCompile.__dict__["cpp_pybinding"]
-    with kernel_batches.served_in_batches():
-        assert AsyncCompile.__dict__["cpp_pybinding"] is not inductor
-    assert AsyncCompile.__dict__["cpp_pybinding"] is inductor
-    with pytest.raises(RuntimeError), kernel_batches.served_in_batches():
-        raise RuntimeError("a failed compile")
-    assert AsyncCompile.__dict__["cpp_pybinding"] is inductor
+    assert_in_force_only_inside(AsyncCompile, "cpp_pybinding", kernel_batches.served_in_batches)
