@@ -110,6 +110,35 @@ def test_a_batch_that_fails_to_build_falls_back_to_one_build_per_kernel(caplog):
     assert len(lines) == 1 and "2 C++ kernels" in lines[0]
 
 
+def test_the_log_line_names_the_error_by_its_type_and_first_line(caplog):
+    batch = kernel_batches.Batch(submit_fn=None, members=[kernel_batches.member(*KERNELS[0])])
+
+    def failed():
+        raise RuntimeError("g++ failed\nthe rest of its output")
+
+    batch._get_module = failed
+    with caplog.at_level(logging.WARNING, logger="inductor_ext"):
+        kernel = batch.kernel(0)
+    assert torch.equal(_run(kernel, KERNELS[0][0]), _run(CppPythonBindingsCodeCache.load_pybinding(*KERNELS[0]), KERNELS[0][0]))
+    (line,) = [r.getMessage() for r in caplog.records if "did not build as one unit" in r.getMessage()]
+    assert "(RuntimeError: g++ failed)" in line and "the rest" not in line
+
+
+def test_a_batch_is_submitted_to_the_pool_it_is_given():
+    import concurrent.futures
+
+    submitted = []
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, fresh_cache():
+        def submit(task):
+            submitted.append(task)
+            return pool.submit(task)
+
+        module = kernel_batches.start([kernel_batches.member(*KERNELS[2])], submit_fn=submit)()
+        assert len(submitted) == 1  # built by the pool's worker, not inline when the module is asked for
+        assert torch.equal(_run(module.kernel_0, KERNELS[2][0]),
+                           _run(CppPythonBindingsCodeCache.load_pybinding(*KERNELS[2]), KERNELS[2][0]))
+
+
 class _Built:
     """A stand-in batch module: its kernel_<i> is the name asked for."""
 

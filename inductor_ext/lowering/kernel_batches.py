@@ -101,7 +101,7 @@ static PyObject* kernel_{index}_py(PyObject*, PyObject* const* args, Py_ssize_t 
 # variable (``CppPythonBindingsCodeCache._load_library_inner`` sets it before loading), as in
 # Inductor's own bindings; scalars are parsed as Inductor's are.
 _BINDINGS_HEAD = """
-// inductor_ext: Python bindings of the kernels above, kernel_0 .. kernel_{last}
+// inductor_ext: Python bindings of the kernels above, kernel_0, kernel_1, ... in their order
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <cerrno>
@@ -111,28 +111,28 @@ _BINDINGS_HEAD = """
 
 static void* (*ext_tensor_data_ptr)(PyObject* obj);
 
-template <typename T> static inline T ext_arg(PyObject* const* args, size_t n) {{
+template <typename T> static inline T ext_arg(PyObject* const* args, size_t n) {
     static_assert(std::is_pointer_v<T>, "a kernel argument is a pointer, int64_t, uintptr_t or float");
     return static_cast<T>(ext_tensor_data_ptr(args[n]));
-}}
-template <> inline int64_t ext_arg<int64_t>(PyObject* const* args, size_t n) {{
+}
+template <> inline int64_t ext_arg<int64_t>(PyObject* const* args, size_t n) {
     auto value = PyLong_AsSsize_t(args[n]);
     if (value == -1 && PyErr_Occurred()) [[unlikely]]
         throw std::runtime_error("expected int arg");
     return value;
-}}
-template <> inline uintptr_t ext_arg<uintptr_t>(PyObject* const* args, size_t n) {{
+}
+template <> inline uintptr_t ext_arg<uintptr_t>(PyObject* const* args, size_t n) {
     auto value = PyLong_AsVoidPtr(args[n]);
     if (value == reinterpret_cast<void*>(-1) && PyErr_Occurred()) [[unlikely]]
         throw std::runtime_error("expected int arg");
     return reinterpret_cast<uintptr_t>(value);
-}}
-template <> inline float ext_arg<float>(PyObject* const* args, size_t n) {{
+}
+template <> inline float ext_arg<float>(PyObject* const* args, size_t n) {
     auto value = PyFloat_AsDouble(args[n]);
     if (value == -1.0 && PyErr_Occurred()) [[unlikely]]
         throw std::runtime_error("expected float arg");
     return static_cast<float>(value);
-}}
+}
 """
 
 _BINDINGS_TAIL = """
@@ -171,7 +171,7 @@ def batch_source(members: list[Member]) -> str:
     parts = ["// inductor_ext: a batch of Inductor's C++ kernels, one namespace each", *includes]
     parts += [f"namespace ext_batch_{i} {{\n{m.body}\n}}  // namespace ext_batch_{i}"
               for i, m in enumerate(members)]
-    parts.append(_BINDINGS_HEAD.format(last=len(members) - 1))
+    parts.append(_BINDINGS_HEAD)
     parts += [_binding(i, m.argtypes) for i, m in enumerate(members)]
     methods = "\n".join(
         f'    {{"kernel_{i}", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kernel_{i}_py)), '
@@ -183,7 +183,7 @@ def batch_source(members: list[Member]) -> str:
 def start(members: list[Member], submit_fn: Callable[..., Any]) -> Callable[[], Any]:
     """Submit the batch's build (or find it built, in memory or on disk); returns its module's
     getter, as ``CppPythonBindingsCodeCache.load_async`` does."""
-    return CppPythonBindingsCodeCache.load_async(batch_source(members), "cpu", submit_fn=submit_fn)
+    return CppPythonBindingsCodeCache.load_async(batch_source(members), submit_fn=submit_fn)  # for the CPU
 
 
 @dataclass
@@ -212,8 +212,9 @@ class Batch:
                 return getattr(self._get_module(), f"kernel_{index}")
             except Exception as e:  # noqa: BLE001  (a batch never fails the compile)
                 self._failed = True
-                log.warning("ext: %d C++ kernels did not build as one unit (%s); each is built alone",
-                            len(self.members), str(e).splitlines()[0] if str(e) else type(e).__name__)
+                first_line = next(iter(str(e).splitlines()), "")
+                log.warning("ext: %d C++ kernels did not build as one unit (%s: %s); each is built alone",
+                            len(self.members), type(e).__name__, first_line)
         m = self.members[index]
         return CppPythonBindingsCodeCache.load_pybinding(list(m.argtypes), m.source)
 
