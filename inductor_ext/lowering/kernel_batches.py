@@ -212,7 +212,7 @@ class Batch:
                 return getattr(self._get_module(), f"kernel_{index}")
             except Exception as e:  # noqa: BLE001  (a batch never fails the compile)
                 self._failed = True
-                first_line = next(iter(str(e).splitlines()), "")
+                first_line = next(iter(str(e).splitlines()), "")  # "" for an empty message
                 log.warning("ext: %d C++ kernels did not build as one unit (%s: %s); each is built alone",
                             len(self.members), type(e).__name__, first_line)
         m = self.members[index]
