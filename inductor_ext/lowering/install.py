@@ -135,9 +135,9 @@ def compile_context(config: ExtConfig) -> Iterator[None]:
     """What one graph's compile (forward, backward or inference: ``compile_fx_inner``) runs
     inside besides the config patches: kernel templates rendered from compiled sources and their
     index expressions parsed once, C++ kernels built from the moment each is generated and a few
-    to a compiler run, and where
-    this config autotunes C++ kernels for CPU tensors, the vector ISA probe's outcome reused from
-    ext's cache and GEMMs timed as a decode step runs them (flushed, and warm)."""
+    to a compiler run, and where this config autotunes C++ kernels for CPU tensors, the vector
+    ISA probe's outcome reused from ext's cache and GEMMs timed as a decode step runs them
+    (flushed, and warm)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(jinja_templates.compiled_once())
         stack.enter_context(parsed_index_exprs.parsed_once())

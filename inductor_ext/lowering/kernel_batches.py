@@ -4,7 +4,7 @@ Inductor builds each CPU kernel of a graph as its own library, one g++ run each,
 pays ~0.6 s before the kernel's own code: the template instantiations ``cpp_prefix.h``'s vector
 headers leave pending, which GCC redoes at the end of every translation unit even with Inductor's
 precompiled header (an empty kernel takes 0.65 s on the AVX2 host, a GEMM kernel ~1.0 s). A
-llama row's 16 kernels spent ~10 of their ~16 CPU-seconds there. Inside ext's compiles, the
+llama row's 15 kernels spent ~10 of their ~15 CPU-seconds there. Inside ext's compiles, the
 kernels a graph's module defines are gathered in order, ``BATCH_SIZE`` to a batch, and each batch
 is one translation unit: each kernel in its own namespace (its ``extern "C" kernel`` made a plain
 function there, its includes hoisted above all of them), then Python bindings ``kernel_0`` ..
@@ -14,9 +14,9 @@ process that loads the same graph module gathers the same batches and finds them
 
 A kernel is left to Inductor's own build where its source could change meaning in a shared unit:
 a macro (``#define``/``#undef``), a pragma other than OpenMP's or a loop's, its own ``namespace``
-or explicit specialization, or anything but
-exactly one ``extern "C"`` entry named ``kernel``. A batch that fails to build never fails the
-compile: each of its kernels is then built alone, as Inductor would have, with one log line.
+or explicit specialization, or anything but exactly one ``extern "C"`` entry named ``kernel``. A
+batch that fails to build never fails the compile: each of its kernels is then built alone, as
+Inductor would have, with one log line.
 ``early_kernel_builds`` starts a batch's build while the graph is still being generated, as soon
 as its kernels are; where Inductor compiles inline (``compile_threads`` 1) nothing is batched.
 """
