@@ -38,10 +38,10 @@ def test_each_kernel_starts_while_the_graph_is_generated_and_is_built_once(monke
     monkeypatch.setattr(kernel_batches, "member", lambda argtypes, source: None)
     built = kernel_builds
     events: list[str] = []
-    start = early_kernel_builds.start_build
+    start = early_kernel_builds.start_alone
 
-    def spy_start(body):
-        started = start(body)
+    def spy_start(argtypes, source):
+        started = start(argtypes, source)
         events.append("started" if started else "left")
         return started
 
@@ -51,7 +51,7 @@ def test_each_kernel_starts_while_the_graph_is_generated_and_is_built_once(monke
         events.append("module loaded")
         return load(cls, *args, **kwargs)
 
-    monkeypatch.setattr(early_kernel_builds, "start_build", spy_start)
+    monkeypatch.setattr(early_kernel_builds, "start_alone", spy_start)
     monkeypatch.setattr(codecache.PyCodeCache, "load_by_key_path", classmethod(spy_load))
 
     def f(x, y):
@@ -82,8 +82,8 @@ def test_nothing_starts_early_where_inductor_compiles_inline(monkeypatch):
     monkeypatch.setattr(codecache.CppPythonBindingsCodeCache, "load_pybinding_async",
                         classmethod(lambda cls, *a, **k: submitted.append((a, k))))
     with inductor_config.patch(compile_threads=1):
-        assert early_kernel_builds.start_build(BODY) is False
+        assert early_kernel_builds.start_alone(*early_kernel_builds.kernel_build_args(BODY)) is False
     with inductor_config.patch(compile_threads=2):
-        assert early_kernel_builds.start_build(BODY) is True
+        assert early_kernel_builds.start_alone(*early_kernel_builds.kernel_build_args(BODY)) is True
     # into Inductor's pool, as the module's own call submits it (not built inline when the module loads)
     assert submitted == [((["const float*", "float*", "const int64_t"], SOURCE), {"submit_fn": AsyncCompile.submit})]

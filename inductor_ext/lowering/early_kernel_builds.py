@@ -50,13 +50,11 @@ def kernel_build_args(kernel_body: str) -> tuple[list[str], str] | None:
     return argtypes, source
 
 
-def start_build(kernel_body: str) -> bool:
-    """Submit the build of the kernel ``kernel_body`` defines to Inductor's compile pool; False where
-    the body is of another form or Inductor compiles inline."""
-    args = kernel_build_args(kernel_body)
-    if args is None or get_compile_threads() <= 1:
+def start_alone(argtypes: list[str], source: str) -> bool:
+    """Submit the build of one kernel (the arguments its module passes) to Inductor's compile
+    pool; False where Inductor compiles inline."""
+    if get_compile_threads() <= 1:
         return False
-    argtypes, source = args
     CppPythonBindingsCodeCache.load_pybinding_async(argtypes, source, submit_fn=AsyncCompile.submit)
     return True
 
@@ -71,8 +69,8 @@ def started_as_generated() -> Iterator[None]:
         if not gpu:
             try:
                 built = kernel_build_args(kernel_body)
-                if built is None or not kernel_batches.prefetch(self, *built):
-                    start_build(kernel_body)
+                if built is not None and not kernel_batches.prefetch(self, *built):
+                    start_alone(*built)
             except Exception as e:  # noqa: BLE001  (the module builds it as it would have)
                 log.debug("ext: early build of %s not started (%s)", kernel_name, e)
         return original(self, kernel_name, kernel_body, *args, **kwargs)
