@@ -38,6 +38,7 @@ from torch._inductor.custom_graph_pass import get_custom_graph_passes
 from inductor_ext import targets
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering import (
+    candidate_batches,
     cold_timing,
     early_kernel_builds,
     jinja_templates,
@@ -143,6 +144,7 @@ def compile_context(config: ExtConfig) -> Iterator[None]:
         stack.enter_context(parsed_index_exprs.parsed_once())
         stack.enter_context(early_kernel_builds.started_as_generated())
         stack.enter_context(kernel_batches.served_in_batches())
+        stack.enter_context(candidate_batches.served_from_batches())
         if autotunes_cpu_kernels(config):
             stack.enter_context(vec_isa_record.reused(cache_for(config)))
             stack.enter_context(cold_timing.cold_cpu_benchmarks())

@@ -64,16 +64,25 @@ class Member:
     body: str
 
 
+def shareable(source: str) -> bool:
+    """Whether ``source`` can share a translation unit, in a namespace of its own, with others:
+    nothing in it reaches past that namespace, and it has exactly one C entry."""
+    return not _UNSHAREABLE.search(source) and len(_C_LINKAGE.findall(source)) == 1
+
+
+def includes_apart(source: str) -> tuple[tuple[str, ...], str]:
+    """``source``'s ``#include`` lines (to hoist above every namespace) and the rest of it."""
+    return tuple(line.strip() for line in _INCLUDE.findall(source)), _INCLUDE.sub("", source)
+
+
 def member(argtypes: list[str] | tuple[str, ...], source: str) -> Member | None:
     """``source`` as a batch member, or None where it must be built alone (see the module doc)."""
-    if not all(_ARG_TYPE.fullmatch(t) for t in argtypes):
+    if not all(_ARG_TYPE.fullmatch(t) for t in argtypes) or not shareable(source):
         return None
-    if _UNSHAREABLE.search(source) or len(_C_LINKAGE.findall(source)) != 1:
-        return None
-    body, entries = _ENTRY.subn("void kernel(", _INCLUDE.sub("", source))
+    includes, rest = includes_apart(source)
+    body, entries = _ENTRY.subn("void kernel(", rest)
     if entries != 1:
         return None
-    includes = tuple(line.strip() for line in _INCLUDE.findall(source))
     return Member(tuple(argtypes), source, includes, body)
 
 

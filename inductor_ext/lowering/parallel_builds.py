@@ -30,7 +30,7 @@ from torch._inductor.codecache import CppCodeCache, _get_cpp_prefix_header
 from torch._inductor.codegen.cpp_template_kernel import CppTemplateCaller
 from torch._inductor.select_algorithm import DataProcessorChoiceCallerWrapper
 
-from inductor_ext.lowering import candidate_guard
+from inductor_ext.lowering import candidate_batches, candidate_guard
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +76,33 @@ def build_all(choices: list[Any]) -> int:
     if not sources:
         return 0
     start = time.perf_counter()
-    loads = []
-    for source in sources:  # all submitted first, so the pool runs them side by side
-        try:
-            loads.append(_PrefixHeaderCache.load_async(source, device_type="cpu", submit_fn=AsyncCompile.submit))
-        except Exception as e:  # noqa: BLE001  (writing the source failed: its benchmark says why)
-            log.debug("ext: could not submit a C++ candidate's build (%s)", candidate_guard.reason(e))
+    try:  # a few to a compiler run where they can share one (candidate_batches)
+        batches, alone = candidate_batches.submit(sources, _submitted)
+    except Exception as e:  # noqa: BLE001  (writing a batch failed: each is built alone)
+        log.debug("ext: C++ candidates not batched (%s)", candidate_guard.reason(e))
+        batches, alone = [], sources
+    loads = _submit_alone(alone)
+    # a batch that failed (logged once) has its sources built alone, still side by side
+    loads += _submit_alone([s for batch in batches if batch.view(0) is None for s in batch.sources])
     for load in loads:
         try:
             load()
         except Exception as e:  # noqa: BLE001  (its benchmark builds it again and drops it, saying why)
             log.debug("ext: a C++ candidate did not build (%s)", candidate_guard.reason(e))
-    log.debug("ext: built %d C++ candidates in %.1f s", len(loads), time.perf_counter() - start)
-    return len(loads)
+    log.debug("ext: built %d C++ candidates in %.1f s (%d batches)", len(sources), time.perf_counter() - start,
+              len(batches))
+    return len(sources)
+
+
+def _submitted(source: str) -> Any:
+    return _PrefixHeaderCache.load_async(source, device_type="cpu", submit_fn=AsyncCompile.submit)
+
+
+def _submit_alone(sources: list[str]) -> list[Any]:
+    loads = []
+    for source in sources:  # all submitted first, so the pool runs them side by side
+        try:
+            loads.append(_submitted(source))
+        except Exception as e:  # noqa: BLE001  (writing the source failed: its benchmark says why)
+            log.debug("ext: could not submit a C++ candidate's build (%s)", candidate_guard.reason(e))
+    return loads
