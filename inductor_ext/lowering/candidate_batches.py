@@ -74,9 +74,8 @@ class Batch:
                 return LibraryView(self._get_library(), index)
             except Exception as e:  # noqa: BLE001  (each candidate is then built alone)
                 self._failed = True
-                first_line = next(iter(str(e).splitlines()), "")  # "" for an empty message
-                log.warning("ext: %d C++ candidates did not build as one unit (%s: %s); each is built alone",
-                            len(self.sources), type(e).__name__, first_line)
+                log.warning("ext: %d C++ candidates did not build as one unit (%s); each is built alone",
+                            len(self.sources), kernel_batches.error_line(e))
         return None
 
 

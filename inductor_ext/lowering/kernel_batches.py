@@ -189,6 +189,12 @@ def batch_source(members: list[Member]) -> str:
     return "\n".join(parts)
 
 
+def error_line(e: BaseException) -> str:
+    """``e`` in one line for a log: its type and its message's first line (a compiler's error
+    carries the whole command and output)."""
+    return f"{type(e).__name__}: {next(iter(str(e).splitlines()), '')}"  # '' for an empty message
+
+
 def start(members: list[Member], submit_fn: Callable[..., Any]) -> Callable[[], Any]:
     """Submit the batch's build (or find it built, in memory or on disk); returns its module's
     getter, as ``CppPythonBindingsCodeCache.load_async`` does."""
@@ -221,9 +227,8 @@ class Batch:
                 return getattr(self._get_module(), f"kernel_{index}")
             except Exception as e:  # noqa: BLE001  (a batch never fails the compile)
                 self._failed = True
-                first_line = next(iter(str(e).splitlines()), "")  # "" for an empty message
-                log.warning("ext: %d C++ kernels did not build as one unit (%s: %s); each is built alone",
-                            len(self.members), type(e).__name__, first_line)
+                log.warning("ext: %d C++ kernels did not build as one unit (%s); each is built alone",
+                            len(self.members), error_line(e))
         m = self.members[index]
         return CppPythonBindingsCodeCache.load_pybinding(list(m.argtypes), m.source)
 
