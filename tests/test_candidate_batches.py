@@ -115,3 +115,31 @@ def test_only_inductors_own_loads_of_a_batched_source_are_served(monkeypatch):
 
 def test_inductors_own_load_is_back_after_and_when_a_compile_fails():
     assert_in_force_only_inside(CppCodeCache, "load", candidate_batches.served_from_batches)
+
+
+def _build_all_submitting(monkeypatch, sources, submit=None):
+    """``parallel_builds.build_all`` over ``sources`` inside ext's serving context, each library's
+    build recorded instead of run; returns the sources handed to the compile pool."""
+    from inductor_ext.lowering import parallel_builds
+
+    handed: list[str] = []
+    monkeypatch.setattr(parallel_builds, "cpp_sources", lambda choices: list(sources))
+    monkeypatch.setattr(parallel_builds, "_submitted", lambda source: handed.append(source) or (lambda: None))
+    if submit is not None:
+        monkeypatch.setattr(candidate_batches, "submit", submit)
+    with candidate_batches.served_from_batches():
+        assert parallel_builds.build_all([object()]) == len(sources)
+    return handed
+
+
+def test_a_decisions_candidates_go_to_the_pool_as_one_batch_and_the_rest_alone(monkeypatch):
+    lone = PREFIX + '#define N 4\nextern "C" void cpp_C(float* Y) {}\n'
+    handed = _build_all_submitting(monkeypatch, [*SOURCES, lone])
+    assert len(handed) == 2 and handed[1] == lone
+    assert handed[0] == candidate_batches.batch_source(SOURCES)
+
+
+def test_a_failed_batchs_candidates_go_to_the_pool_one_by_one(monkeypatch):
+    failed = candidate_batches.Batch(SOURCES, get_library=lambda: (_ for _ in ()).throw(RuntimeError("g++")))
+    handed = _build_all_submitting(monkeypatch, SOURCES, submit=lambda sources, load_async: ([failed], []))
+    assert handed == SOURCES  # side by side, before the first is timed (not one by one as each is timed)

@@ -520,6 +520,12 @@ def test_build_compiles_candidates_with_inductors_precompiled_prefix_header(buil
     assert built["with_pch"] and all(built["with_pch"].values()), list(built["with_pch"].values())
 
 
+def test_build_compiles_a_decisions_candidates_a_few_to_a_compiler_run(built):
+    """Each g++ run also pays ~0.6 s for cpp_prefix.h's pending template instantiations; a
+    decision's candidates share runs (lowering/candidate_batches.py)."""
+    assert any("namespace ext_candidate_1 {" in text for text in built["with_pch"]), len(built["with_pch"])
+
+
 def test_build_renders_its_cpp_kernels_from_templates_compiled_once(built):
     assert built["jinja_sources"] > 0  # lowering/jinja_templates.py was in place for the build's compiles
 
