@@ -15,7 +15,8 @@ and are over before the first timed call (a compiler running beside a timed call
 too). ``CppBenchmarkRequest`` later loads the same source with the same flags and finds it built.
 A build that fails is left to the benchmark, which builds it again and drops the candidate with the
 compiler's message (``candidate_guard``). The builds include Inductor's precompiled ``cpp_prefix.h``
-(``_PrefixHeaderCache``), which Inductor's own C++ kernels use and its benchmark builds do not.
+(``_PrefixHeaderCache``), which Inductor's own C++ kernels use and its benchmark builds do not,
+and candidates that can share a compiler run are built a few to one (``candidate_batches``).
 """
 
 from __future__ import annotations
