@@ -123,23 +123,27 @@ def _build_all_submitting(monkeypatch, sources, submit=None):
     from inductor_ext.lowering import parallel_builds
 
     handed: list[str] = []
+    waited: list[str] = []
     monkeypatch.setattr(parallel_builds, "cpp_sources", lambda choices: list(sources))
-    monkeypatch.setattr(parallel_builds, "_submitted", lambda source: handed.append(source) or (lambda: None))
+    monkeypatch.setattr(parallel_builds, "_submitted",
+                        lambda source: handed.append(source) or (lambda: waited.append(source)))
     if submit is not None:
         monkeypatch.setattr(candidate_batches, "submit", submit)
     with candidate_batches.served_from_batches():
         assert parallel_builds.build_all([object()]) == len(sources)
-    return handed
+    return handed, waited  # handed to the pool; waited for before build_all returned
 
 
 def test_a_decisions_candidates_go_to_the_pool_as_one_batch_and_the_rest_alone(monkeypatch):
     lone = PREFIX + '#define N 4\nextern "C" void cpp_C(float* Y) {}\n'
-    handed = _build_all_submitting(monkeypatch, [*SOURCES, lone])
+    handed, waited = _build_all_submitting(monkeypatch, [*SOURCES, lone])
     assert len(handed) == 2 and handed[1] == lone
     assert handed[0] == candidate_batches.batch_source(SOURCES)
+    assert waited == handed  # both over before build_all returns (none runs beside the first timing)
 
 
 def test_a_failed_batchs_candidates_go_to_the_pool_one_by_one(monkeypatch):
     failed = candidate_batches.Batch(SOURCES, get_library=lambda: (_ for _ in ()).throw(RuntimeError("g++")))
-    handed = _build_all_submitting(monkeypatch, SOURCES, submit=lambda sources, load_async: ([failed], []))
+    handed, waited = _build_all_submitting(monkeypatch, SOURCES, submit=lambda sources, load_async: ([failed], []))
     assert handed == SOURCES  # side by side, before the first is timed (not one by one as each is timed)
+    assert waited == SOURCES  # and over before build_all returns
