@@ -592,6 +592,36 @@ def test_a_graph_compiled_before_the_build_is_not_reused_after_it(built, tmp_pat
     assert reasons == [["fallback: cache-only and no cache entry"] * 3, ["cache"] * 3]
 
 
+def test_a_cached_graph_never_serves_another_models_packed_weights(built, tmp_path):
+    """A frozen graph's packed weights are constants of its FX-cached entry. Another model of the
+    same shapes (a new checkpoint in the next process) must not be served them; the same weights
+    again are, from the cache."""
+    m, args = model(), inputs()
+    other = copy.deepcopy(m)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.copy_(torch.randn_like(p))
+    templates = AutotuneCache(tmp_path / "templates.db")
+    for entry in AutotuneCache(built["dir"] / "built.db").entries():  # a template for every GEMM: all cacheable
+        decision = next(d for d in decision_record.decisions if d.key == entry.key)
+        config = next(c["config_dict"] for c in decision.candidates if c["kind"] == "template")
+        templates.put(dataclasses.replace(entry, winner="cpp.gemm", config=config))
+    options = {"autotune": "cache-only", "autotune_cache": str(tmp_path / "templates.db")}
+    hits = []
+    with tune.fresh_inductor_caches(), torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
+        for weights in (m, other, m):
+            torch._dynamo.reset()
+            before = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+            first = len(decision_record.decisions)
+            compiled = torch.compile(copy.deepcopy(weights), backend="ext", options=options)
+            torch.testing.assert_close(compiled(*args), weights(*args), rtol=1e-5, atol=1e-5)
+            hits.append(counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+                        > before)
+            if not hits[-1]:  # compiled here: with a packed template weight, what the cache would hold
+                assert any(d.winner.startswith("cpp_") for d in decision_record.decisions[first:])
+    assert hits == [False, False, True]
+
+
 def _compile_unpicklable(m, args, cache, dump, caplog):
     """A cache-only compile of a graph that holds a weight packed as an opaque tensor, with
     Inductor's FX graph cache on as a user has it (empty: the graph is compiled, then saved).

@@ -33,6 +33,7 @@ from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold
 from inductor_ext.logs import autotune_log
 from inductor_ext.lowering.decision_record import (Decision, announce, cache_candidate, candidate_record,
                                                    decision_of, decisions, dropped, problem_text, rule_candidate)
+from inductor_ext.lowering import frozen_weights_key
 from inductor_ext.lowering.ops._spec import symbolic_indices
 from inductor_ext.lowering import refusals
 from inductor_ext.lowering.refusals import Refusal
@@ -129,6 +130,9 @@ class ExtChoices(InductorChoices):
             parts.append(self.sources.digest(cache_layers.current_scope()))
         if self.config.autotune in (*UNTIMED, "quick"):  # and the tables and machine form that served or pruned it
             parts += [self.tables.digest(), cpu_target.host_form() if self.config.device_type == "cpu" else ""]
+        weights = frozen_weights_key.current_digest()  # a frozen graph's packed weights are its entry's
+        if weights is not None:
+            parts.append(weights)
         return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
     def serves(self, op_name: str) -> bool:

@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch._dynamo.utils import get_static_address_type
 
+from inductor_ext.lowering.frozen_weights_key import frozen_weights
 from inductor_ext.runtime import tensor_watch
 
 log = logging.getLogger("inductor_ext")
@@ -224,8 +225,10 @@ def compile_frozen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], comp
     if has_collectives(gm):
         return compile(gm, example_inputs, False)
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
-        # nested inputs, which compile_fx calls differently: Inductor's freezing as it comes
-        return compile(gm, example_inputs, True)
+        # nested inputs, which compile_fx calls differently: Inductor's freezing as it comes (what
+        # it freezes is not told apart here, so every tensor input's values go into the key)
+        with frozen_weights(_tensors_in(example_inputs) + attribute_tensors(gm)):
+            return compile(gm, example_inputs, True)
     static = static_inputs(example_inputs)
     tensor_watch.build_ahead()  # beside the compile, where the weight check is not built yet
     if not static:
@@ -235,7 +238,8 @@ def compile_frozen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], comp
         if any(map(is_inference, attributes)):
             _say_not_frozen(sum(map(is_inference, attributes)), "the graph is compiled without freezing, its other weights too")
             return compile(gm, example_inputs, False)
-        compiled = compile(gm, example_inputs, True)
+        with frozen_weights(attributes):
+            compiled = compile(gm, example_inputs, True)
         if not attributes:
             return compiled
         return FrozenGraph(compiled, example_inputs, (), lambda: compile(gm, example_inputs, False), attributes)
@@ -246,8 +250,15 @@ def compile_frozen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], comp
             return compile(gm, example_inputs, False)
     frozen_gm = with_attributes(gm, example_inputs, lifted)
     kept = [x for i, x in enumerate(example_inputs) if i not in set(lifted)]
-    compiled = compile(frozen_gm, kept, True)
+    with frozen_weights([example_inputs[i] for i in lifted] + attribute_tensors(gm)):
+        compiled = compile(frozen_gm, kept, True)
     return FrozenGraph(compiled, example_inputs, lifted, lambda: compile(gm, example_inputs, False))
+
+
+def _tensors_in(inputs: Sequence[Any]) -> list[torch.Tensor]:
+    """The tensors in ``inputs``, nested lists, tuples and dicts included, in order."""
+    leaves, _ = torch.utils._pytree.tree_flatten(list(inputs))
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
 
 
 def _say_not_frozen(count: int, instead: str) -> None:
