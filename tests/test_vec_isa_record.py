@@ -19,6 +19,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor import cpp_builder, cpu_vec_isa
 
 from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext.lowering import ext_choices
 from inductor_ext.lowering import vec_isa_record as record
 
 ISAS = ["avx512 avx512_vnni amx_tile", "avx512", "avx2"]
@@ -390,3 +391,24 @@ def test_asking_ahead_that_failed_leaves_the_probe_to_inductor_and_says_why(monk
     assert [r.getMessage() for r in caplog.records] == [
         "ext: asking the vector ISAs ahead of Inductor's probe failed: g++: not found"]
     assert record._ahead[0] is None
+
+
+@pytest.mark.parametrize("preset, asked", [("cpu", True), ("nvidia", False)])
+def test_dynamos_backend_lookup_asks_ahead_where_the_machines_preset_is_cpu(monkeypatch, preset, asked):
+    """``torch.compile(model, backend="ext")`` loads ``dynamo_entry`` (the entry point): the probe's
+    builds start there, before the first call traces, with the user's own cache as an ext compile
+    with no options reads it; on a machine whose preset is not the cpu one, nothing starts."""
+    import importlib
+    import importlib.metadata
+
+    from inductor_ext import dynamo_entry, presets
+
+    (entry,) = [e for e in importlib.metadata.entry_points(group="torch_dynamo_backends") if e.name == "ext"]
+    assert entry.value == "inductor_ext.dynamo_entry:ext_backend"
+    caches = []
+    monkeypatch.setattr(record, "ask_ahead", caches.append)
+    monkeypatch.setattr(presets, "preset_for_device", lambda device: preset)
+    importlib.reload(dynamo_entry)
+    assert len(caches) == int(asked)
+    if asked:
+        assert caches[0].path == ext_choices.cache_for(presets.resolve({"preset": "cpu"})).path
