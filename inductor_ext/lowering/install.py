@@ -38,6 +38,7 @@ from torch._inductor.custom_graph_pass import get_custom_graph_passes
 from inductor_ext import targets
 from inductor_ext.config import ExtConfig
 from inductor_ext.lowering import (
+    background_cache_writes,
     candidate_batches,
     cold_timing,
     early_kernel_builds,
@@ -136,15 +137,16 @@ def compile_context(config: ExtConfig) -> Iterator[None]:
     """What one graph's compile (forward, backward or inference: ``compile_fx_inner``) runs
     inside besides the config patches: kernel templates rendered from compiled sources and their
     index expressions parsed once, C++ kernels built from the moment each is generated and a few
-    to a compiler run, and where this config autotunes C++ kernels for CPU tensors, the vector
-    ISA probe's outcome reused from ext's cache and GEMMs timed as a decode step runs them
-    (flushed, and warm)."""
+    to a compiler run, its FX graph cache entry written beside the compile, and where this config
+    autotunes C++ kernels for CPU tensors, the vector ISA probe's outcome reused from ext's cache
+    and GEMMs timed as a decode step runs them (flushed, and warm)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(jinja_templates.compiled_once())
         stack.enter_context(parsed_index_exprs.parsed_once())
         stack.enter_context(early_kernel_builds.started_as_generated())
         stack.enter_context(kernel_batches.served_in_batches())
         stack.enter_context(candidate_batches.served_from_batches())
+        stack.enter_context(background_cache_writes.written_in_background())
         if autotunes_cpu_kernels(config):
             stack.enter_context(vec_isa_record.reused(cache_for(config)))
             stack.enter_context(cold_timing.cold_cpu_benchmarks())
