@@ -7,7 +7,9 @@ still serializes the entry in the compiling thread (its content is fixed from th
 and one background thread writes it (Inductor's own ``_write_to_local_cache``: its file name,
 atomic rename and layout). A lookup of the FX graph cache inside ext's compiles first waits for
 the writes handed over before it, so a graph compiled again in this process finds its entry as
-before. The writer is not a daemon: the interpreter waits for the writes at exit. A write that
+before. The writer runs at the lowest priority (nice 19): at the default one, on 2 cores, the
+graph's calls in the first 0.5 s after the compile ran at 25 ms instead of 11-12 ms while it
+wrote (13 ms at nice 19). It is not a daemon: the interpreter waits for the writes at exit. A write that
 fails says so in one warning, as Inductor's own does, and fails nothing.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 from typing import Any, Callable, Iterator
 
@@ -25,7 +28,16 @@ log = logging.getLogger("inductor_ext")
 
 __all__ = ["wait_for_writes", "written_in_background"]
 
-_writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ext-fx-cache-write")
+def _lowest_priority() -> None:
+    """The writer yields the CPU to the compiled graph's first calls (Linux: a thread's nice)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # another OS, or not allowed: the default priority
+        pass
+
+
+_writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ext-fx-cache-write",
+                                                initializer=_lowest_priority)
 _pending: list[concurrent.futures.Future[None]] = []
 _lock = threading.Lock()
 
