@@ -28,12 +28,11 @@ from inductor_ext.autotune import cache_layers
 from inductor_ext.autotune.cache_layers import DecisionSources
 from inductor_ext.autotune.cost_model import CostModel, Prediction
 from inductor_ext.config import ExtConfig
-from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, ops, parallel_builds,
-                                   pdl_consumers, returned_outputs)
+from inductor_ext.lowering import (adapters, aten_choices, candidate_guard, cold_timing, frozen_weights_key, ops,
+                                   parallel_builds, pdl_consumers, returned_outputs)
 from inductor_ext.logs import autotune_log
 from inductor_ext.lowering.decision_record import (Decision, announce, cache_candidate, candidate_record,
                                                    decision_of, decisions, dropped, problem_text, rule_candidate)
-from inductor_ext.lowering import frozen_weights_key
 from inductor_ext.lowering.ops._spec import symbolic_indices
 from inductor_ext.lowering import refusals
 from inductor_ext.lowering.refusals import Refusal

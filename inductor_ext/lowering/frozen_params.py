@@ -250,7 +250,7 @@ def compile_frozen(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], comp
             return compile(gm, example_inputs, False)
     frozen_gm = with_attributes(gm, example_inputs, lifted)
     kept = [x for i, x in enumerate(example_inputs) if i not in set(lifted)]
-    with frozen_weights([example_inputs[i] for i in lifted] + attribute_tensors(gm)):
+    with frozen_weights(attribute_tensors(frozen_gm)):
         compiled = compile(frozen_gm, kept, True)
     return FrozenGraph(compiled, example_inputs, lifted, lambda: compile(gm, example_inputs, False))
 
