@@ -19,7 +19,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor import cpp_builder, cpu_vec_isa
 
 from inductor_ext.autotune.cache import AutotuneCache
-from inductor_ext.lowering import ext_choices
+from inductor_ext.lowering import ext_choices, install
 from inductor_ext.lowering import vec_isa_record as record
 
 ISAS = ["avx512 avx512_vnni amx_tile", "avx512", "avx2"]
@@ -393,11 +393,12 @@ def test_asking_ahead_that_failed_leaves_the_probe_to_inductor_and_says_why(monk
     assert record._ahead[0] is None
 
 
-@pytest.mark.parametrize("preset, asked", [("cpu", True), ("nvidia", False)])
+@pytest.mark.parametrize("preset, asked", [("cpu", True), ("hopper", False)])
 def test_dynamos_backend_lookup_asks_ahead_where_the_machines_preset_is_cpu(monkeypatch, preset, asked):
     """``torch.compile(model, backend="ext")`` loads ``dynamo_entry`` (the entry point): the probe's
-    builds start there, before the first call traces, with the user's own cache as an ext compile
-    with no options reads it; on a machine whose preset is not the cpu one, nothing starts."""
+    builds start there, before the first call traces, for the preset of this machine's device
+    and the user's own cache as an ext compile with no options reads it; on a machine whose
+    preset is not the cpu one, nothing starts."""
     import importlib
     import importlib.metadata
 
@@ -405,10 +406,29 @@ def test_dynamos_backend_lookup_asks_ahead_where_the_machines_preset_is_cpu(monk
 
     (entry,) = [e for e in importlib.metadata.entry_points(group="torch_dynamo_backends") if e.name == "ext"]
     assert entry.value == "inductor_ext.dynamo_entry:ext_backend"
-    caches = []
+    configs, caches, devices = [], [], []
+    real_ask = install.ask_isas_ahead
+    monkeypatch.setattr(install, "ask_isas_ahead", lambda config: configs.append(config) or real_ask(config))
     monkeypatch.setattr(record, "ask_ahead", caches.append)
-    monkeypatch.setattr(presets, "preset_for_device", lambda device: preset)
+    monkeypatch.setattr(presets, "machine_device", lambda: torch.device("cuda", 3))  # any device: only named
+    monkeypatch.setattr(presets, "preset_for_device", lambda device: devices.append(device) or preset)
     importlib.reload(dynamo_entry)
+    assert devices == [torch.device("cuda", 3)] and [c.preset for c in configs] == [preset]
     assert len(caches) == int(asked)
     if asked:
         assert caches[0].path == ext_choices.cache_for(presets.resolve({"preset": "cpu"})).path
+
+
+def test_a_failure_at_backend_lookup_is_left_to_the_compile(monkeypatch, caplog):
+    import importlib
+
+    from inductor_ext import dynamo_entry, presets
+
+    def broken(device):
+        raise RuntimeError("no such device")
+
+    monkeypatch.setattr(presets, "preset_for_device", broken)
+    with caplog.at_level(logging.DEBUG, logger="inductor_ext"):
+        importlib.reload(dynamo_entry)  # raises nothing: the compile asks again and says what is wrong
+    assert [r.getMessage() for r in caplog.records if "lookup" in r.getMessage()] == [
+        "ext: not asking the vector ISAs at backend lookup: no such device"]
