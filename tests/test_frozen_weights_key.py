@@ -7,7 +7,7 @@ import logging
 
 import torch
 
-from inductor_ext.lowering import frozen_weights_key
+from inductor_ext.lowering import frozen_params, frozen_weights_key
 from inductor_ext.lowering.frozen_weights_key import current_digest, frozen_weights, weights_digest
 
 
@@ -57,3 +57,66 @@ def test_an_unreadable_weight_turns_both_caches_off(caplog):
     assert [r.getMessage() for r in caplog.records if "cache key" in r.getMessage()] == [
         "ext: a frozen weight of this graph is a Marked, whose values ext cannot put in a cache key: Inductor's FX "
         "graph and AOTAutograd caches are off for this compile"]
+
+
+# ---------------------------------------------------------------- which compiles carry the digest
+
+
+def _static(t):
+    torch._dynamo.mark_static_address(t, guard=False)
+    return t
+
+
+def _digests(gm, inputs):
+    """What each compile compile_frozen makes sees as the key's digest, (freeze, digest)."""
+    seen = []
+
+    def compile(g, compile_inputs, freeze):
+        seen.append((freeze, current_digest()))
+        return g
+
+    run = frozen_params.compile_frozen(gm, inputs, compile)
+    return seen, run
+
+
+def _matmul():
+    return torch.fx.symbolic_trace(lambda x, w: x @ w)
+
+
+def test_a_frozen_compile_keys_on_its_weights_values_and_not_its_activations():
+    w = _static(torch.randn(3, 4))
+    (first,), _ = _digests(_matmul(), [torch.randn(2, 3), w])
+    (again,), _ = _digests(_matmul(), [torch.randn(2, 3), _static(w.clone())])  # other activations
+    (other,), _ = _digests(_matmul(), [torch.randn(2, 3), _static(w + 1)])
+    assert first[0] and first[1] == weights_digest([w])
+    assert again == first and other[1] != first[1]
+
+
+def test_the_thawed_compile_has_no_digest(capfd):
+    x, w = torch.randn(2, 3), _static(torch.randn(3, 4))
+    seen, run = _digests(_matmul(), [x, w])
+    w.mul_(2)  # a weight changed: recompiled without freezing
+    run(x, w)
+    assert [freeze for freeze, _ in seen] == [True, False] and seen[1][1] is None
+
+
+def test_graph_attributes_frozen_by_the_users_own_freezing_are_in_the_digest():
+    class Net(torch.nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.w = torch.nn.Parameter(w)
+
+        def forward(self, x):
+            return x @ self.w
+
+    w = torch.randn(3, 4)
+    (frozen,), _ = _digests(torch.fx.symbolic_trace(Net(w)), [torch.randn(2, 3)])
+    (other,), _ = _digests(torch.fx.symbolic_trace(Net(w + 1)), [torch.randn(2, 3)])
+    assert frozen == (True, weights_digest([w])) and other[1] != frozen[1]
+
+
+def test_nested_inputs_put_every_tensor_in_the_digest():
+    gm = torch.fx.symbolic_trace(lambda xs: xs[0] @ xs[1])
+    x, w = torch.randn(2, 3), torch.randn(3, 4)
+    (seen,), _ = _digests(gm, [[x, w]])
+    assert seen == (True, weights_digest([x, w]))
