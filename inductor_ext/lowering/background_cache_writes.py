@@ -9,8 +9,8 @@ atomic rename and layout). A lookup of the FX graph cache inside ext's compiles 
 the writes handed over before it, so a graph compiled again in this process finds its entry as
 before. The writer runs at the lowest priority (nice 19): at the default one, on 2 cores, the
 graph's calls in the first 0.5 s after the compile ran at 25 ms instead of 11-12 ms while it
-wrote (13 ms at nice 19). It is not a daemon: the interpreter waits for the writes at exit. A write that
-fails says so in one warning, as Inductor's own does, and fails nothing.
+wrote (13 ms at nice 19). It is not a daemon: the interpreter waits for the writes at exit. A
+write that fails says so in one warning, as Inductor's own does, and fails nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from torch._inductor.codecache import FxGraphCache
 log = logging.getLogger("inductor_ext")
 
 __all__ = ["wait_for_writes", "written_in_background"]
+
 
 def _lowest_priority() -> None:
     """The writer yields the CPU to the compiled graph's first calls (Linux: a thread's nice)."""
