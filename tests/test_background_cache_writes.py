@@ -29,7 +29,8 @@ def slow_disk(monkeypatch):
         events.append(("written", key, content))
 
     monkeypatch.setattr(FxGraphCache, "_write_to_local_cache", staticmethod(write))
-    monkeypatch.setattr(FxGraphCache, "_lookup_graph", staticmethod(lambda key, *a, **k: events.append(("looked up", key)) or "entry"))
+    monkeypatch.setattr(FxGraphCache, "_lookup_graph",
+                        staticmethod(lambda key, *a, **k: events.append(("looked up", key)) or "entry"))
     return release, events
 
 
