@@ -161,6 +161,26 @@ def test_a_full_batch_starts_at_once_and_a_partial_one_when_a_kernel_is_asked_fo
     assert started == [2, 1]
 
 
+def test_a_modules_last_partial_batch_starts_when_it_waits_not_when_a_kernel_is_asked_for(monkeypatch):
+    # The module asks its kernels in order: had the partial batch waited for that, it would have
+    # built after the full ones instead of beside them (~1.6 s more of the llama row's compile).
+    import torch._inductor.config as inductor_config
+    from torch._inductor.async_compile import AsyncCompile
+
+    started: list[int] = []
+    monkeypatch.setattr(kernel_batches, "start", lambda members, submit_fn: started.append(len(members)) or _Built)
+    monkeypatch.setattr(kernel_batches, "BATCH_SIZE", 2)
+    with inductor_config.patch(compile_threads=2), kernel_batches.served_in_batches():
+        module = AsyncCompile()
+        scope = {f"k{i}": module.cpp_pybinding(*KERNELS[i]) for i in range(3)}
+        assert started == [2]
+        module.wait({})  # nothing asked for yet
+        assert started == [2, 1]
+        module.wait(scope)
+        assert started == [2, 1] and [scope[f"k{i}"] for i in range(3)] == ["kernel_0", "kernel_1", "kernel_0"]
+        AsyncCompile().wait({})  # a module with no batchable kernel
+
+
 def test_at_codegen_a_wrappers_kernels_gather_into_its_own_batches(monkeypatch):
     import torch._inductor.config as inductor_config
     from torch._inductor.async_compile import AsyncCompile
@@ -233,3 +253,4 @@ def test_inductors_own_function_is_back_after_and_when_a_compile_fails():
     from torch._inductor.async_compile import AsyncCompile
 
     assert_in_force_only_inside(AsyncCompile, "cpp_pybinding", kernel_batches.served_in_batches)
+    assert_in_force_only_inside(AsyncCompile, "wait", kernel_batches.served_in_batches)

@@ -251,6 +251,11 @@ class Gatherer:
             batch.start()
         return functools.partial(batch.kernel, index)
 
+    def start_open(self) -> None:
+        """Start the last, partial batch: every kernel has been added."""
+        if self._open is not None:
+            self._open.start()
+
 
 def prefetch(owner: Any, argtypes: list[str], source: str) -> bool:
     """At codegen: gather the kernel into ``owner``'s (the wrapper's) batches, starting each full
@@ -277,8 +282,19 @@ def served_in_batches() -> Iterator[None]:
         gatherer = self.__dict__.setdefault("_ext_kernel_batches", Gatherer(self.submit))
         return LambdaFuture(gatherer.add(m))
 
+    def wait(self: AsyncCompile, scope: dict[str, Any]) -> None:
+        # The module has defined all its kernels: the last, partial batch builds beside the full
+        # ones, not after them (its kernels are asked for only once the earlier batches' are).
+        gatherer = self.__dict__.get("_ext_kernel_batches")
+        if gatherer is not None:
+            gatherer.start_open()
+        original_wait(self, scope)
+
+    original_wait = AsyncCompile.__dict__["wait"]
     AsyncCompile.cpp_pybinding = cpp_pybinding  # type: ignore[method-assign]
+    AsyncCompile.wait = wait  # type: ignore[method-assign]
     try:
         yield
     finally:
         AsyncCompile.cpp_pybinding = original  # type: ignore[method-assign]
+        AsyncCompile.wait = original_wait  # type: ignore[method-assign]
