@@ -10,6 +10,7 @@ import contextlib
 import functools
 import json
 import logging
+import sys
 import threading
 from pathlib import Path
 
@@ -379,6 +380,22 @@ def test_the_asking_ahead_runs_in_a_daemon_thread_the_compile_time_bench_can_tel
         record.ask_ahead(AutotuneCache(":memory:"))
     assert record._ahead[0].result(timeout=10) == []
     assert seen[0].daemon and seen[0].name.startswith("ext-isa-probe")
+
+
+def test_the_test_builds_imports_run_in_the_compiles_thread_before_the_asking_starts(monkeypatch):
+    order = []
+    monkeypatch.setattr(record, "_ahead", [None])
+    monkeypatch.setattr(record, "probe_key", lambda: "inductor.cpu_vec_isa:test")
+    monkeypatch.setattr(record, "_probed_in_process", lambda: False)
+    monkeypatch.setattr(record, "_import_build_modules", lambda: order.append(("imports", threading.current_thread())))
+    monkeypatch.setattr(record, "_ask_isas", lambda first_only: order.append(("asked", threading.current_thread())) or [])
+    with inductor_config.patch({"cpp.vec_isa_ok": None}):
+        record.ask_ahead(AutotuneCache(":memory:"))
+    record._ahead[0].result(timeout=10)
+    assert [what for what, _ in order] == ["imports", "asked"]
+    assert order[0][1] is threading.current_thread() and order[1][1] is not threading.current_thread()
+    record._import_build_modules()
+    assert "torch.utils.cpp_extension" in sys.modules
 
 
 def test_asking_ahead_that_failed_leaves_the_probe_to_inductor_and_says_why(monkeypatch, caplog):

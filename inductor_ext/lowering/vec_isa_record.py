@@ -157,8 +157,16 @@ def ask_ahead(cache: AutotuneCache) -> None:
             future.set_exception(e)
 
     _ahead[0] = future
+    _import_build_modules()
     # a daemon: a process that exits before its compile needs the answer does not wait for g++
     threading.Thread(target=ask, name="ext-isa-probe-ahead", daemon=True).start()
+
+
+def _import_build_modules() -> None:
+    """The modules the test builds import, imported in the compile's thread: in the asking thread
+    they queued for the GIL behind Dynamo's tracing, ~1 s before the first g++ started (Inductor's
+    codegen imports them anyway)."""
+    import torch.utils.cpp_extension  # noqa: F401
 
 
 def _probe_outcome() -> tuple[list[str], list[str]]:
