@@ -230,3 +230,30 @@ def test_a_background_build_that_fails_says_so_at_debug_level_and_is_over(capfd)
         logger.setLevel(level)
     said = capfd.readouterr().err  # ext's logger writes to stderr
     assert "ext-test-build in the background failed (no such header)" in said, said
+
+
+def test_the_background_build_and_the_compiler_it_runs_yield_the_cpu(monkeypatch, tmp_path):
+    """Nothing waits for the check's build, so it runs at the lowest priority (nice 19), and so
+    does the compiler it starts: on a machine's first compile it would otherwise take a core from
+    the compile and from the vector-ISA probe's builds. Other background builds keep the default."""
+    import os
+    import subprocess
+    import threading
+
+    from inductor_ext.runtime import background_builds
+
+    seen = []
+
+    def build():
+        seen.append((os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                     int(subprocess.run(["nice"], capture_output=True, text=True).stdout)))
+
+    monkeypatch.setenv("INDUCTOR_EXT_TOOL_DIR", str(tmp_path / "tools"))
+    monkeypatch.setattr(tensor_watch, "_building", [])
+    monkeypatch.setattr(tensor_watch, "load", build)
+    monkeypatch.setattr(tensor_watch, "_at_hand", lambda: False)
+    tensor_watch.build_ahead()
+    tensor_watch._building[0].join(timeout=60)
+    background_builds.start(build, "ext-test-build").join(timeout=60)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert seen == [(19, 19), (mine, mine)]

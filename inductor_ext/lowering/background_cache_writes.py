@@ -18,27 +18,20 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
-import os
 import threading
 from typing import Any, Callable, Iterator
 
 from torch._inductor.codecache import FxGraphCache
+
+from inductor_ext.runtime.background_builds import lowest_priority
 
 log = logging.getLogger("inductor_ext")
 
 __all__ = ["wait_for_writes", "written_in_background"]
 
 
-def _lowest_priority() -> None:
-    """The writer yields the CPU to the compiled graph's first calls (Linux: a thread's nice)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # another OS, or not allowed: the default priority
-        pass
-
-
 _writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ext-fx-cache-write",
-                                                initializer=_lowest_priority)
+                                                initializer=lowest_priority)
 _pending: list[concurrent.futures.Future[None]] = []
 _lock = threading.Lock()
 

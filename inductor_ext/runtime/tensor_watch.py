@@ -100,7 +100,9 @@ def build_ahead() -> None:
     """Start building the module in the background unless it is at hand or being built: a
     compile that will watch frozen weights calls this first, so the build runs beside it."""
     if not _building and not _at_hand():
-        _building.append(background_builds.start(load, "ext-tensor-watch-build"))
+        # at the lowest priority: nothing waits for it, and on a machine's first compile it
+        # would take a core from the compile itself and from the vector-ISA probe's builds
+        _building.append(background_builds.start(load, "ext-tensor-watch-build", lowest=True))
 
 
 def _module(wait: bool) -> ModuleType | None:
