@@ -384,6 +384,7 @@ def test_the_asking_ahead_runs_in_a_daemon_thread_the_compile_time_bench_can_tel
 
 def test_the_test_builds_imports_run_in_the_compiles_thread_before_the_asking_starts(monkeypatch):
     order = []
+    import_build_modules = record._import_build_modules
     monkeypatch.setattr(record, "_ahead", [None])
     monkeypatch.setattr(record, "probe_key", lambda: "inductor.cpu_vec_isa:test")
     monkeypatch.setattr(record, "_probed_in_process", lambda: False)
@@ -394,7 +395,12 @@ def test_the_test_builds_imports_run_in_the_compiles_thread_before_the_asking_st
     record._ahead[0].result(timeout=10)
     assert [what for what, _ in order] == ["imports", "asked"]
     assert order[0][1] is threading.current_thread() and order[1][1] is not threading.current_thread()
-    record._import_build_modules()
+    # what it imports: the module the test builds' options need (restored as it was after)
+    import torch.utils.cpp_extension
+
+    monkeypatch.setattr(torch.utils, "cpp_extension", torch.utils.cpp_extension)
+    monkeypatch.delitem(sys.modules, "torch.utils.cpp_extension")
+    import_build_modules()
     assert "torch.utils.cpp_extension" in sys.modules
 
 
