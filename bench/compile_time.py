@@ -276,7 +276,11 @@ def run_arm(arm: str, model_name: str, cache_db: str, quick: bool) -> dict[str, 
     phases = {"compile_call": round(compile_call, 3), **{p: round(clock.seconds.get(p, 0.0), 3) for p in PHASES}}
     phases["rest"] = round(total - sum(phases.values()), 3)
     timed = {key: round(sum(v), 3) for key, v in compilation_time_metrics.items()}
-    decisions = sys.modules["inductor_ext.lowering.decision_record"].decisions if arm.startswith("ext") else []
+    decisions: list[Any] = []
+    if arm.startswith("ext"):
+        from inductor_ext.lowering import decision_record  # imported by install_clock already
+
+        decisions = decision_record.decisions
     reasons = collections.Counter(re.split(r"[:;]", d.reason)[0] for d in decisions)
     return {"seconds": round(total, 3), "phases": phases, "builds": dict(clock.builds),
             "dynamo_timed": dict(sorted(timed.items(), key=lambda kv: -kv[1])[:12]),

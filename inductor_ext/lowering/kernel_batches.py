@@ -271,8 +271,9 @@ def prefetch(owner: Any, argtypes: list[str], source: str) -> bool:
 
 @contextlib.contextmanager
 def served_in_batches() -> Iterator[None]:
-    """Inside: each graph module's ``async_compile.cpp_pybinding`` calls gathered into batches."""
-    original = AsyncCompile.__dict__["cpp_pybinding"]
+    """Inside: each graph module's ``async_compile.cpp_pybinding`` calls gathered into batches,
+    its last, partial batch started when the module waits for its kernels."""
+    original, original_wait = AsyncCompile.__dict__["cpp_pybinding"], AsyncCompile.__dict__["wait"]
 
     def cpp_pybinding(self: AsyncCompile, argtypes: list[str], source_code: str) -> Any:
         m = member(argtypes, source_code) if get_compile_threads() > 1 else None
@@ -290,7 +291,6 @@ def served_in_batches() -> Iterator[None]:
             gatherer.start_open()
         original_wait(self, scope)
 
-    original_wait = AsyncCompile.__dict__["wait"]
     AsyncCompile.cpp_pybinding = cpp_pybinding  # type: ignore[method-assign]
     AsyncCompile.wait = wait  # type: ignore[method-assign]
     try:
