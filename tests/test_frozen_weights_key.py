@@ -4,6 +4,7 @@ case (a cached graph never serves another model's packed weights) is in test_cpp
 from __future__ import annotations
 
 import logging
+import types
 
 import torch
 
@@ -27,6 +28,33 @@ def test_a_non_contiguous_weight_is_hashed_by_its_values():
     w = torch.randn(8, 16)
     assert weights_digest([w.t()]) == weights_digest([w.t().contiguous()])
     assert weights_digest([w.t()]) != weights_digest([w])
+
+
+class _Placed:
+    """A stand-in weight on ``device`` (no GPU here): ``.cpu()`` gives ``host``, and fails where
+    the weight is on the host already (read in place, never copied); its bytes are read only on
+    the host."""
+
+    def __init__(self, host: torch.Tensor, device: str) -> None:
+        self.host, self.shape, self.device = host, host.shape, types.SimpleNamespace(type=device)
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        assert self.device.type != "cpu", "a host weight is copied to be hashed"
+        return self.host
+
+    def contiguous(self):
+        assert self.device.type == "cpu", "a device weight's bytes read without a host copy"
+        return self.host.contiguous()
+
+
+def test_a_device_weight_is_hashed_by_its_host_copy_and_a_host_weight_in_place():
+    w = torch.randn(6, 5)
+    host = frozen_weights_key._tensor_digest(w)
+    assert frozen_weights_key._tensor_digest(_Placed(w, "cuda")) == host
+    assert frozen_weights_key._tensor_digest(_Placed(w, "cpu")) == host
 
 
 def test_empty_and_bf16_weights_have_digests():
