@@ -13,6 +13,10 @@ weight packed now, at compile time, as a graph constant, and ``mkl::_mkl_linear`
 ``mkldnn::_linear_pointwise`` called on it (measured: ext's op cost 15-30 us a call more, and a
 transpose of the weight view each call). ``PACKED_NAMES`` lets the ATen rule treat them as
 Inductor's default under freezing (``ExtChoices._prefer_packed``).
+
+For wide fp32 GEMMs (``panel_gemm_ops.WIDE`` output columns or more), ATen's GEMM called once per
+panel of columns (``kernels/panel_gemm_ops.py``) is offered too, packed weight or not: the graph
+calls the op itself (an ATen-side choice like the others, timed as its body).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from torch._inductor.select_algorithm import ExternKernelChoice
 from torch._inductor.virtualized import V
 
 from inductor_ext.config import ExtConfig
-from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops
+from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, panel_gemm_ops
 from inductor_ext.kernels.packed_weights import bias_row
 from inductor_ext.lowering import opaque_constants, ops
 
@@ -136,9 +140,44 @@ def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inpu
     return inputs
 
 
+# ATen's GEMM per panel of output columns, by the op it serves; the graph calls the op
+# (a FallbackKernel: Python and C++ wrappers alike), autotuning its body.
+PANEL_GEMMS = {
+    op: ExternKernelChoice(body, name=f"ext_panel_{op}", has_out_variant=False, use_fallback_kernel=True,
+                           op_overload=getattr(torch.ops.inductor_ext, f"panel_{op}").default)
+    for op, body in (("mm", panel_gemm_ops.panel_mm), ("addmm", panel_gemm_ops.panel_addmm))
+}
+
+
+def panel_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpInputs | str:
+    """The op's inputs for its panel GEMM, or why it is not offered for this op instance."""
+    if config.device_type != "cpu" or kernel_inputs.device_type != "cpu":
+        return "not the cpu preset"
+    if op_name not in PANEL_GEMMS:
+        return f"op {op_name} (the panel GEMMs serve {', '.join(PANEL_GEMMS)})"
+    inputs = ops.op_inputs(op_name, kernel_inputs)
+    if isinstance(inputs, str):
+        return inputs
+    x, w_t = inputs.spec.inputs[-2:]
+    if op_name == "addmm":
+        scalars = inputs.spec.scalars
+        if float(scalars.get("alpha", 1.0)) != 1.0 or float(scalars.get("beta", 1.0)) != 1.0:
+            return f"addmm with alpha={scalars.get('alpha')}, beta={scalars.get('beta')} (a linear's are 1)"
+    if (x.dtype, w_t.dtype) != ("float32", "float32"):  # bf16 on AVX2: no gain measured (0.96-1.00x)
+        return f"dtypes {x.dtype}, {w_t.dtype} (the panels are offered for float32)"
+    if w_t.dynamic:  # how many panels depends on sizes only known when it runs
+        return f"a weight with symbolic sizes (hints {list(w_t.shape)})"
+    if int(w_t.shape[-1]) < panel_gemm_ops.WIDE:
+        return f"{w_t.shape[-1]} output columns (offered from {panel_gemm_ops.WIDE})"
+    return inputs
+
+
 def extend(config: ExtConfig, op_name: str, kernel_inputs: Any, choices: list[Any]) -> None:
     """Append the ATen-side choices this compile offers for ``op_name`` to ``choices``."""
     for gemm in PACKED_GEMMS:
         inputs = packed_inputs(gemm, config, op_name, kernel_inputs)
         if not isinstance(inputs, str):
             choices.append(gemm.choice.bind(inputs.nodes, inputs.layout))
+    inputs = panel_inputs(config, op_name, kernel_inputs)
+    if not isinstance(inputs, str):
+        choices.append(PANEL_GEMMS[op_name].bind(inputs.nodes, inputs.layout))
