@@ -236,3 +236,37 @@ def test_configs_of_names_one_familys_winners_nearest_first() -> None:
                                                       ("cpp.gemm", {**CONFIG, "block_m": 32})), 3)
     assert p.configs_of("cpp.gemm") == (CONFIG, {**CONFIG, "block_m": 32})
     assert p.configs_of("cpp.flash") == (other,) and p.configs_of("triton.gemm") == ()
+
+
+def _with_aten_side(e: Entry, name: str, time_us: float | None) -> Entry:
+    """``e`` with one more ATen-side candidate (no template policy), as a packed or panel GEMM is recorded."""
+    candidates = [*e.candidates, {"name": name, "time_us": time_us, "policy": None, "error": None}]
+    return Entry(key=e.key, winner=e.winner, config=e.config, winner_time_us=e.winner_time_us,
+                 aten_time_us=e.aten_time_us, candidates=candidates)
+
+
+def test_where_aten_serves_the_nearest_entrys_faster_aten_side_choice_is_picked_past_the_margin() -> None:
+    # ATen wins everywhere (the template 2x slower); at 512 rows the panel GEMM ran in 60% of mm's time
+    entries = [_with_aten_side(e, "ext_panel_mm", 60.0 * 512 if e.key.shapes[0][0] == 512 else None)
+               for e in grid(2.0)]
+    model = CostModel.from_entries(entries)
+    near = model.predict(key(384, 2048, 768))  # nearest: 512 rows, N 2048
+    assert near.aten_choice == ("ext_panel_mm", pytest.approx(math.log(100 / 60)))
+    assert near.aten_pick(0.05) == "ext_panel_mm"
+    assert near.aten_pick(100 / 60 - 1) is None  # a gain exactly at the margin does not count
+    assert near.aten_pick(0.7) is None
+    far = model.predict(key(24, 2048, 768))  # nearest: 16 rows, where the panel was not timed
+    assert far.aten_choice is None and far.aten_pick(0.0) is None
+
+
+def test_the_op_itself_fastest_or_untimed_is_no_aten_pick() -> None:
+    slower = _with_aten_side(entry(16, 768, 768, 100.0, 200.0), "ext_mkl_packed_mm", 120.0)
+    assert cost_model.observe(slower).aten_pick is None
+    untimed_op = entry(16, 768, 768, 100.0, 200.0)
+    untimed_op = Entry(key=untimed_op.key, winner="aten", config={"name": "ext_mkl_packed_mm"}, winner_time_us=50.0,
+                       aten_time_us=50.0, candidates=[{"name": "mm", "time_us": None, "policy": None, "error": None},
+                                                      {"name": "ext_mkl_packed_mm", "time_us": 50.0, "policy": None,
+                                                       "error": None}])
+    assert cost_model.observe(untimed_op).aten_pick is None
+    template_faster = _with_aten_side(entry(16, 768, 768, 100.0, 20.0), "ext_mkl_packed_mm", 80.0)
+    assert cost_model.observe(template_faster).aten_pick == ("ext_mkl_packed_mm", pytest.approx(math.log(100 / 80)))

@@ -7,6 +7,7 @@ a refused file is one line and compiles run as without it."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -22,6 +23,7 @@ import torch
 from inductor_ext.autotune import cache_transfer, decision_tables
 from inductor_ext.autotune.cache_entry import Entry, ProblemKey
 from inductor_ext.autotune.decision_tables import TableSet, parse_table, portable, table_text
+from inductor_ext.kernels import mkl_packed_ops
 from inductor_ext.lowering import decision_record
 from inductor_ext.targets import cpu
 
@@ -287,6 +289,37 @@ def test_the_model_never_serves_a_predicted_loss(model, keys, tmp_path: Path, mo
                    winner="aten", template_us=12.0) for m in (4, 8, 32, 64)]
     decisions = _compile(model, {"decision_tables": _write(tmp_path, near)}, monkeypatch)
     assert decisions[0].reason.startswith("model: ATen's default; template predicted 1.20x")
+
+
+@pytest.mark.skipif(not mkl_packed_ops.available(), reason="this torch build has no MKL (non-x86 build)")
+def test_where_aten_serves_the_nearest_entrys_faster_aten_side_choice_is_served(model, keys, tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """ATen won near the first GEMM (the template 1.2x slower) and MKL's packed sgemm, an ATen-side
+    choice this frozen fp32 graph offers, ran in half of mm's time in the nearest entry (20 rows):
+    the model serves the packed GEMM, untimed. Where it ran only 3% faster (under the 5% margin):
+    ATen's default, mm."""
+    (first, form), _ = keys
+
+    def near(packed_us: float) -> list[Entry]:
+        entries = []
+        for m in (4, 8, 20, 64):
+            e = _entry(portable(ProblemKey.from_dict({**first.to_dict(), "shapes": [[m, 64], [64, 96]]}), form),
+                       winner="aten", template_us=12.0)
+            candidates = [*e.candidates, {"name": "ext_mkl_packed_mm", "time_us": packed_us if m == 20 else 11.0,
+                                          "policy": None, "error": None}]
+            entries.append(dataclasses.replace(e, candidates=candidates))
+        return entries
+
+    options = {"template_margin": 0.05}
+    decisions = _compile(model, {"decision_tables": _write(tmp_path, near(5.0)), **options}, monkeypatch)
+    assert decisions[0].winner == "ext_mkl_packed_mm", decisions[0]
+    assert decisions[0].reason.startswith("model: ext_mkl_packed_mm, 2.00x faster than mm in the nearest table "
+                                          "entry; template predicted 1.20x"), decisions[0].reason
+    assert all(c["time_us"] is None for c in decisions[0].candidates)  # nothing timed
+    torch._dynamo.reset()
+    decisions = _compile(model, {"decision_tables": _write(tmp_path, near(9.7)), **options}, monkeypatch)
+    assert decisions[0].winner.startswith("mm") and decisions[0].reason.startswith("model: ATen's default"), \
+        decisions[0].reason
 
 
 def test_the_model_never_serves_a_template_its_rule_does_not_pick(model, keys, tmp_path: Path, monkeypatch) -> None:

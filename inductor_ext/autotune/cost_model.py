@@ -15,6 +15,10 @@ safer choice: a wrong template costs speed, a missed one costs only what tuning 
 Timing (``autotune="quick"``) is pruned by the other side of the same bound
 (``Prediction.template_loses``): where even the ratio made better by the error would not beat
 ATen by the margin, no template is timed; elsewhere the configs that won nearby are timed first.
+
+Where ATen serves, which ATen-side choice (``Prediction.aten_pick``): the op itself, unless in the
+nearest observation another ATen-side choice (a packed or panelled library GEMM,
+``lowering/aten_choices.py``) beat the op by the margin; then that one, where it is offered.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Observation:
     template_us: float | None  # the best template config's time; None: none was timed
     family: str | None  # the winner, where a template won
     config: Mapping[str, Any] | None  # its config, where a template won
+    aten_pick: tuple[str, float] | None = None  # the fastest ATen-side choice, where not the op, and log(op / it)
 
     @property
     def log_ratio(self) -> float:
@@ -63,6 +68,14 @@ class Prediction:
     configs: tuple[tuple[str, Mapping[str, Any]], ...] = ()  # (family, config) of the nearest wins, nearest first
     neighbours: int = 0
     why_none: str = ""  # why there is no prediction
+    aten_choice: tuple[str, float] | None = None  # the nearest observation's ``aten_pick``
+
+    def aten_pick(self, margin: float) -> str | None:
+        """The ATen-side choice to serve instead of the op itself: the nearest observation's
+        fastest, where it beat the op there by more than ``margin``; None: the op."""
+        if self.aten_choice is None or not self.aten_choice[1] > math.log1p(margin):
+            return None
+        return self.aten_choice[0]
 
     def template_wins(self, margin: float) -> bool:
         """Whether a template beats ATen by ``margin`` even if the model errs by its error."""
@@ -127,7 +140,19 @@ def observe(entry: Entry) -> Observation | None:
     won = entry.winner != "aten"
     return Observation(kind=kind_of(entry.key), sizes=_log_sizes(entry.key), work=_work(entry.key), aten_us=aten,
                        template_us=min(timed) if timed else None,
-                       family=entry.winner if won else None, config=dict(entry.config) if won else None)
+                       family=entry.winner if won else None, config=dict(entry.config) if won else None,
+                       aten_pick=_aten_pick(entry))
+
+
+def _aten_pick(entry: Entry) -> tuple[str, float] | None:
+    """The entry's fastest ATen-side candidate (no template policy) and log(the op's time / its
+    time), where it is not the op itself and both were timed."""
+    times = {c["name"]: c["time_us"] for c in entry.candidates if c.get("policy") is None and c.get("time_us")}
+    own = times.get(entry.key.op)
+    if own is None:
+        return None
+    fastest = min(times, key=times.__getitem__)
+    return None if fastest == entry.key.op else (fastest, math.log(own / times[fastest]))
 
 
 def _distance(a: Sequence[float], b: Sequence[float]) -> float:
@@ -179,8 +204,9 @@ class CostModel:
         wins = sorted((o for o in group if o.family is not None and _distance(o.sizes, _log_sizes(key)) <= RADIUS),
                       key=lambda o: _distance(o.sizes, _log_sizes(key)))
         configs = tuple(dict.fromkeys((o.family, _frozen(o.config)) for o in wins if o.family and o.config))
+        nearest = min(group, key=lambda o: _distance(o.sizes, _log_sizes(key)))
         return Prediction(ratio, self.error(kind), aten_us, template_us,
-                          tuple((f, dict(c)) for f, c in configs), near)
+                          tuple((f, dict(c)) for f, c in configs), near, aten_choice=nearest.aten_pick)
 
 
 def _frozen(config: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:

@@ -1,11 +1,10 @@
 """``torch.ops.inductor_ext.panel_mm`` and ``panel_addmm``: ATen's GEMM called once per panel of
 ``PANEL`` output columns, each call writing its own columns of one result.
 
-A wide output (a vocabulary projection: N of 32000-50257, also 8192-wide FFNs at few rows) is
-where MKL's single sgemm call runs slowest on the 2-core AVX2 EPYC: 85-127 GFLOP/s at 128-512
-rows and 768 deep, where the same GEMM on 1024-column panels ran at 136-170 (1.3-1.6x), and
-45 -> 60 at 16 rows and N=8192; at N of 2304-3072 the two were within noise
-(``bench/wide_gemm.py`` measures it). Each panel's weight columns and output columns stay in the
+A wide output (a vocabulary projection: N of 32000-50257) is where MKL's single sgemm call runs
+slowest on the 2-core AVX2 EPYC: 41-107 GFLOP/s at 16-128 rows and 768 deep, and at 512 rows of
+50257, where the same GEMM on 1024-column panels ran at 60-139 (1.19-1.48x, ``bench/wide_gemm.py``
+side by side); at 512 rows of 8192 and 32000 the two were within noise, at N of 2304-3072 too. Each panel's weight columns and output columns stay in the
 last-level cache while it is computed. ext offers it as one more ATen-side choice for wide
 GEMMs (``lowering/aten_choices.py``): timed like the others, chosen only where it wins.
 

@@ -365,7 +365,9 @@ class ExtChoices(InductorChoices):
     def _untimed_pick(self, choices: list[Any], prepared: dict[str, Any], decision: Decision) -> list[Any]:
         """``autotune="model"``, nothing cached: a decision table's entry for this problem, else the
         cost model's pick (a template only where it predicts a win by the margin, its error
-        included), else ATen's default. Nothing is timed and nothing is written."""
+        included), else ATen's side: the ATen-side choice that beat the op by the margin in the
+        nearest table entry where this compile offers it, else ATen's default. Nothing is timed
+        and nothing is written."""
         assert decision.key is not None
         form = self.form(decision.key)
         found = self.tables.get(decision.key, form)
@@ -384,6 +386,12 @@ class ExtChoices(InductorChoices):
                 if chosen is not None:
                     decision.candidates.append(candidate_record(chosen, "template", family, "model", dict(config)))
                     return self._only(choices, decision, chosen, f"model: {prediction.text()}")
+        aten = prediction.aten_pick(self.config.template_margin)
+        served = next((c for c in choices if c.name == aten), None) if aten else None
+        if served is not None and prediction.aten_choice is not None:
+            gain = math.exp(prediction.aten_choice[1])
+            return self._only(choices, decision, served, f"model: {aten}, {gain:.2f}x faster than {decision.op} in "
+                                                         f"the nearest table entry; {prediction.text()}")
         return self._only(choices, decision, choices[0], f"model: ATen's default; {prediction.text()}")
 
     def _times_returned_output(self, kernel_inputs: Any) -> bool:
