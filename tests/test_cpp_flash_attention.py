@@ -243,7 +243,8 @@ def _reference(q, k, v, mask, scale, is_causal=False):
 
 @pytest.mark.parametrize("dtype, config", EVERY_FORM)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_kernel_matches_float64_sdpa(dtype, config, case):
+def test_kernel_matches_float64_sdpa(dtype, config, case, monkeypatch):
+    monkeypatch.setattr(family, "ATEN_ABOVE_VISIBLE", {})  # the kernel on every mask, one that hides little too
     batch, lq, lk, heads, kv_heads, d, kind = case
     torch.manual_seed(0)
     q, k, v = _hf(batch, lq, heads, d, dtype), _hf(batch, lk, kv_heads, d, dtype), _hf(batch, lk, kv_heads, d, dtype)
@@ -497,10 +498,10 @@ def test_kernel_is_timed_against_aten_and_the_winner_computes_the_same(compiled)
 
 
 @needs[torch.float32]
-def test_every_mask_a_benchmark_passes_attends_everywhere(monkeypatch):
+def test_a_prefills_mask_is_timed_causal_and_run_as_the_graph_builds_it(monkeypatch):
     """Inductor's example value of a bool tensor is all False: a mask hiding every key, under which
-    the kernel skips every block and was timed doing nothing. Timed, the kernel sees masks that
-    attend everywhere (``lowering/ops/_select.py``); run, the graph's own (causal) mask."""
+    the kernel skips every block and was timed doing nothing. Timed, a prefill's mask is causal,
+    the mask a decoder's prefill passes (``lowering/ops/_select.py``); run, the graph's own."""
     from inductor_ext.lowering import adapters
 
     masks = []
@@ -522,10 +523,83 @@ def test_every_mask_a_benchmark_passes_attends_everywhere(monkeypatch):
     m, x = Prefill().eval(), torch.randn(1, 40, 128)
     got, (decision,) = _compile(m, {"preset": "cpu", "force_template": family.NAME}, x)
     timed, run = masks[:-1], masks[-1]
-    assert timed and all(t is not None and bool(t.all()) for t in timed), [t if t is None else t.float().mean() for t in timed]
-    assert run is not None and not run.all()  # the compiled call's causal mask
+    causal = _causal(40, 40).expand(1, 1, 40, 40)
+    assert timed and all(t is not None and torch.equal(t.broadcast_to(causal.shape), causal) for t in timed), timed
+    assert run is not None and torch.equal(run.broadcast_to(causal.shape), causal)  # the compiled call's mask
     with torch.no_grad():
         torch.testing.assert_close(got, m(x), **TOL[torch.float32])
+
+
+def test_a_mask_over_one_query_or_broadcast_over_queries_is_timed_attending_everywhere(monkeypatch):
+    """Only a prefill's mask over several queries is timed causal (aligned bottom-right where keys
+    outnumber queries); a decode step's, a padding mask broadcast over the queries, and any bool
+    input of another op attend everywhere."""
+    from torch._inductor import ir
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    from inductor_ext.lowering.ops import _select
+
+    def node(size, stride=None):
+        return ir.TensorBox.create(ir.InputBuffer(name="m", layout=ir.FixedLayout(torch.device("cpu"), torch.bool,
+                                                                                      list(size), stride)))
+
+    with V.set_graph_handler(GraphLowering(torch.fx.symbolic_trace(lambda x: x))):
+        def value(op, size, stride=None):
+            return _select.attending_masks([node(size, stride)], op)[0](node(size, stride))
+
+        assert torch.equal(value("prefill_attention", (1, 1, 6, 6)), _causal(6, 6).expand(1, 1, 6, 6))
+        assert torch.equal(value("prefill_attention", (2, 1, 3, 7)), _causal(3, 7).expand(2, 1, 3, 7))
+        assert torch.equal(value("prefill_attention", (2, 4, 5, 5), [25, 0, 5, 1]), _causal(5, 5).expand(2, 4, 5, 5))
+        for op, size in (("prefill_attention", (2, 1, 1, 9)), ("decode_attention", (2, 1, 1, 9)),
+                         ("prefill_attention", (9,)), ("decode_attention", (1, 1, 6, 6))):
+            assert bool(value(op, size).all()), (op, size)
+
+
+def _stub_kernel(monkeypatch) -> list:
+    """The family's C function replaced by one that records its call (and computes nothing)."""
+    calls: list = []
+    monkeypatch.setattr(family, "_function", lambda problem, config, target: lambda *args: calls.append(config))
+    return calls
+
+
+def _aten_calls(monkeypatch) -> list:
+    from inductor_ext.kernels import prefill_attention_ops
+
+    calls: list = []
+    real = prefill_attention_ops.aten_prefill_attention
+    monkeypatch.setattr(prefill_attention_ops, "aten_prefill_attention",
+                        lambda *a, **kw: calls.append(a[3]) or real(*a, **kw))
+    return calls
+
+
+@pytest.mark.parametrize("visible", ["every key", "three in four"])
+def test_the_avx2_form_serves_atens_sdpa_for_a_mask_that_hides_little(monkeypatch, visible):
+    """Its gain is the blocks a mask hides: with more than 70% of the keys visible it computes what
+    ATen's SDPA does, by calling it."""
+    torch.manual_seed(0)
+    q, k, v = (_hf(1, 40, 2, 64) for _ in range(3))
+    mask = torch.ones(40, 40, dtype=torch.bool) if visible == "every key" else torch.rand(40, 40) < 0.75
+    kernel, aten = _stub_kernel(monkeypatch), _aten_calls(monkeypatch)
+    problem = family.problem_for(_spec(q, k, v, mask))
+    got = family.call(problem, family.Config("avx2"), "cpu", q, k, v, mask)
+    assert not kernel and len(aten) == 1 and aten[0] is mask
+    assert got.is_contiguous() and got.shape == (1, 2, 40, 64)
+    torch.testing.assert_close(got.double(), _reference(q, k, v, mask, 0.125), **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("form, mask", [("avx2", "causal"), ("avx2", "two in three"), ("avx512", "every key"),
+                                        ("avx2", "one query")])
+def test_the_kernel_runs_where_a_mask_hides_enough_and_avx512_always(monkeypatch, form, mask):
+    torch.manual_seed(0)
+    lq = 1 if mask == "one query" else 40
+    q, k, v = _hf(1, lq, 2, 64), _hf(1, 40, 2, 64), _hf(1, 40, 2, 64)
+    m = {"causal": _causal(40, 40), "two in three": torch.rand(40, 40) < 0.66,
+         "every key": torch.ones(40, 40, dtype=torch.bool), "one query": torch.ones(1, 40, dtype=torch.bool)}[mask]
+    kernel, aten = _stub_kernel(monkeypatch), _aten_calls(monkeypatch)
+    problem = family.problem_for(_spec(q, k, v, m))
+    family.call(problem, family.Config(form), "cpu", q, k, v, m)
+    assert kernel == [family.Config(form)] and not aten
 
 
 class CausalFlag(Prefill):

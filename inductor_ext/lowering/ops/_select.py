@@ -72,16 +72,41 @@ def select(op: str, aten: Any, nodes: list[Any], layout: ir.Layout, scalars: dic
     offer = getattr(V.choices, "offer", None)
     if offer is not None:
         choices = offer(op, FixedKernelInputs(nodes, layout, scalars, names), choices)
-    return autotune_select_algorithm(op, choices, nodes, layout, input_gen_fns=attending_masks(nodes))
+    return autotune_select_algorithm(op, choices, nodes, layout, input_gen_fns=attending_masks(nodes, op))
 
 
-def attending_masks(nodes: list[Any]) -> dict[int, Any] | None:
-    """Example values for the boolean inputs (attention masks): all True. Inductor's example value
-    of a bool tensor is all False, a mask that hides every key: a kernel that skips what a mask
-    hides then skips everything, and is timed doing nothing (ATen's SDPA still does all its work).
-    Attending everywhere, every choice does its whole work, as background tuning times it."""
-    gen = {i: _all_true for i, node in enumerate(nodes) if node.get_dtype() == torch.bool}
+def attending_masks(nodes: list[Any], op: str = "") -> dict[int, Any] | None:
+    """Example values for the boolean inputs (attention masks). Inductor's example value of a bool
+    tensor is all False, a mask that hides every key: a kernel that skips what a mask hides then
+    skips everything, and is timed doing nothing (ATen's SDPA still does all its work). A prefill's
+    mask over several queries (``prefill_attention``, a mask with a query dim over 1) is timed
+    causal, the mask a decoder's prefill passes (Hugging Face builds it in the graph, its values
+    unknown here): a kernel that skips hidden blocks is timed as it runs there, and one that loses
+    on a mask that hides little serves ATen's SDPA for such a mask when it runs
+    (``templates/cpp/flash_attention.call``). Any other mask attends everywhere: every choice does
+    its whole work."""
+    gen = {i: (_causal if op == "prefill_attention" and _queries(node) > 1 else _all_true)
+           for i, node in enumerate(nodes) if node.get_dtype() == torch.bool}
     return gen or None
+
+
+def _queries(node: Any) -> int:
+    """A mask's query dim (its second to last), as its size hint; 1 for a mask of fewer dims."""
+    size = node.get_size()
+    return int(V.graph.sizevars.optimization_hint(size[-2])) if len(size) >= 2 else 1
+
+
+def _causal(node: Any) -> torch.Tensor:
+    """Inductor's example value of ``node``, True where key j is visible to query i: j <= i + Lk - Lq
+    (aligned bottom-right, as a prefill after a cache's Lk - Lq earlier tokens sees them all)."""
+    mask = _all_true(node)
+    lq, lk = mask.shape[-2:]
+    if 0 in mask.stride()[-2:]:  # one row or column for all: no causal pattern fits it
+        return mask
+    # a dim broadcast (stride 0) holds one copy: written once, through its first index
+    once = mask[tuple(0 if stride == 0 else slice(None) for stride in mask.stride()[:-2])]
+    once.copy_(torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq).expand(once.shape))
+    return mask
 
 
 def _all_true(node: Any) -> torch.Tensor:

@@ -12,7 +12,9 @@ the C++ of ``flash_attention.cpp``, rendered with the head dim and the dtype) ti
 against 64 keys with an online softmax in fp32, skips the blocks of keys the mask hides from a whole block of
 queries, and in bf16 takes its dot products with AVX512_BF16's ``vdpbf16ps``. A CPU with AVX2 but
 not AVX-512 (or bf16 without AVX512_BF16) gets the same algorithm written for AVX2 + FMA
-(the config's ``form``). Plain C++ built by g++ in about a second
+(the config's ``form``); it gains only where a mask hides blocks, so handed a mask that hides
+little (``ATEN_ABOVE_VISIBLE``) it calls ATen's SDPA. A prefill's mask is timed causal
+(``lowering/ops/_select.py``). Plain C++ built by g++ in about a second
 (``runtime/cpu_library.py``), called through ctypes.
 
 Why: ATen's CPU flash kernel runs ~130 GFLOP/s on this 2-core AVX-512 host, and at 512 tokens
@@ -51,6 +53,11 @@ DTYPES = ("float32", "bfloat16")
 HEAD_DIMS = (32, 64, 96, 128, 256)  # multiples of 32: the AVX2 form's PV tile is 32 wide
 MASKS = ("none", "bool", "causal")  # causal: is_causal, aligned top-left (key j attends to query i when j <= i)
 FORMS = ("avx512", "avx2")  # how the kernel is written, best first
+# A boolean mask that lets a query see more than this fraction of the keys makes the form's call
+# ATen's SDPA instead: the kernel's gain is the blocks it skips. AVX2 at 512 tokens (fp32 and bf16,
+# bench/cpu_prefill_attention.py): 1.36-1.43x ATen's time under a causal mask (half visible), 0.81
+# and 0.88x with every key visible. AVX-512 has no such share: it ran 1.1-1.9x ATen's with none hidden.
+ATEN_ABOVE_VISIBLE = {"avx2": 0.7}
 # g++ flags by (form, dtype): AVX-512 (F, BW for the bf16 loads, VL, DQ), bf16 also AVX512_BF16
 _FLAGS = {("avx512", "float32"): ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"),
           ("avx512", "bfloat16"): ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mavx512bf16"),
@@ -193,6 +200,10 @@ def call(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: s
             or (mask is not None and mask.dtype != torch.bool):
         raise ValueError(f"{NAME} built for {problem.dtype}, head dim {problem.head_dim} and mask {problem.mask!r} was "
                          f"called with {q.dtype}, head dim {d}, mask {None if mask is None else mask.dtype}")
+    if mask is not None and lq > 1 and _mostly_visible(mask, ATEN_ABOVE_VISIBLE.get(config.form)):
+        from inductor_ext.kernels.prefill_attention_ops import aten_prefill_attention
+
+        return aten_prefill_attention(q, k, v, mask, scale=problem.scale)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty((b, h, lq, d), dtype=q.dtype)
     mask_ptr, mask_strides = None, (0, 0, 0, 0)
@@ -207,6 +218,12 @@ def call(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: s
                  *(ctypes.c_int64(n) for n in (b, h, hkv, lq, lk)), *(three(*t.stride()[:3]) for t in (q, k, v)),
                  (ctypes.c_int64 * 4)(*mask_strides), ctypes.c_float(problem.scale), ctypes.c_int(torch.get_num_threads()))
     return out
+
+
+def _mostly_visible(mask: "torch.Tensor", share: float | None) -> bool:
+    """Whether ``mask`` (bool, before its broadcast) lets through more than ``share`` of its
+    elements; never where the form has no such share."""
+    return share is not None and int(mask.count_nonzero()) > share * mask.numel()
 
 
 def _function(problem: FlashAttentionProblem, config: FlashAttentionConfig, target: str) -> Any:
