@@ -531,9 +531,9 @@ def test_a_prefills_mask_is_timed_causal_and_run_as_the_graph_builds_it(monkeypa
 
 
 def test_a_mask_over_one_query_or_broadcast_over_queries_is_timed_attending_everywhere(monkeypatch):
-    """Only a prefill's mask over several queries is timed causal (aligned bottom-right where keys
-    outnumber queries); a decode step's, a padding mask broadcast over the queries, and any bool
-    input of another op attend everywhere."""
+    """Only a prefill's mask over several queries is timed causal (aligned top-left where keys
+    outnumber queries, as a prefill into a static cache sees them); a decode step's, a padding mask
+    broadcast over the queries, and any bool input of another op attend everywhere."""
     from torch._inductor import ir
     from torch._inductor.graph import GraphLowering
     from torch._inductor.virtualized import V
@@ -549,7 +549,8 @@ def test_a_mask_over_one_query_or_broadcast_over_queries_is_timed_attending_ever
             return _select.attending_masks([node(size, stride)], op)[0](node(size, stride))
 
         assert torch.equal(value("prefill_attention", (1, 1, 6, 6)), _causal(6, 6).expand(1, 1, 6, 6))
-        assert torch.equal(value("prefill_attention", (2, 1, 3, 7)), _causal(3, 7).expand(2, 1, 3, 7))
+        assert torch.equal(value("prefill_attention", (2, 1, 3, 7)),
+                           torch.ones(3, 7, dtype=torch.bool).tril().expand(2, 1, 3, 7))
         assert torch.equal(value("prefill_attention", (2, 4, 5, 5), [25, 0, 5, 1]), _causal(5, 5).expand(2, 4, 5, 5))
         for op, size in (("prefill_attention", (2, 1, 1, 9)), ("decode_attention", (2, 1, 1, 9)),
                          ("prefill_attention", (9,)), ("decode_attention", (1, 1, 6, 6))):

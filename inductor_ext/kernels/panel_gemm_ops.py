@@ -4,9 +4,10 @@
 A wide output (a vocabulary projection: N of 32000-50257) is where MKL's single sgemm call runs
 slowest on the 2-core AVX2 EPYC: 41-107 GFLOP/s at 16-128 rows and 768 deep, and at 512 rows of
 50257, where the same GEMM on 1024-column panels ran at 60-139 (1.19-1.48x, ``bench/wide_gemm.py``
-side by side); at 512 rows of 8192 and 32000 the two were within noise, at N of 2304-3072 too. Each panel's weight columns and output columns stay in the
-last-level cache while it is computed. ext offers it as one more ATen-side choice for wide
-GEMMs (``lowering/aten_choices.py``): timed like the others, chosen only where it wins.
+side by side); at 512 rows of 8192 and 32000 the two were within noise, at N of 2304-3072 too.
+Each panel's weight columns and output columns stay in the last-level cache while it is computed.
+ext offers it as one more ATen-side choice for wide GEMMs (``lowering/aten_choices.py``): timed
+like the others, chosen only where it wins.
 
 Every output element is the same dot product ATen's mm computes (the panels split N, never K),
 up to fp32 rounding: MKL may sum it in another order for a narrower call (bitwise equal on the

@@ -97,15 +97,17 @@ def _queries(node: Any) -> int:
 
 
 def _causal(node: Any) -> torch.Tensor:
-    """Inductor's example value of ``node``, True where key j is visible to query i: j <= i + Lk - Lq
-    (aligned bottom-right, as a prefill after a cache's Lk - Lq earlier tokens sees them all)."""
+    """Inductor's example value of ``node``, True where key j is visible to query i: j <= i (aligned
+    top-left, as SDPA's ``is_causal``: a prompt's prefill into a static cache sees the slots written
+    so far). A mask that shows a query more at run time (a prefill after earlier tokens) makes the
+    AVX2 kernel call ATen's SDPA, where the kernel would lose."""
     mask = _all_true(node)
     lq, lk = mask.shape[-2:]
     if 0 in mask.stride()[-2:]:  # one row or column for all: no causal pattern fits it
         return mask
     # a dim broadcast (stride 0) holds one copy: written once, through its first index
     once = mask[tuple(0 if stride == 0 else slice(None) for stride in mask.stride()[:-2])]
-    once.copy_(torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq).expand(once.shape))
+    once.copy_(torch.ones(lq, lk, dtype=torch.bool).tril().expand(once.shape))
     return mask
 
 
