@@ -113,20 +113,31 @@ PACKED_GEMMS = (
 PACKED_NAMES = frozenset(g.choice.name for g in PACKED_GEMMS)
 
 
-def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpInputs | str:
-    """The op's inputs for ``gemm``, or why it is not offered for this op instance."""
+def _cpu_gemm_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any, serves: tuple[str, ...],
+                     server: str) -> ops.OpInputs | str:
+    """The op's inputs where ``server`` (what serves the ops ``serves``) can take them: in the cpu
+    preset, one of its ops, an addmm only as a linear has it (alpha and beta 1); or why not."""
     if config.device_type != "cpu" or kernel_inputs.device_type != "cpu":
         return "not the cpu preset"
-    if op_name != gemm.op:
-        return f"op {op_name} ({gemm.choice.name} serves {gemm.op})"
+    if op_name not in serves:
+        return f"op {op_name} ({server} serves {', '.join(serves)})"
     inputs = ops.op_inputs(op_name, kernel_inputs)
+    if isinstance(inputs, str):
+        return inputs
+    scalars = inputs.spec.scalars
+    if op_name == "addmm" and (float(scalars.get("alpha", 1.0)) != 1.0 or float(scalars.get("beta", 1.0)) != 1.0):
+        return f"addmm with alpha={scalars.get('alpha')}, beta={scalars.get('beta')} (a linear's are 1)"
+    return inputs
+
+
+def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpInputs | str:
+    """The op's inputs for ``gemm``, or why it is not offered for this op instance."""
+    inputs = _cpu_gemm_inputs(config, op_name, kernel_inputs, (gemm.op,), gemm.choice.name)
     if isinstance(inputs, str):
         return inputs
     x, w_t = inputs.spec.inputs[-2:]
     if op_name == "addmm":
-        bias, scalars = inputs.spec.inputs[0], inputs.spec.scalars
-        if float(scalars.get("alpha", 1.0)) != 1.0 or float(scalars.get("beta", 1.0)) != 1.0:
-            return f"addmm with alpha={scalars.get('alpha')}, beta={scalars.get('beta')} (a linear's are 1)"
+        bias = inputs.spec.inputs[0]
         if not bias.constant or len(bias.shape) != 2 or bias.stride[0] != 0 or bias.stride[-1] != 1:
             return "the bias is not a constant row broadcast over the rows (a linear's)"
     if (x.dtype, w_t.dtype) != (gemm.dtype, gemm.dtype):
@@ -151,18 +162,10 @@ PANEL_GEMMS = {
 
 def panel_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpInputs | str:
     """The op's inputs for its panel GEMM, or why it is not offered for this op instance."""
-    if config.device_type != "cpu" or kernel_inputs.device_type != "cpu":
-        return "not the cpu preset"
-    if op_name not in PANEL_GEMMS:
-        return f"op {op_name} (the panel GEMMs serve {', '.join(PANEL_GEMMS)})"
-    inputs = ops.op_inputs(op_name, kernel_inputs)
+    inputs = _cpu_gemm_inputs(config, op_name, kernel_inputs, tuple(PANEL_GEMMS), "the panel GEMMs")
     if isinstance(inputs, str):
         return inputs
     x, w_t = inputs.spec.inputs[-2:]
-    if op_name == "addmm":
-        scalars = inputs.spec.scalars
-        if float(scalars.get("alpha", 1.0)) != 1.0 or float(scalars.get("beta", 1.0)) != 1.0:
-            return f"addmm with alpha={scalars.get('alpha')}, beta={scalars.get('beta')} (a linear's are 1)"
     if (x.dtype, w_t.dtype) != ("float32", "float32"):  # bf16 on AVX2: no gain measured (0.96-1.00x)
         return f"dtypes {x.dtype}, {w_t.dtype} (the panels are offered for float32)"
     if w_t.dynamic:  # how many panels depends on sizes only known when it runs
