@@ -141,7 +141,7 @@ def test_offered_for_a_wide_fp32_mm_and_addmm(lowering, small_panels):
     ("narrow", f"{WIDE - 1} output columns (offered from {WIDE})"),
     ("bf16", "dtypes bfloat16, bfloat16 (the panels are offered for float32)"),
     ("alpha", "addmm with alpha=2, beta=1 (a linear's are 1)"),
-    ("bmm", "op bmm (the panel GEMMs serve mm, addmm)"),
+    ("bmm", "op bmm (each panel GEMM serves mm, addmm)"),
 ])
 def test_refused_elsewhere_with_the_reason(lowering, small_panels, case, why):
     op, inputs = {"narrow": lambda: ("mm", _mm(4, WIDE - 1, 24)[0]),

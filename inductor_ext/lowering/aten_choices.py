@@ -115,8 +115,9 @@ PACKED_NAMES = frozenset(g.choice.name for g in PACKED_GEMMS)
 
 def _cpu_gemm_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any, serves: tuple[str, ...],
                      server: str) -> ops.OpInputs | str:
-    """The op's inputs where ``server`` (what serves the ops ``serves``) can take them: in the cpu
-    preset, one of its ops, an addmm only as a linear has it (alpha and beta 1); or why not."""
+    """The op's inputs where ``server`` (what serves the ops ``serves``, named as the subject of
+    "serves") can take them: in the cpu preset, one of its ops, an addmm only as a linear has it
+    (alpha and beta 1); or why not."""
     if config.device_type != "cpu" or kernel_inputs.device_type != "cpu":
         return "not the cpu preset"
     if op_name not in serves:
@@ -162,7 +163,7 @@ PANEL_GEMMS = {
 
 def panel_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpInputs | str:
     """The op's inputs for its panel GEMM, or why it is not offered for this op instance."""
-    inputs = _cpu_gemm_inputs(config, op_name, kernel_inputs, tuple(PANEL_GEMMS), "the panel GEMMs")
+    inputs = _cpu_gemm_inputs(config, op_name, kernel_inputs, tuple(PANEL_GEMMS), "each panel GEMM")
     if isinstance(inputs, str):
         return inputs
     x, w_t = inputs.spec.inputs[-2:]
