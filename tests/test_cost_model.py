@@ -270,3 +270,11 @@ def test_the_op_itself_fastest_or_untimed_is_no_aten_pick() -> None:
     assert cost_model.observe(untimed_op).aten_pick is None
     template_faster = _with_aten_side(entry(16, 768, 768, 100.0, 20.0), "ext_mkl_packed_mm", 80.0)
     assert cost_model.observe(template_faster).aten_pick == ("ext_mkl_packed_mm", pytest.approx(math.log(100 / 80)))
+
+
+def test_an_entry_atens_side_won_lends_no_family_or_config() -> None:
+    """Its config names ATen's choice (``{"name": ...}``), which no family could read."""
+    o = cost_model.observe(_with_aten_side(entry(16, 768, 768, 100.0, 200.0), "ext_mkl_packed_mm", 80.0))
+    assert o.family is None and o.config is None
+    won = cost_model.observe(entry(16, 768, 768, 100.0, 50.0))
+    assert won.family == "cpp.gemm" and won.config == CONFIG

@@ -552,8 +552,15 @@ def test_a_mask_over_one_query_or_broadcast_over_queries_is_timed_attending_ever
         assert torch.equal(value("prefill_attention", (2, 1, 3, 7)),
                            torch.ones(3, 7, dtype=torch.bool).tril().expand(2, 1, 3, 7))
         assert torch.equal(value("prefill_attention", (2, 4, 5, 5), [25, 0, 5, 1]), _causal(5, 5).expand(2, 4, 5, 5))
+        assert torch.equal(value("prefill_attention", (1, 2, 5, 5), [0, 25, 5, 1]), _causal(5, 5).expand(1, 2, 5, 5))
+        assert torch.equal(value("prefill_attention", (2, 5, 5), [0, 5, 1]), _causal(5, 5).expand(2, 5, 5))
+        assert torch.equal(value("prefill_attention", (6, 6)), _causal(6, 6))  # 2-D, as SDPA takes it
+        assert torch.equal(value("prefill_attention", (1, 1, 2, 2)), _causal(2, 2).expand(1, 1, 2, 2))  # two queries
+        # the same row for every query (a padding mask expanded over them): no causal pattern fits it
+        assert bool(value("prefill_attention", (2, 6, 6), [6, 0, 1]).all())
         for op, size in (("prefill_attention", (2, 1, 1, 9)), ("decode_attention", (2, 1, 1, 9)),
-                         ("prefill_attention", (9,)), ("decode_attention", (1, 1, 6, 6))):
+                         ("prefill_attention", (9,)), ("prefill_attention", (3, 1, 7)),
+                         ("decode_attention", (1, 1, 6, 6))):
             assert bool(value(op, size).all()), (op, size)
 
 
@@ -574,29 +581,32 @@ def _aten_calls(monkeypatch) -> list:
     return calls
 
 
-@pytest.mark.parametrize("visible", ["every key", "three in four"])
+@pytest.mark.parametrize("visible", ["every key", "three in four", "two queries"])
 def test_the_avx2_form_serves_atens_sdpa_for_a_mask_that_hides_little(monkeypatch, visible):
     """Its gain is the blocks a mask hides: with more than 70% of the keys visible it computes what
-    ATen's SDPA does, by calling it."""
+    ATen's SDPA does, by calling it (with the problem's scale, not SDPA's default)."""
     torch.manual_seed(0)
-    q, k, v = (_hf(1, 40, 2, 64) for _ in range(3))
-    mask = torch.ones(40, 40, dtype=torch.bool) if visible == "every key" else torch.rand(40, 40) < 0.75
+    lq = 2 if visible == "two queries" else 40
+    q, k, v = _hf(1, lq, 2, 64), _hf(1, 40, 2, 64), _hf(1, 40, 2, 64)
+    mask = torch.rand(lq, 40) < 0.75 if visible == "three in four" else torch.ones(lq, 40, dtype=torch.bool)
     kernel, aten = _stub_kernel(monkeypatch), _aten_calls(monkeypatch)
-    problem = family.problem_for(_spec(q, k, v, mask))
+    problem = family.problem_for(_spec(q, k, v, mask, scale=0.3))
     got = family.call(problem, family.Config("avx2"), "cpu", q, k, v, mask)
     assert not kernel and len(aten) == 1 and aten[0] is mask
-    assert got.is_contiguous() and got.shape == (1, 2, 40, 64)
-    torch.testing.assert_close(got.double(), _reference(q, k, v, mask, 0.125), **TOL[torch.float32])
+    assert got.is_contiguous() and got.shape == (1, 2, lq, 64)
+    torch.testing.assert_close(got.double(), _reference(q, k, v, mask, 0.3), **TOL[torch.float32])
 
 
 @pytest.mark.parametrize("form, mask", [("avx2", "causal"), ("avx2", "two in three"), ("avx512", "every key"),
-                                        ("avx2", "one query")])
+                                        ("avx2", "one query"), ("avx2", "exactly 70%")])
 def test_the_kernel_runs_where_a_mask_hides_enough_and_avx512_always(monkeypatch, form, mask):
     torch.manual_seed(0)
     lq = 1 if mask == "one query" else 40
     q, k, v = _hf(1, lq, 2, 64), _hf(1, 40, 2, 64), _hf(1, 40, 2, 64)
+    seventy = torch.arange(40) % 10 < 7  # 28 of every row's 40 keys
     m = {"causal": _causal(40, 40), "two in three": torch.rand(40, 40) < 0.66,
-         "every key": torch.ones(40, 40, dtype=torch.bool), "one query": torch.ones(1, 40, dtype=torch.bool)}[mask]
+         "every key": torch.ones(40, 40, dtype=torch.bool), "one query": torch.ones(1, 40, dtype=torch.bool),
+         "exactly 70%": seventy.expand(40, 40)}[mask]
     kernel, aten = _stub_kernel(monkeypatch), _aten_calls(monkeypatch)
     problem = family.problem_for(_spec(q, k, v, m))
     family.call(problem, family.Config(form), "cpu", q, k, v, m)
