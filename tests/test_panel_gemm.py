@@ -79,6 +79,19 @@ def test_panel_addmm_matches_addmm_for_every_bias_addmm_broadcasts(small_panels,
     _assert_same(panel_gemm_ops.panel_addmm(bias, x, w.t()), torch.addmm(bias, x, w.t()))
 
 
+@pytest.mark.parametrize("n", [100, PANEL, 3 * PANEL])
+def test_one_library_call_per_panel_each_over_its_own_columns(small_panels, monkeypatch, n):
+    x, w, b = _randn(3, 24, seed=1), _randn(n, 24), _randn(n, seed=2)
+    widths = []
+    for name in ("mm", "addmm"):
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *a, real=real, **kw: widths.append(a[-1].shape[1]) or real(*a, **kw))
+    panel_gemm_ops.panel_mm(x, w.t())
+    panel_gemm_ops.panel_addmm(b, x, w.t())
+    want = [min(PANEL, n - start) for start in range(0, n, PANEL)]
+    assert widths == want + want
+
+
 def test_the_ops_through_the_dispatcher_and_as_fake_tensors(small_panels):
     x, w, b = _randn(3, 24, seed=1), _randn(100, 24), _randn(100, seed=2)
     _assert_same(torch.ops.inductor_ext.panel_mm(x, w.t()), x @ w.t())
@@ -135,18 +148,22 @@ def test_offered_for_a_wide_fp32_mm_and_addmm(lowering, small_panels):
         choices = []
         aten_choices.extend(presets.resolve({"preset": "cpu"}), op, inputs, choices)
         assert [c.name for c in choices][-1] == f"ext_panel_{op}"
+        assert choices[-1].layout == offered.layout and list(choices[-1].input_nodes) == list(offered.nodes)
+
 
 
 @pytest.mark.parametrize("case, why", [
     ("narrow", f"{WIDE - 1} output columns (offered from {WIDE})"),
     ("bf16", "dtypes bfloat16, bfloat16 (the panels are offered for float32)"),
     ("alpha", "addmm with alpha=2, beta=1 (a linear's are 1)"),
+    ("beta", "addmm with alpha=1, beta=2 (a linear's are 1)"),
     ("bmm", "op bmm (each panel GEMM serves mm, addmm)"),
 ])
 def test_refused_elsewhere_with_the_reason(lowering, small_panels, case, why):
     op, inputs = {"narrow": lambda: ("mm", _mm(4, WIDE - 1, 24)[0]),
                   "bf16": lambda: ("mm", _mm(4, WIDE, 24, torch.bfloat16)[0]),
                   "alpha": lambda: ("addmm", _addmm(4, WIDE, 24, alpha=2)[0]),
+                  "beta": lambda: ("addmm", _addmm(4, WIDE, 24, beta=2)[0]),
                   "bmm": lambda: ("bmm", _mm(4, WIDE, 24)[0])}[case]()
     assert _offered(op, inputs) == why
     choices = []
