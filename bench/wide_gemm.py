@@ -5,12 +5,14 @@ projections of ``bench/hf_generate.py``'s models (768 -> 32000 for its Llama, 76
 GPT-2) at a decode batch, a short and a long prefill, an 8192-wide projection, and a 3072-wide FFN
 as the control where ext does not offer the panels. Arms: ATen's ``torch.mm`` (MKL's sgemm on x86
 builds) and ``panel_mm`` (``inductor_ext/kernels/panel_gemm_ops.py``: the same call once per
-``PANEL`` output columns), timed round by round (``side_by_side``), each call on the same
-operands (warm: a panel's win is over MKL's blocking of one wide call, not over memory).
+``PANEL`` output columns, writing over its previous output's memory once nothing holds that, as
+ext calls it), and ``panels_new_memory`` (the same with a newly allocated output every call, as
+ATen's ``torch.mm`` has: what the panels alone gain), timed round by round (``side_by_side``), each
+call on the same operands (warm), each output dropped before the next call.
 
 Per case: each arm's median and p10/p90 in ms with its GFLOP/s, and the panels' speed-up over ATen
-with the 10th-90th percentile of that ratio round by round (a spread that holds 1.0 is within
-noise).
+(``speedup``, and ``new_memory`` for the panels on new memory) with the 10th-90th percentile of
+that ratio round by round (a spread that holds 1.0 is within noise).
 
     python bench/wide_gemm.py [--json] [--rounds 15] [--quick]
 """
@@ -27,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from side_by_side import parse, parser, speedup, spread, time_rounds  # noqa: E402
 
-from inductor_ext.kernels import panel_gemm_ops  # noqa: E402
+from inductor_ext.kernels import panel_gemm_ops, reused_outputs  # noqa: E402
 
 # (m, k, n): rows, in and out features
 SHAPES = ((16, 768, 32000), (128, 768, 32000), (512, 768, 32000),
@@ -40,7 +42,13 @@ def measure(m: int, k: int, n: int, rounds: int) -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
     w_t = w.t()
-    arms = {"aten": lambda: torch.mm(x, w_t), "panels": lambda: panel_gemm_ops.panel_mm(x, w_t)}
+
+    def on_new_memory() -> torch.Tensor:
+        reused_outputs.release()
+        return panel_gemm_ops.panel_mm(x, w_t)
+
+    arms = {"aten": lambda: torch.mm(x, w_t), "panels": lambda: panel_gemm_ops.panel_mm(x, w_t),
+            "panels_new_memory": on_new_memory}
     torch.testing.assert_close(arms["panels"](), arms["aten"](), rtol=1e-5, atol=1e-5)
     for arm in arms.values():  # warm: pages touched, threads awake
         arm()
@@ -51,7 +59,8 @@ def measure(m: int, k: int, n: int, rounds: int) -> dict[str, Any]:
         figures[name] = spread(s, 1e3, "ms")
         figures[name]["gflop_s"] = round(flop / (figures[name]["median_ms"] / 1e3) / 1e9, 1)
     return {"m": m, "k": k, "n": n, "offered": n >= panel_gemm_ops.WIDE, "arms": figures,
-            **speedup(seconds["aten"], seconds["panels"])}
+            **speedup(seconds["aten"], seconds["panels"]),
+            "new_memory": speedup(seconds["aten"], seconds["panels_new_memory"])}
 
 
 def main() -> None:
@@ -66,13 +75,13 @@ def main() -> None:
     print(f"{figures['threads']} threads, {args.rounds} rounds; ms median (p10-p90), GFLOP/s; panels of "
           f"{figures['panel']} columns, offered by ext from {figures['offered_from']}")
     for c in cases:
-        a, b = c["arms"]["aten"], c["arms"]["panels"]
-        lo, hi = c["speedup_p10_p90"]
-        within = "  within noise" if lo <= 1.0 <= hi else ""
-        print(f"{c['m']:4d}x{c['k']}x{c['n']:<6d} aten {a['median_ms']:8.2f} ({a['p10_ms']:.2f}-{a['p90_ms']:.2f}) "
-              f"{a['gflop_s']:6.1f}  panels {b['median_ms']:8.2f} ({b['p10_ms']:.2f}-{b['p90_ms']:.2f}) "
-              f"{b['gflop_s']:6.1f}  x{c['speedup']:.2f} (p10-p90 {lo:.2f}-{hi:.2f}){within}"
-              f"{'' if c['offered'] else '  (not offered)'}")
+        line = f"{c['m']:4d}x{c['k']}x{c['n']:<6d}"
+        for name, arm in c["arms"].items():
+            line += f"  {name} {arm['median_ms']:.2f} ({arm['p10_ms']:.2f}-{arm['p90_ms']:.2f}) {arm['gflop_s']:.1f}"
+        for name, ratio in (("panels", c), ("new memory", c["new_memory"])):
+            lo, hi = ratio["speedup_p10_p90"]
+            line += f"  {name} x{ratio['speedup']:.2f} ({lo:.2f}-{hi:.2f}{', within noise' if lo <= 1.0 <= hi else ''})"
+        print(line + ("" if c["offered"] else "  (not offered)"))
 
 
 if __name__ == "__main__":

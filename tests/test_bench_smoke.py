@@ -154,8 +154,9 @@ def test_wide_gemm_json_has_both_arms_and_the_panels_speedup_with_its_spread():
     assert found["quick"] and found["panel"] == 1024 and found["offered_from"] == 8192
     assert [(c["m"], c["k"], c["n"]) for c in found["cases"]] == [(4, 32, 3000), (4, 32, 100)]
     for case in found["cases"]:
-        assert set(case["arms"]) == {"aten", "panels"} and case["offered"] is False, case
+        assert set(case["arms"]) == {"aten", "panels", "panels_new_memory"} and case["offered"] is False, case
         for arm in case["arms"].values():
             assert arm["p10_ms"] <= arm["median_ms"] <= arm["p90_ms"] and arm["gflop_s"] > 0, case
-        low, high = case["speedup_p10_p90"]
-        assert low <= high and case["speedup"] > 0, case
+        for ratio in (case, case["new_memory"]):
+            low, high = ratio["speedup_p10_p90"]
+            assert low <= high and ratio["speedup"] > 0, case

@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from inductor_ext import presets, tune
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache
-from inductor_ext.kernels import panel_gemm_ops
+from inductor_ext.kernels import panel_gemm_ops, reused_outputs
 from inductor_ext.lowering import aten_choices, decision_record
 
 PANEL, WIDE = 16, 64
@@ -195,9 +195,10 @@ def _compile(m, x, options):
     torch._dynamo.reset()
     counters.clear()
     first = len(decision_record.decisions)
+    fn = torch.compile(m, backend="ext", options=options)
     with tune.fresh_inductor_caches(), torch.no_grad():
-        out = torch.compile(m, backend="ext", options=options)(x)
-    return out, decision_record.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+        out = fn(x)
+    return out, decision_record.decisions[first:], counters["inductor"]["select_algorithm_autotune"], fn
 
 
 @pytest.fixture(scope="module")
@@ -211,18 +212,19 @@ def compiled(tmp_path_factory):
         mp.setattr(panel_gemm_ops, "PANEL", PANEL)
         mp.setattr(panel_gemm_ops, "WIDE", WIDE)
         mp.setitem(policy.EFFORT_BUDGET, "full", 1)
-        _, timed, _ = _compile(copy.deepcopy(m), x, {"autotune": "full", "autotune_cache": str(out / "timed.db")})
+        _, timed, _, _ = _compile(copy.deepcopy(m), x, {"autotune": "full", "autotune_cache": str(out / "timed.db")})
         forced = AutotuneCache(out / "forced.db")
         for entry in AutotuneCache(out / "timed.db").entries():
             wide = int(entry.key.shapes[-1][-1]) >= WIDE
             forced.put(dataclasses.replace(entry, winner="aten", config={"name": f"ext_panel_{entry.key.op}"})
                        if wide else entry)
-        got, served, benchmarks = _compile(copy.deepcopy(m), x, {
+        got, served, benchmarks, fn = _compile(copy.deepcopy(m), x, {
             "autotune": "cache-only", "autotune_cache": str(out / "forced.db"), "dump_dir": str(out / "dump")})
     with torch.no_grad():
         want = m(x)
     code = "\n".join(p.read_text() for p in (out / "dump").rglob("*.py"))
-    return {"timed": timed, "served": served, "benchmarks": benchmarks, "got": got, "want": want, "code": code}
+    return {"timed": timed, "served": served, "benchmarks": benchmarks, "got": got, "want": want, "code": code,
+            "fn": fn, "x": x}
 
 
 def test_the_timed_compile_times_the_panels_for_the_wide_gemms_only(compiled):
@@ -246,4 +248,25 @@ def test_a_cache_naming_the_panels_serves_them_with_atens_numbers(compiled):
     assert "torch.ops.inductor_ext.panel_mm.default(" in compiled["code"]
     assert "torch.ops.inductor_ext.panel_addmm.default(" in compiled["code"]
     for got, want in zip(compiled["got"], compiled["want"]):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_served_graph_writes_its_wide_outputs_over_dropped_ones_never_held_ones(compiled, monkeypatch):
+    """Each call's wide outputs in the memory of the last call's once nothing holds them
+    (``kernels/reused_outputs.py``; pooled from 4 KiB here instead of 32 MiB)."""
+    monkeypatch.setattr(reused_outputs, "REUSE_FROM", 5 * 100 * 4)
+    reused_outputs.release()
+    fn, x = compiled["fn"], compiled["x"]
+    with torch.no_grad():
+        held = fn(x)
+        kept = [t.clone() for t in held]
+        dropped = fn(x * 2)
+        assert not {t.data_ptr() for t in held} & {t.data_ptr() for t in dropped}
+        for t, k in zip(held, kept):
+            assert torch.equal(t, k)  # the held outputs were not written
+        dropped_ptrs = {t.data_ptr() for t in dropped[:2]}  # the wide ones: head, up
+        del dropped
+        again = fn(x)
+    assert again[0].data_ptr() in dropped_ptrs and again[1].data_ptr() in dropped_ptrs
+    for got, want in zip(again, compiled["want"]):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

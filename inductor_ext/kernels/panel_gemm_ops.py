@@ -12,13 +12,18 @@ like the others, chosen only where it wins.
 Every output element is the same dot product ATen's mm computes (the panels split N, never K),
 up to fp32 rounding: MKL may sum it in another order for a narrower call (bitwise equal on the
 wide shapes above, within 2e-6 on small ones). The calls run under the user's settings
-as ATen's mm does (threads, fp32 precision), and any input ATen's mm takes is taken here.
+as ATen's mm does (threads, fp32 precision), and any input ATen's mm takes is taken here. The
+result is written over the memory of the op's previous result once nothing holds that
+(``reused_outputs``): a vocabulary's logits are too large for the allocator to keep, and faulting
+their pages in anew cost ~10% of the GEMM.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from inductor_ext.kernels import reused_outputs
 
 PANEL = 1024  # output columns per call: 512 and 1024 ran alike, 2048 and 4096 slower (the module doc)
 WIDE = 8 * PANEL  # narrower outputs gained nothing measurable: ext does not offer the panels there
@@ -33,7 +38,7 @@ def _columns(t: Tensor, start: int, end: int, n: int) -> Tensor:
 def panel_mm(x: Tensor, w_t: Tensor) -> Tensor:
     """``x @ w_t`` (x: M x K, w_t: K x N), one ``torch.mm`` per ``PANEL`` columns of the result."""
     n = w_t.shape[1]
-    out = x.new_empty((x.shape[0], n))
+    out = reused_outputs.empty(x, (x.shape[0], n))
     for start in range(0, n, PANEL):
         end = min(start + PANEL, n)
         torch.mm(x, w_t[:, start:end], out=out[:, start:end])
@@ -44,7 +49,7 @@ def panel_addmm(bias: Tensor, x: Tensor, w_t: Tensor) -> Tensor:
     """``bias + x @ w_t`` (bias broadcast to M x N as addmm broadcasts it), one ``torch.addmm``
     per ``PANEL`` columns of the result."""
     n = w_t.shape[1]
-    out = x.new_empty((x.shape[0], n))
+    out = reused_outputs.empty(x, (x.shape[0], n))
     for start in range(0, n, PANEL):
         end = min(start + PANEL, n)
         torch.addmm(_columns(bias, start, end, n), x, w_t[:, start:end], out=out[:, start:end])
