@@ -17,6 +17,10 @@ Inductor's default under freezing (``ExtChoices._prefer_packed``).
 For wide fp32 GEMMs (``panel_gemm_ops.WIDE`` output columns or more), ATen's GEMM called once per
 panel of columns (``kernels/panel_gemm_ops.py``) is offered too, packed weight or not: the graph
 calls the op itself (an ATen-side choice like the others, timed as its body).
+
+For bf16 GEMMs on a constant weight, ATen's fp32 GEMM on the weight widened once
+(``kernels/widened_gemm_ops.py``) is offered the same way: where the CPU has no bf16 dot products
+ATen's bf16 GEMM runs several times slower than its fp32 one.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from torch._inductor.select_algorithm import ExternKernelChoice
 from torch._inductor.virtualized import V
 
 from inductor_ext.config import ExtConfig
-from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, panel_gemm_ops
+from inductor_ext.kernels import mkl_packed_ops, mkldnn_packed_ops, panel_gemm_ops, widened_gemm_ops
 from inductor_ext.kernels.packed_weights import bias_row
 from inductor_ext.lowering import opaque_constants, ops
 
@@ -176,6 +180,27 @@ def panel_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpI
     return inputs
 
 
+# ATen's fp32 GEMM on a bf16 weight widened once, by the op it serves; the graph calls the op.
+WIDENED_GEMMS = {
+    op: ExternKernelChoice(body, name=f"ext_widened_{op}", has_out_variant=False, use_fallback_kernel=True,
+                           op_overload=getattr(torch.ops.inductor_ext, f"widened_{op}").default)
+    for op, body in (("mm", widened_gemm_ops.widened_mm), ("addmm", widened_gemm_ops.widened_addmm))
+}
+
+
+def widened_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpInputs | str:
+    """The op's inputs for its widened GEMM, or why it is not offered for this op instance."""
+    inputs = _cpu_gemm_inputs(config, op_name, kernel_inputs, tuple(WIDENED_GEMMS), "each widened GEMM")
+    if isinstance(inputs, str):
+        return inputs
+    x, w_t = inputs.spec.inputs[-2:]
+    if (x.dtype, w_t.dtype) != ("bfloat16", "bfloat16"):
+        return f"dtypes {x.dtype}, {w_t.dtype} (the widened GEMMs are offered for bfloat16)"
+    if not w_t.constant:  # a widened copy per call would cost more than it saves
+        return "the weight is not a constant (its fp32 copy is kept for a frozen weight only)"
+    return inputs
+
+
 def extend(config: ExtConfig, op_name: str, kernel_inputs: Any, choices: list[Any]) -> None:
     """Append the ATen-side choices this compile offers for ``op_name`` to ``choices``."""
     for gemm in PACKED_GEMMS:
@@ -185,3 +210,6 @@ def extend(config: ExtConfig, op_name: str, kernel_inputs: Any, choices: list[An
     inputs = panel_inputs(config, op_name, kernel_inputs)
     if not isinstance(inputs, str):
         choices.append(PANEL_GEMMS[op_name].bind(inputs.nodes, inputs.layout))
+    inputs = widened_inputs(config, op_name, kernel_inputs)
+    if not isinstance(inputs, str):
+        choices.append(WIDENED_GEMMS[op_name].bind(inputs.nodes, inputs.layout))

@@ -1,0 +1,214 @@
+"""A bf16 GEMM through ATen's fp32 GEMM on the weight widened once (``kernels/widened_gemm_ops.py``),
+offered as an ATen-side choice for bf16 GEMMs on a constant weight (``lowering/aten_choices.py``):
+its numbers (bit for bit those of the fp32 GEMM on widened operands, rounded once), the widened
+copy kept while it is the same weight and dropped with it, wide outputs through the panels, where
+it is offered and why not, and a compile that times it and a cache-only compile that serves it."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import math
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from inductor_ext import presets, tune
+from inductor_ext.autotune import policy
+from inductor_ext.autotune.cache import AutotuneCache
+from inductor_ext.kernels import panel_gemm_ops, widened_gemm_ops
+from inductor_ext.lowering import aten_choices, decision_record
+
+BF16 = torch.bfloat16
+
+
+def _randn(*size, seed=0, dtype=BF16):
+    return torch.randn(*size, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _widened_reference(x, w_t, bias=None):
+    """The fp32 GEMM on the exactly widened operands, rounded to bf16 once."""
+    out = torch.mm(x.float(), w_t.float()) if bias is None else torch.addmm(bias.float(), x.float(), w_t.float())
+    return out.to(BF16)
+
+
+def _assert_bitwise(got, want):
+    assert got.dtype == BF16 and got.shape == want.shape
+    assert torch.equal(got, want), (got.float() - want.float()).abs().max()
+
+
+# ------------------------------------------------------------------------------------- numbers
+# (M, K, N): one row, K and N odd, a decode-sized and a prefill-sized block
+SHAPES = [(1, 24, 100), (3, 17, 33), (16, 64, 96), (64, 37, 7)]
+
+
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_widened_mm_is_the_fp32_gemm_on_widened_operands_rounded_once(m, k, n):
+    x, w = _randn(m, k, seed=1), _randn(n, k)
+    _assert_bitwise(widened_gemm_ops.widened_mm(x, w.t()), _widened_reference(x, w.t()))  # a linear's weight view
+    _assert_bitwise(widened_gemm_ops.widened_mm(x, w.t().contiguous()), _widened_reference(x, w.t()))
+    # and ATen's bf16 mm to within one bf16 rounding (it sums in another order)
+    torch.testing.assert_close(widened_gemm_ops.widened_mm(x, w.t()), torch.mm(x, w.t()), rtol=2**-7, atol=2**-7)
+
+
+def test_widened_mm_takes_non_contiguous_activations():
+    x = _randn(40, 9, seed=1).t()  # 9 x 40, column-major
+    w = _randn(70, 80)[:, ::2]
+    assert not x.is_contiguous() and not w.is_contiguous()
+    _assert_bitwise(widened_gemm_ops.widened_mm(x, w.t()), _widened_reference(x, w.t()))
+
+
+@pytest.mark.parametrize("m, k, n", SHAPES)
+@pytest.mark.parametrize("bias_shape", ["row", "one_row", "expanded", "full", "column"])
+def test_widened_addmm_adds_the_bias_in_fp32_before_the_one_rounding(m, k, n, bias_shape):
+    x, w, b = _randn(m, k, seed=1), _randn(n, k), _randn(n, seed=2)
+    bias = {"row": b, "one_row": b[None], "expanded": b.expand(m, n), "full": _randn(m, n, seed=3),
+            "column": _randn(m, 1, seed=4)}[bias_shape]
+    _assert_bitwise(widened_gemm_ops.widened_addmm(bias, x, w.t()), _widened_reference(x, w.t(), bias))
+
+
+def test_a_wide_output_takes_the_panels(monkeypatch):
+    monkeypatch.setattr(panel_gemm_ops, "PANEL", 16)
+    monkeypatch.setattr(panel_gemm_ops, "WIDE", 64)
+    x, w, b = _randn(3, 24, seed=1), _randn(70, 24), _randn(70, seed=2)
+    calls = []
+    for name in ("panel_mm", "panel_addmm"):
+        real = getattr(panel_gemm_ops, name)
+        monkeypatch.setattr(panel_gemm_ops, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    _assert_bitwise(widened_gemm_ops.widened_mm(x, w.t()), _widened_reference(x, w.t()))
+    _assert_bitwise(widened_gemm_ops.widened_addmm(b, x, w.t()), _widened_reference(x, w.t(), b))
+    assert calls == ["panel_mm", "panel_addmm"]
+    widened_gemm_ops.widened_mm(x, w[:63].t())  # one column short of WIDE: one GEMM
+    assert calls == ["panel_mm", "panel_addmm"]
+
+
+def test_the_ops_through_the_dispatcher_and_as_fake_tensors():
+    x, w, b = _randn(3, 24, seed=1), _randn(100, 24), _randn(100, seed=2)
+    _assert_bitwise(torch.ops.inductor_ext.widened_mm(x, w.t()), _widened_reference(x, w.t()))
+    _assert_bitwise(torch.ops.inductor_ext.widened_addmm(b, x, w.t()), _widened_reference(x, w.t(), b))
+    with FakeTensorMode() as mode:
+        fx, fw, fb = mode.from_tensor(x), mode.from_tensor(w), mode.from_tensor(b)
+        for got in (torch.ops.inductor_ext.widened_mm(fx, fw.t()), torch.ops.inductor_ext.widened_addmm(fb, fx, fw.t())):
+            assert got.shape == (3, 100) and got.dtype == BF16
+
+
+# ----------------------------------------------------------------------------- the widened copy
+
+
+def test_the_weight_is_widened_once_and_its_copy_dropped_with_it():
+    cache = widened_gemm_ops._widened
+    gc.collect()
+    before = len(cache)
+    w, x = _randn(24, 40), _randn(3, 40, seed=1)
+    storage = w.untyped_storage()
+    widened_gemm_ops.widened_mm(x, w.t())
+    widened_gemm_ops.widened_mm(x[:1], w.t())  # another row count, a new view of the same weight
+    assert len(cache[storage]) == 1 and len(cache) == before + 1
+    (kept,) = cache[storage].values()
+    assert kept.dtype == torch.float32 and torch.equal(kept, w.t().float())
+    del w, storage, kept
+    gc.collect()
+    assert len(cache) == before  # no widened copy outlives its weight
+
+
+def test_an_in_place_write_widens_the_weight_again():
+    w, x = _randn(24, 40), _randn(2, 40, seed=1)
+    widened_gemm_ops.widened_mm(x, w.t())
+    w.mul_(-2)  # an optimizer step, a load_state_dict: the version counter moves
+    _assert_bitwise(widened_gemm_ops.widened_mm(x, w.t()), _widened_reference(x, w.t()))
+    assert len(widened_gemm_ops._widened[w.untyped_storage()]) == 1  # the stale copy went
+
+
+def test_an_inference_tensor_weight_is_widened_every_call_never_kept():
+    with torch.inference_mode():
+        w = _randn(8, 16)
+    x = _randn(2, 16, seed=1)
+    _assert_bitwise(widened_gemm_ops.widened_mm(x, w.t()), _widened_reference(x, w.t()))
+    assert w.untyped_storage() not in widened_gemm_ops._widened
+
+
+# ------------------------------------------------------------------------------- where offered
+
+
+def test_refused_for_fp32_or_a_weight_that_is_not_a_constant_with_the_reason():
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    import test_panel_gemm as panel
+
+    config = presets.resolve({"preset": "cpu"})
+    with V.set_graph_handler(GraphLowering(torch.fx.symbolic_trace(lambda x: x))):
+        assert aten_choices.widened_inputs(config, "mm", panel._mm(4, 8, 24)[0]) == (
+            "dtypes float32, float32 (the widened GEMMs are offered for bfloat16)")
+        assert aten_choices.widened_inputs(config, "mm", panel._mm(4, 8, 24, BF16)[0]) == (
+            "the weight is not a constant (its fp32 copy is kept for a frozen weight only)")
+        assert aten_choices.widened_inputs(config, "bmm", panel._mm(4, 8, 24, BF16)[0]) == (
+            "op bmm (each widened GEMM serves mm, addmm)")
+        assert aten_choices.widened_inputs(presets.resolve({"preset": "hopper"}), "mm",
+                                           panel._mm(4, 8, 24, BF16)[0]) == "not the cpu preset"
+
+
+class Block(torch.nn.Module):
+    """A projection without a bias and a linear with one, in bf16."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(24, 40, bias=False)
+        self.up = torch.nn.Linear(24, 48)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.head(x), self.up(x).relu()
+
+
+def _compile(m, x, options):
+    torch._dynamo.reset()
+    counters.clear()
+    first = len(decision_record.decisions)
+    fn = torch.compile(m, backend="ext", options=options)
+    with tune.fresh_inductor_caches(), torch.no_grad():
+        out = fn(x)
+    return out, decision_record.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """A timed compile (one template config per problem) that writes its cache, then a cache-only
+    compile from a copy whose GEMMs name the widened GEMMs as winners."""
+    out = tmp_path_factory.mktemp("widened_gemm")
+    torch.manual_seed(0)
+    m, x = Block().to(BF16).eval(), _randn(5, 24, seed=1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(policy.EFFORT_BUDGET, "full", 1)
+        _, timed, _ = _compile(copy.deepcopy(m), x, {"autotune": "full", "autotune_cache": str(out / "timed.db")})
+        forced = AutotuneCache(out / "forced.db")
+        for entry in AutotuneCache(out / "timed.db").entries():
+            forced.put(dataclasses.replace(entry, winner="aten", config={"name": f"ext_widened_{entry.key.op}"}))
+        got, served, benchmarks = _compile(copy.deepcopy(m), x, {
+            "autotune": "cache-only", "autotune_cache": str(out / "forced.db"), "dump_dir": str(out / "dump")})
+    with torch.no_grad():
+        want = m(x)
+    code = "\n".join(p.read_text() for p in (out / "dump").rglob("*.py"))
+    return {"timed": timed, "served": served, "benchmarks": benchmarks, "got": got, "want": want, "code": code}
+
+
+def test_the_timed_compile_times_the_widened_gemm_for_each_bf16_linear(compiled):
+    gemms = [d for d in compiled["timed"] if d.op in ("mm", "addmm") and d.key is not None]
+    assert sorted(d.op for d in gemms) == ["addmm", "mm"], compiled["timed"]
+    for d in gemms:
+        widened = [c for c in d.candidates if c["name"] == f"ext_widened_{d.op}"]
+        assert len(widened) == 1 and widened[0]["kind"] == "aten", d.candidates
+        assert widened[0]["time_us"] is not None and math.isfinite(widened[0]["time_us"]), d.candidates
+
+
+def test_a_cache_naming_the_widened_gemms_serves_them_with_bf16_numbers(compiled):
+    assert compiled["benchmarks"] == 0
+    served = {d.op: d for d in compiled["served"] if d.winner.startswith("ext_widened_")}
+    assert set(served) == {"mm", "addmm"} and all(d.reason == "cache" for d in served.values()), compiled["served"]
+    assert "torch.ops.inductor_ext.widened_mm.default(" in compiled["code"]
+    assert "torch.ops.inductor_ext.widened_addmm.default(" in compiled["code"]
+    for got, want in zip(compiled["got"], compiled["want"]):
+        assert got.dtype == BF16
+        torch.testing.assert_close(got, want, rtol=2**-7, atol=2**-7)
