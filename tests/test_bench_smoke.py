@@ -1,10 +1,10 @@
 """bench/compile_time.py, bench/hf_generate.py (issue 29), bench/cpp_cache_blocking.py,
 bench/cpu_decode_attention.py, bench/cpu_prefill_attention.py, bench/cpu_decode_linears.py and
-bench/wide_gemm.py cannot rot: each runs ``--quick --json``
+bench/wide_gemm.py and bench/bf16_gemm.py cannot rot: each runs ``--quick --json``
 on tiny models and its JSON has what the issue asks for (rows with spread, compile seconds, the
 compile-time breakdown, ``targets`` with ratios, ``met`` and a ``why`` on a miss; each blocking
 against Inductor's; each attention case against ATen's; each linear's fraction of the read bound;
-each wide GEMM's panels against ATen's one call).
+each wide GEMM's panels against ATen's one call; each bf16 GEMM widened against ATen's).
 The figures themselves mean nothing at these sizes.
 
 Each run compiles every arm cold (minutes on 2 cores), so these run on request: ``pytest -m bench``."""
@@ -160,3 +160,15 @@ def test_wide_gemm_json_has_both_arms_and_the_panels_speedup_with_its_spread():
         for ratio in (case, case["new_memory"]):
             low, high = ratio["speedup_p10_p90"]
             assert low <= high and ratio["speedup"] > 0, case
+
+
+def test_bf16_gemm_json_has_both_arms_and_the_widened_speedup_with_its_spread():
+    found = _run("bf16_gemm.py")
+    assert found["quick"] and found["capability"]
+    assert [(c["m"], c["k"], c["n"]) for c in found["cases"]] == [(4, 32, 48), (1, 16, 8)]
+    for case in found["cases"]:
+        assert set(case["arms"]) == {"aten", "widened"}, case
+        for arm in case["arms"].values():
+            assert arm["p10_ms"] <= arm["median_ms"] <= arm["p90_ms"] and arm["gflop_s"] > 0, case
+        low, high = case["speedup_p10_p90"]
+        assert low <= high and case["speedup"] > 0, case

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import gc
 import math
+import os
 
 import pytest
 import torch
@@ -212,3 +213,21 @@ def test_a_cache_naming_the_widened_gemms_serves_them_with_bf16_numbers(compiled
     for got, want in zip(compiled["got"], compiled["want"]):
         assert got.dtype == BF16
         torch.testing.assert_close(got, want, rtol=2**-7, atol=2**-7)
+
+
+def test_copies_past_the_memory_cap_serve_their_call_and_are_not_kept(monkeypatch):
+    cache = widened_gemm_ops._widened
+    gc.collect()
+    kept_before = cache.nbytes()
+    first, second, x = _randn(24, 40), _randn(24, 40, seed=3), _randn(2, 40, seed=1)
+    monkeypatch.setattr(cache, "_keep_bytes", lambda: kept_before + 24 * 40 * 4)  # room for one copy
+    _assert_bitwise(widened_gemm_ops.widened_mm(x, first.t()), _widened_reference(x, first.t()))
+    _assert_bitwise(widened_gemm_ops.widened_mm(x, second.t()), _widened_reference(x, second.t()))
+    assert first.untyped_storage() in cache and not cache[second.untyped_storage()]
+    assert cache.nbytes() == kept_before + 24 * 40 * 4
+
+
+def test_the_cap_is_a_share_of_the_machines_memory(monkeypatch):
+    monkeypatch.setattr(widened_gemm_ops, "KEEP_SHARE", 0.5)
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert widened_gemm_ops.keep_bytes() == total // 2

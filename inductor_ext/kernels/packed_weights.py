@@ -4,7 +4,8 @@ they are the same weight.
 A copy is keyed honestly: by the weight's storage (a weak key, so the copy goes with the weight),
 its offset, sizes, strides, version counter (any in-place write repacks) and the batch size it
 was packed for. A weight without a version counter (an inference tensor) is never cached: the
-caller then computes a plain mm. ``bias_row`` reads the bias a packed linear adds out of an
+caller then computes a plain mm. A cache may cap the bytes it keeps: a copy past the cap serves
+the call that packed it and is not kept. ``bias_row`` reads the bias a packed linear adds out of an
 ``addmm`` input.
 """
 
@@ -23,8 +24,11 @@ Pack = Callable[[Tensor, int], Tensor]
 class PackedWeights:
     """Packed forms of weights by storage, as one library packs them."""
 
-    def __init__(self, pack: Pack) -> None:
+    def __init__(self, pack: Pack, keep_bytes: Callable[[], int] | None = None) -> None:
+        """``keep_bytes``: how many bytes of packed copies may be kept in all (no limit without);
+        a copy past it is packed for the call that asked and not kept."""
         self._pack = pack
+        self._keep_bytes = keep_bytes
         self._lock = threading.Lock()
         self._by_storage: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Tensor]] = weakref.WeakKeyDictionary()
 
@@ -42,8 +46,14 @@ class PackedWeights:
                 # An older version of this weight is stale for good: drop it with the new entry.
                 for old in [k for k in entries if k[:3] == key[:3] and k[3] != key[3]]:
                     del entries[old]
-                found = entries[key] = self._pack(w_t, batch)
+                found = self._pack(w_t, batch)
+                if self._keep_bytes is None or self.nbytes() + found.nbytes <= self._keep_bytes():
+                    entries[key] = found
             return found
+
+    def nbytes(self) -> int:
+        """Bytes of the packed copies kept."""
+        return sum(t.nbytes for entries in list(self._by_storage.values()) for t in entries.values())
 
     def __len__(self) -> int:  # storages with packed copies
         return len(self._by_storage)
