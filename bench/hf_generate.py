@@ -68,6 +68,12 @@ time goes, not what the timed calls took.
 
     python bench/hf_generate.py [--json] [--rows llama_static_float32,...] [--quick] [--reps 5]
         [--processes 1] [--new-tokens 32] [--prompt 16] [--prefill 512] [--layers 12] [--threads N]
+        [--arms eager,inductor,inductor_max_autotune,ext] [--eager-once]
+
+``--eager-once`` calls eager once, for the reference, and times only the compiled arms: on a CPU
+without bf16 dot products (AVX2) ATen's bf16 GEMMs make one eager or Inductor-default bf16 prefill
+call take ~95 s (its addmm ran 3.1 s at 512 x 3072 x 768 here), so that row is run as
+``--rows gpt2_prefill_bfloat16 --eager-once --arms eager,inductor_max_autotune,ext``.
 """
 
 from __future__ import annotations
@@ -318,7 +324,8 @@ def measure_row(row: Row, args: argparse.Namespace, w: Widths, bandwidth: float)
         t0 = time.perf_counter()
         outs[arm] = run()
         compile_s[arm] = round(time.perf_counter() - t0, 2)
-        fns[arm] = run
+        if not (arm == "eager" and args.eager_once):
+            fns[arm] = run
         print(f"  {row.name} {arm}: first call {compile_s[arm]:.1f} s", file=sys.stderr)
     made = decision_record.decisions[first:]
     timings = interleaved(fns, args.reps, lead_in=1)
@@ -520,6 +527,9 @@ def main() -> None:
     parser.add_argument("--prefill", type=int, default=512, help="prompt tokens of the prefill rows")
     parser.add_argument("--layers", type=int, default=Widths.layers)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--eager-once", action="store_true",
+                        help="call eager once, as the reference, and time only the compiled arms (bf16 prefill "
+                             "on a CPU without bf16 dot products: eager's ATen bf16 GEMMs take ~95 s a call)")
     parser.add_argument("--processes", type=int, default=1,
                         help="run the measurement in this many fresh processes and combine them (see above)")
     parser.add_argument("--quick", action="store_true",

@@ -99,6 +99,13 @@ def test_hf_generate_json_has_rows_with_spread_and_targets(hf_generate):
     _check_targets(hf_generate["targets"], ("ext_vs_best_inductor", "ext_first_compile"), "per_row")
 
 
+def test_hf_generate_eager_once_times_only_the_compiled_arms_against_eagers_one_call():
+    found = _run("hf_generate.py", "--rows", "gpt2_prefill_bfloat16", "--eager-once", "--arms", "eager,inductor,ext")
+    row = found["rows"]["gpt2_prefill_bfloat16"]
+    assert set(row["arms"]) == {"inductor", "ext"} and set(row["compile_s"]) == {"eager", "inductor", "ext"}
+    assert max(row["max_rel_err_vs_eager"].values()) < 0.05, row["max_rel_err_vs_eager"]
+
+
 @pytest.mark.skipif("avx512" not in gemm.host_isas(),
                     reason="bench/cpp_cache_blocking.py times AVX-512 micro-kernels; this CPU has no AVX-512")
 def test_cpp_cache_blocking_json_has_each_blocking_against_inductors():
