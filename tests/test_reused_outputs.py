@@ -57,6 +57,14 @@ def test_memory_anything_still_refers_to_is_never_written(holder):
     assert {a.data_ptr(), b.data_ptr()} == {ptr, second_ptr}
 
 
+def test_any_kept_mapping_of_the_size_serves_not_only_the_newest():
+    a = reused_outputs.empty(_like(), (32, 64))
+    b = reused_outputs.empty(_like(), (32, 65))
+    ptr = a.data_ptr()
+    del a, b  # kept: a's, then b's
+    assert reused_outputs.empty(_like(), (32, 64)).data_ptr() == ptr
+
+
 def test_below_reuse_from_and_off_the_cpu_outputs_are_new_empty_tensors():
     small = reused_outputs.empty(_like(), (SMALL // 4 - 1,))
     assert small.untyped_storage().resizable()  # an ordinary allocation

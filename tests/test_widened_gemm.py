@@ -82,8 +82,11 @@ def test_a_wide_output_takes_the_panels(monkeypatch):
     _assert_bitwise(widened_gemm_ops.widened_mm(x, w.t()), _widened_reference(x, w.t()))
     _assert_bitwise(widened_gemm_ops.widened_addmm(b, x, w.t()), _widened_reference(x, w.t(), b))
     assert calls == ["panel_mm", "panel_addmm"]
+    widened_gemm_ops.widened_mm(x, w[:64].t())  # exactly WIDE: panels
+    assert calls == ["panel_mm", "panel_addmm", "panel_mm"]
     widened_gemm_ops.widened_mm(x, w[:63].t())  # one column short of WIDE: one GEMM
-    assert calls == ["panel_mm", "panel_addmm"]
+    widened_gemm_ops.widened_addmm(b[:63], x, w[:63].t())
+    assert calls == ["panel_mm", "panel_addmm", "panel_mm"]
 
 
 def test_the_ops_through_the_dispatcher_and_as_fake_tensors():
@@ -113,6 +116,21 @@ def test_the_weight_is_widened_once_and_its_copy_dropped_with_it():
     del w, storage, kept
     gc.collect()
     assert len(cache) == before  # no widened copy outlives its weight
+
+
+def test_a_call_reads_the_kept_copy_instead_of_widening_again():
+    w, x = _randn(24, 40), _randn(2, 40, seed=1)
+    widened_gemm_ops.widened_mm(x, w.t())
+    (kept,) = widened_gemm_ops._widened[w.untyped_storage()].values()
+    kept.zero_()  # only a call that reads the kept copy sees this
+    assert torch.equal(widened_gemm_ops.widened_mm(x, w.t()), torch.zeros(2, 24, dtype=BF16))
+
+
+def test_with_no_share_of_memory_nothing_is_kept(monkeypatch):
+    monkeypatch.setattr(widened_gemm_ops, "KEEP_SHARE", 0.0)
+    w, x = _randn(24, 40), _randn(2, 40, seed=1)
+    _assert_bitwise(widened_gemm_ops.widened_mm(x, w.t()), _widened_reference(x, w.t()))
+    assert not widened_gemm_ops._widened[w.untyped_storage()]
 
 
 def test_an_in_place_write_widens_the_weight_again():
