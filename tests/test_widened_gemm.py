@@ -14,14 +14,16 @@ import os
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
+from test_panel_gemm import _compile, _mm  # a compile's decisions; an mm's inputs in a lowering
+from torch._inductor.graph import GraphLowering
+from torch._inductor.virtualized import V
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from inductor_ext import presets, tune
+from inductor_ext import presets
 from inductor_ext.autotune import policy
 from inductor_ext.autotune.cache import AutotuneCache
 from inductor_ext.kernels import panel_gemm_ops, widened_gemm_ops
-from inductor_ext.lowering import aten_choices, decision_record
+from inductor_ext.lowering import aten_choices
 
 BF16 = torch.bfloat16
 
@@ -153,21 +155,16 @@ def test_an_inference_tensor_weight_is_widened_every_call_never_kept():
 
 
 def test_refused_for_fp32_or_a_weight_that_is_not_a_constant_with_the_reason():
-    from torch._inductor.graph import GraphLowering
-    from torch._inductor.virtualized import V
-
-    import test_panel_gemm as panel
-
     config = presets.resolve({"preset": "cpu"})
     with V.set_graph_handler(GraphLowering(torch.fx.symbolic_trace(lambda x: x))):
-        assert aten_choices.widened_inputs(config, "mm", panel._mm(4, 8, 24)[0]) == (
+        assert aten_choices.widened_inputs(config, "mm", _mm(4, 8, 24)[0]) == (
             "dtypes float32, float32 (the widened GEMMs are offered for bfloat16)")
-        assert aten_choices.widened_inputs(config, "mm", panel._mm(4, 8, 24, BF16)[0]) == (
+        assert aten_choices.widened_inputs(config, "mm", _mm(4, 8, 24, BF16)[0]) == (
             "the weight is not a constant (its fp32 copy is kept for a frozen weight only)")
-        assert aten_choices.widened_inputs(config, "bmm", panel._mm(4, 8, 24, BF16)[0]) == (
+        assert aten_choices.widened_inputs(config, "bmm", _mm(4, 8, 24, BF16)[0]) == (
             "op bmm (each widened GEMM serves mm, addmm)")
         assert aten_choices.widened_inputs(presets.resolve({"preset": "hopper"}), "mm",
-                                           panel._mm(4, 8, 24, BF16)[0]) == "not the cpu preset"
+                                           _mm(4, 8, 24, BF16)[0]) == "not the cpu preset"
 
 
 class Block(torch.nn.Module):
@@ -182,16 +179,6 @@ class Block(torch.nn.Module):
         return self.head(x), self.up(x).relu()
 
 
-def _compile(m, x, options):
-    torch._dynamo.reset()
-    counters.clear()
-    first = len(decision_record.decisions)
-    fn = torch.compile(m, backend="ext", options=options)
-    with tune.fresh_inductor_caches(), torch.no_grad():
-        out = fn(x)
-    return out, decision_record.decisions[first:], counters["inductor"]["select_algorithm_autotune"]
-
-
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """A timed compile (one template config per problem) that writes its cache, then a cache-only
@@ -201,11 +188,11 @@ def compiled(tmp_path_factory):
     m, x = Block().to(BF16).eval(), _randn(5, 24, seed=1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(policy.EFFORT_BUDGET, "full", 1)
-        _, timed, _ = _compile(copy.deepcopy(m), x, {"autotune": "full", "autotune_cache": str(out / "timed.db")})
+        _, timed, _, _ = _compile(copy.deepcopy(m), x, {"autotune": "full", "autotune_cache": str(out / "timed.db")})
         forced = AutotuneCache(out / "forced.db")
         for entry in AutotuneCache(out / "timed.db").entries():
             forced.put(dataclasses.replace(entry, winner="aten", config={"name": f"ext_widened_{entry.key.op}"}))
-        got, served, benchmarks = _compile(copy.deepcopy(m), x, {
+        got, served, benchmarks, _ = _compile(copy.deepcopy(m), x, {
             "autotune": "cache-only", "autotune_cache": str(out / "forced.db"), "dump_dir": str(out / "dump")})
     with torch.no_grad():
         want = m(x)

@@ -156,13 +156,17 @@ def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inpu
     return inputs
 
 
-# ATen's GEMM per panel of output columns, by the op it serves; the graph calls the op
-# (a FallbackKernel: Python and C++ wrappers alike), autotuning its body.
-PANEL_GEMMS = {
-    op: ExternKernelChoice(body, name=f"ext_panel_{op}", has_out_variant=False, use_fallback_kernel=True,
-                           op_overload=getattr(torch.ops.inductor_ext, f"panel_{op}").default)
-    for op, body in (("mm", panel_gemm_ops.panel_mm), ("addmm", panel_gemm_ops.panel_addmm))
-}
+def _op_gemms(kind: str, module: Any) -> dict[str, ExternKernelChoice]:
+    """ext's ``<kind>_mm`` and ``<kind>_addmm`` ops as choices, by the op each serves: the graph
+    calls the op (a FallbackKernel: Python and C++ wrappers alike), autotuning times its body
+    (``module.<kind>_mm``)."""
+    return {op: ExternKernelChoice(getattr(module, f"{kind}_{op}"), name=f"ext_{kind}_{op}", has_out_variant=False,
+                                   use_fallback_kernel=True, op_overload=getattr(torch.ops.inductor_ext, f"{kind}_{op}").default)
+            for op in ("mm", "addmm")}
+
+
+# ATen's GEMM per panel of output columns, by the op it serves
+PANEL_GEMMS = _op_gemms("panel", panel_gemm_ops)
 
 
 def panel_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpInputs | str:
@@ -180,12 +184,8 @@ def panel_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpI
     return inputs
 
 
-# ATen's fp32 GEMM on a bf16 weight widened once, by the op it serves; the graph calls the op.
-WIDENED_GEMMS = {
-    op: ExternKernelChoice(body, name=f"ext_widened_{op}", has_out_variant=False, use_fallback_kernel=True,
-                           op_overload=getattr(torch.ops.inductor_ext, f"widened_{op}").default)
-    for op, body in (("mm", widened_gemm_ops.widened_mm), ("addmm", widened_gemm_ops.widened_addmm))
-}
+# ATen's fp32 GEMM on a bf16 weight widened once, by the op it serves
+WIDENED_GEMMS = _op_gemms("widened", widened_gemm_ops)
 
 
 def widened_inputs(config: ExtConfig, op_name: str, kernel_inputs: Any) -> ops.OpInputs | str:
