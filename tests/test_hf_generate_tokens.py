@@ -63,7 +63,7 @@ def test_a_row_whose_arm_generates_other_tokens_says_where(monkeypatch):
         return model
 
     monkeypatch.setattr(hf_generate, "compile_arm", arm_with_other_weights)
-    args = argparse.Namespace(arms=["eager", "inductor"], reps=1, new_tokens=3, prompt=4, prefill=32)
+    args = argparse.Namespace(arms=["eager", "inductor"], reps=1, new_tokens=3, prompt=4, prefill=32, eager_once=False)
     row = hf_generate.measure_row(hf_generate.Row("llama", "dynamic", "float32"), args, hf_generate.QUICK, 30e9)
     assert row["same_tokens_as_eager"] == {"eager": True, "inductor": False}
     d = row["token_differences"]["inductor"]
