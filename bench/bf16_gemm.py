@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from side_by_side import parse, parser, speedup, spread, time_rounds  # noqa: E402
+from side_by_side import gemm_arms, parse, parser, speedup, time_rounds  # noqa: E402
 
 from inductor_ext.kernels import widened_gemm_ops  # noqa: E402
 
@@ -44,11 +44,7 @@ def measure(m: int, k: int, n: int, rounds: int) -> dict[str, Any]:
     for arm in arms.values():  # warm: the weight widened, pages touched, threads awake
         arm()
     seconds = time_rounds(arms, rounds)
-    flop = 2 * m * k * n
-    figures = {}
-    for name, s in seconds.items():
-        figures[name] = spread(s, 1e3, "ms")
-        figures[name]["gflop_s"] = round(flop / (figures[name]["median_ms"] / 1e3) / 1e9, 2)
+    figures = gemm_arms(seconds, 2 * m * k * n, 2)
     return {"m": m, "k": k, "n": n, "arms": figures, **speedup(seconds["aten"], seconds["widened"])}
 
 

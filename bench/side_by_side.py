@@ -34,6 +34,16 @@ def spread(seconds: list[float], scale: float, unit: str) -> dict[str, float]:
             f"p90_{unit}": percentile(seconds, 90) * scale}
 
 
+def gemm_arms(seconds: dict[str, list[float]], flop: int, digits: int) -> dict[str, dict[str, float]]:
+    """Each arm's ``spread`` in ms with its GFLOP/s at the median (rounded to ``digits``), for a GEMM
+    of ``flop`` floating-point operations a call."""
+    figures = {}
+    for name, s in seconds.items():
+        figures[name] = spread(s, 1e3, "ms")
+        figures[name]["gflop_s"] = round(flop / (figures[name]["median_ms"] / 1e3) / 1e9, digits)
+    return figures
+
+
 def speedup(baseline: list[float], arm: list[float]) -> dict[str, object]:
     """How many times faster ``arm`` ran than ``baseline``: the ratio of medians, and the 10th-90th
     percentile of the ratio round by round."""

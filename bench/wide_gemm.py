@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from side_by_side import parse, parser, speedup, spread, time_rounds  # noqa: E402
+from side_by_side import gemm_arms, parse, parser, speedup, time_rounds  # noqa: E402
 
 from inductor_ext.kernels import panel_gemm_ops, reused_outputs  # noqa: E402
 
@@ -53,11 +53,7 @@ def measure(m: int, k: int, n: int, rounds: int) -> dict[str, Any]:
     for arm in arms.values():  # warm: pages touched, threads awake
         arm()
     seconds = time_rounds(arms, rounds)
-    flop = 2 * m * k * n
-    figures = {}
-    for name, s in seconds.items():
-        figures[name] = spread(s, 1e3, "ms")
-        figures[name]["gflop_s"] = round(flop / (figures[name]["median_ms"] / 1e3) / 1e9, 1)
+    figures = gemm_arms(seconds, 2 * m * k * n, 1)
     return {"m": m, "k": k, "n": n, "offered": n >= panel_gemm_ops.WIDE, "arms": figures,
             **speedup(seconds["aten"], seconds["panels"]),
             "new_memory": speedup(seconds["aten"], seconds["panels_new_memory"])}

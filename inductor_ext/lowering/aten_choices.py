@@ -159,9 +159,10 @@ def packed_inputs(gemm: PackedGemm, config: ExtConfig, op_name: str, kernel_inpu
 def _op_gemms(kind: str, module: Any) -> dict[str, ExternKernelChoice]:
     """ext's ``<kind>_mm`` and ``<kind>_addmm`` ops as choices, by the op each serves: the graph
     calls the op (a FallbackKernel: Python and C++ wrappers alike), autotuning times its body
-    (``module.<kind>_mm``)."""
+    (``module.<kind>_mm``, ``module.<kind>_addmm``)."""
     return {op: ExternKernelChoice(getattr(module, f"{kind}_{op}"), name=f"ext_{kind}_{op}", has_out_variant=False,
-                                   use_fallback_kernel=True, op_overload=getattr(torch.ops.inductor_ext, f"{kind}_{op}").default)
+                                   use_fallback_kernel=True,
+                                   op_overload=getattr(torch.ops.inductor_ext, f"{kind}_{op}").default)
             for op in ("mm", "addmm")}
 
 
@@ -207,9 +208,7 @@ def extend(config: ExtConfig, op_name: str, kernel_inputs: Any, choices: list[An
         inputs = packed_inputs(gemm, config, op_name, kernel_inputs)
         if not isinstance(inputs, str):
             choices.append(gemm.choice.bind(inputs.nodes, inputs.layout))
-    inputs = panel_inputs(config, op_name, kernel_inputs)
-    if not isinstance(inputs, str):
-        choices.append(PANEL_GEMMS[op_name].bind(inputs.nodes, inputs.layout))
-    inputs = widened_inputs(config, op_name, kernel_inputs)
-    if not isinstance(inputs, str):
-        choices.append(WIDENED_GEMMS[op_name].bind(inputs.nodes, inputs.layout))
+    for gemms, offered in ((PANEL_GEMMS, panel_inputs), (WIDENED_GEMMS, widened_inputs)):
+        inputs = offered(config, op_name, kernel_inputs)
+        if not isinstance(inputs, str):
+            choices.append(gemms[op_name].bind(inputs.nodes, inputs.layout))
