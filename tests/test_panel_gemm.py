@@ -151,7 +151,6 @@ def test_offered_for_a_wide_fp32_mm_and_addmm(lowering, small_panels):
         assert choices[-1].layout == offered.layout and list(choices[-1].input_nodes) == list(offered.nodes)
 
 
-
 @pytest.mark.parametrize("case, why", [
     ("narrow", f"{WIDE - 1} output columns (offered from {WIDE})"),
     ("bf16", "dtypes bfloat16, bfloat16 (the panels are offered for float32)"),
@@ -253,7 +252,7 @@ def test_a_cache_naming_the_panels_serves_them_with_atens_numbers(compiled):
 
 def test_the_served_graph_writes_its_wide_outputs_over_dropped_ones_never_held_ones(compiled, monkeypatch):
     """Each call's wide outputs in the memory of the last call's once nothing holds them
-    (``kernels/reused_outputs.py``; pooled from 4 KiB here instead of 32 MiB)."""
+    (``kernels/reused_outputs.py``; pooled from 2000 bytes, a 5 x 100 fp32 output, instead of 32 MiB)."""
     monkeypatch.setattr(reused_outputs, "REUSE_FROM", 5 * 100 * 4)
     reused_outputs.release()
     fn, x = compiled["fn"], compiled["x"]
