@@ -4,6 +4,7 @@ where the predicted ratio to ATen, made worse by the model's error, beats ATen b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -278,3 +279,61 @@ def test_an_entry_atens_side_won_lends_no_family_or_config() -> None:
     assert o.family is None and o.config is None
     won = cost_model.observe(entry(16, 768, 768, 100.0, 50.0))
     assert won.family == "cpp.gemm" and won.config == CONFIG
+
+
+def _varied(k: ProblemKey, *, returned: bool = False, dynamic: bool = False) -> ProblemKey:
+    """``k`` returned by its graph and/or with symbolic rows (the first input's first dim)."""
+    return dataclasses.replace(k, returned=returned, dynamic=((0,), ()) if dynamic else ())
+
+
+def _widened_grid() -> list[Entry]:
+    """bf16 entries (static, not returned) where ATen's op serves and the widened GEMM ran in a
+    fifth of its time from 16 rows."""
+    return [_with_aten_side(e, "ext_widened_mm", 20.0 * e.key.shapes[0][0] if e.key.shapes[0][0] >= 16 else None)
+            for e in grid(2.0, dtype="bfloat16")]
+
+
+@pytest.mark.parametrize("returned,dynamic,differs", [(True, False, "an output not returned"),
+                                                     (False, True, "static sizes"),
+                                                     (True, True, "an output not returned and static sizes")])
+def test_a_kind_with_no_entry_borrows_the_aten_side_pick_of_its_library_kind(returned: bool, dynamic: bool,
+                                                                               differs: str) -> None:
+    model = CostModel.from_entries(_widened_grid())
+    p = model.predict(_varied(key(128, 2048, 768, dtype="bfloat16"), returned=returned, dynamic=dynamic))
+    assert p.log_ratio is None and not p.template_wins(0.0)  # the template side is not borrowed
+    assert p.aten_pick(0.05) == "ext_widened_mm" and p.aten_choice_from == differs
+    assert p.aten_choice == ("ext_widened_mm", pytest.approx(math.log(5.0)))
+    assert "no table entry of this kind" in p.text()
+
+
+def test_the_problems_own_kind_is_preferred_and_the_library_kind_still_needs_to_be_near() -> None:
+    own = [_varied(e.key, returned=True) for e in grid(2.0, dtype="bfloat16")]  # returned, the op fastest
+    entries = _widened_grid() + [Entry(key=k, winner="aten", config={"name": "mm"}, winner_time_us=100.0,
+                                       aten_time_us=100.0, candidates=[{"name": "mm", "time_us": 100.0,
+                                                                        "policy": None, "error": None}])
+                                 for k in own]
+    model = CostModel.from_entries(entries)
+    p = model.predict(_varied(key(128, 2048, 768, dtype="bfloat16"), returned=True))
+    assert p.aten_choice is None and p.aten_choice_from == ""  # its own kind's nearest: the op itself
+    far = model.predict(_varied(key(128, 2048 * 16, 768, dtype="bfloat16"), dynamic=True))  # 4 doublings of N
+    assert far.aten_choice is None and far.aten_pick(0.0) is None
+    other_dtype = model.predict(_varied(key(128, 2048, 768), dynamic=True))  # fp32: another library kind
+    assert other_dtype.aten_choice is None
+
+
+def test_an_own_kind_entry_too_far_away_still_lets_the_library_kind_lend_its_pick() -> None:
+    far_own = _varied(key(1, 768 * 64, 768, dtype="bfloat16"), dynamic=True)
+    model = CostModel.from_entries(_widened_grid() + [entry(1, 768 * 64, 768, 100.0, 200.0, dtype="bfloat16")])
+    model = CostModel([*model.observations, dataclasses.replace(model.observations[-1],
+                                                                kind=cost_model.kind_of(far_own))])
+    p = model.predict(_varied(key(128, 2048, 768, dtype="bfloat16"), dynamic=True))
+    assert "within 3" in p.text() and p.aten_pick(0.05) == "ext_widened_mm" and p.aten_choice_from == "static sizes"
+
+
+def test_the_library_kind_is_the_kind_less_returned_and_dynamic() -> None:
+    k = key(16, 768, 768, dtype="bfloat16")
+    kinds = {cost_model.kind_of(_varied(k, returned=r, dynamic=d)) for r in (False, True) for d in (False, True)}
+    assert len(kinds) == 4 and len({cost_model.library_kind_of(kd) for kd in kinds}) == 1
+    others = [key(16, 768, 768), key(16, 768, 768, dtype="bfloat16", op="addmm"),
+              key(16, 768, 768, dtype="bfloat16", device="AVX2, 2 threads")]
+    assert len({cost_model.library_kind_of(cost_model.kind_of(o)) for o in [k, *others]}) == 4

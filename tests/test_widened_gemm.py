@@ -20,7 +20,8 @@ from torch._inductor.virtualized import V
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from inductor_ext import presets
-from inductor_ext.autotune import policy
+from inductor_ext.autotune import decision_tables, policy
+from inductor_ext.autotune.cache_entry import Entry
 from inductor_ext.autotune.cache import AutotuneCache
 from inductor_ext.kernels import panel_gemm_ops, widened_gemm_ops
 from inductor_ext.lowering import aten_choices
@@ -236,3 +237,61 @@ def test_the_cap_is_a_share_of_the_machines_memory(monkeypatch):
     monkeypatch.setattr(widened_gemm_ops, "KEEP_SHARE", 0.5)
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert widened_gemm_ops.keep_bytes() == total // 2
+
+
+@pytest.fixture(scope="module")
+def borrowed(tmp_path_factory):
+    """The untimed default compiling ``Block`` with symbolic rows (its head's output returned):
+    first with no table, recording the keys looked up, then with a table holding those problems
+    static and not returned, where ATen's op served and the widened GEMM ran in a fifth of its time."""
+    out = tmp_path_factory.mktemp("widened_borrowed")
+    torch.manual_seed(0)
+    m = Block().to(BF16).eval()
+    asked = []
+    real_get = decision_tables.TableSet.get
+
+    def compile_dynamic(table):
+        x = _randn(5, 24, seed=1)
+        torch._dynamo.mark_dynamic(x, 0)
+        return _compile(copy.deepcopy(m), x, {"preset": "cpu", "decision_tables": table})
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INDUCTOR_EXT_CACHE_DIR", str(out / "cache"))  # nothing decided earlier serves
+        mp.setattr(decision_tables, "package_table_paths", lambda: [])
+        mp.setattr(decision_tables.TableSet, "get",
+                   lambda self, key, form: asked.append((key, form)) or real_get(self, key, form))
+        _, untabled, _, _ = compile_dynamic(out / "none.json")
+        entries = []
+        for key, form in asked:
+            static = dataclasses.replace(decision_tables.portable(key, form), dynamic=(), returned=False)
+            entries.append(Entry(key=static, winner="aten", config={"name": key.op}, winner_time_us=100.0,
+                                 aten_time_us=100.0, candidates=[
+                                     {"name": key.op, "time_us": 100.0, "policy": None, "error": None},
+                                     {"name": f"ext_widened_{key.op}", "time_us": 20.0, "policy": None, "error": None}]))
+        (out / "table.json").write_text(decision_tables.table_text(entries, {
+            "cpu": "test CPU", "form": "test", "date": "2026-12-07", "torch": torch.__version__,
+            "inductor_ext": "0.1.0", "command": "tests/test_widened_gemm.py"}))
+        got, served, benchmarks, fn = compile_dynamic(out / "table.json")
+        with torch.no_grad():
+            seven = _randn(7, 24, seed=2)
+            got7, want7 = fn(seven), m(seven)
+    with torch.no_grad():
+        want = m(_randn(5, 24, seed=1))
+    return {"asked": asked, "untabled": untabled, "served": served, "benchmarks": benchmarks,
+            "got": [*got, *got7], "want": [*want, *want7]}
+
+
+def test_the_untimed_default_borrows_a_static_entrys_widened_gemm_for_symbolic_and_returned_gemms(borrowed):
+    assert {(k.op, bool(k.dynamic), k.returned) for k, _ in borrowed["asked"]} >= {("mm", True, True),
+                                                                                   ("addmm", True, False)}
+    assert all(d.reason.startswith("model: ATen's default") for d in borrowed["untabled"]), borrowed["untabled"]
+    gemms = {d.op: d for d in borrowed["served"] if d.op in ("mm", "addmm")}
+    assert gemms["mm"].winner == "ext_widened_mm" and gemms["addmm"].winner == "ext_widened_addmm", gemms
+    assert gemms["mm"].reason.startswith("model: ext_widened_mm, 5.00x faster than mm in the nearest table entry "
+                                         "(one with an output not returned and static sizes)"), gemms["mm"].reason
+    assert "(one with static sizes)" in gemms["addmm"].reason, gemms["addmm"].reason
+    assert borrowed["benchmarks"] == 0
+    assert all(c["time_us"] is None for d in gemms.values() for c in d.candidates)  # nothing timed
+    for got, want in zip(borrowed["got"], borrowed["want"], strict=True):  # 5 rows, then 7 through the same graph
+        assert got.dtype == BF16
+        torch.testing.assert_close(got, want, rtol=2**-7, atol=2**-7)

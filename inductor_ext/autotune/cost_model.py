@@ -17,14 +17,19 @@ Timing (``autotune="quick"``) is pruned by the other side of the same bound
 ATen by the margin, no template is timed; elsewhere the configs that won nearby are timed first.
 
 Where ATen serves, which ATen-side choice (``Prediction.aten_pick``): the op itself, unless in the
-nearest observation another ATen-side choice (a packed or panelled library GEMM,
-``lowering/aten_choices.py``) beat the op by the margin; then that one, where it is offered.
+nearest observation another ATen-side choice (a packed, panelled or widened library GEMM,
+``lowering/aten_choices.py``) beat the op by the margin; then that one, where it is offered. A
+library GEMM is called alike whether the graph returns its output and whether its rows are
+symbolic, so where no observation of the problem's own kind is near, the nearest of its *library
+kind* (``library_kind_of``: the kind less those two) lends its pick: a returned bf16 linear or a
+dynamic recompile's GEMMs then get the widened GEMM that won beside them, not ATen's bf16 op
+(measured on AVX2: several times slower from 16 rows, ``bench/bf16_gemm.py``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from inductor_ext.autotune.cache_entry import Entry, ProblemKey
@@ -69,6 +74,7 @@ class Prediction:
     neighbours: int = 0
     why_none: str = ""  # why there is no prediction
     aten_choice: tuple[str, float] | None = None  # the nearest observation's ``aten_pick``
+    aten_choice_from: str = ""  # where the nearest is of the library kind only: how it differs
 
     def aten_pick(self, margin: float) -> str | None:
         """The ATen-side choice to serve instead of the op itself: the nearest observation's
@@ -105,6 +111,26 @@ def kind_of(key: ProblemKey) -> tuple[Any, ...]:
     contiguous = tuple(_is_contiguous(shape, strides) for shape, strides in zip(key.shapes, key.strides))
     return (key.op, key.dtypes, tuple(len(s) for s in key.shapes), contiguous, key.fp32_precision,
             key.returned, bool(key.dynamic), key.arch, key.preset, key.device_name)
+
+
+_RETURNED, _DYNAMIC = 5, 6  # where ``kind_of`` holds them
+
+
+def library_kind_of(kind: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a problem must share with an observation to borrow its ATen-side pick: its kind less
+    whether its output is returned and whether its sizes are symbolic (a library GEMM is called
+    the same way for either)."""
+    return kind[:_RETURNED] + kind[_DYNAMIC + 1:]
+
+
+def _kind_difference(problem: tuple[Any, ...], observed: tuple[Any, ...]) -> str:
+    """How an observation of the problem's library kind differs from it, in words."""
+    said = []
+    if problem[_RETURNED] != observed[_RETURNED]:
+        said.append("a returned output" if observed[_RETURNED] else "an output not returned")
+    if problem[_DYNAMIC] != observed[_DYNAMIC]:
+        said.append("symbolic sizes" if observed[_DYNAMIC] else "static sizes")
+    return " and ".join(said)
 
 
 def _is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
@@ -166,10 +192,12 @@ class CostModel:
     observations: Sequence[Observation]
     _by_kind: dict[tuple[Any, ...], list[Observation]] = field(default_factory=dict, init=False, repr=False)
     _errors: dict[tuple[Any, ...], float] = field(default_factory=dict, init=False, repr=False)
+    _by_library_kind: dict[tuple[Any, ...], list[Observation]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for o in self.observations:
             self._by_kind.setdefault(o.kind, []).append(o)
+            self._by_library_kind.setdefault(library_kind_of(o.kind), []).append(o)
 
     @classmethod
     def from_entries(cls, entries: Sequence[Entry]) -> CostModel:
@@ -193,20 +221,31 @@ class CostModel:
         return self._errors[kind]
 
     def predict(self, key: ProblemKey) -> Prediction:
-        kind = kind_of(key)
+        kind, sizes = kind_of(key), _log_sizes(key)
         group = self._by_kind.get(kind, [])
         if not group:
-            return Prediction(None, math.inf, None, None, why_none="no table entry of this kind of problem")
-        ratio, aten_us, template_us, near = _nearest(group, _log_sizes(key), _work(key))
+            return self._borrowed(Prediction(None, math.inf, None, None,
+                                             why_none="no table entry of this kind of problem"), kind, sizes)
+        ratio, aten_us, template_us, near = _nearest(group, sizes, _work(key))
         if ratio is None:
-            return Prediction(None, math.inf, None, None,
-                              why_none=f"no table entry within {RADIUS:g} (log2 sizes) of this problem")
-        wins = sorted((o for o in group if o.family is not None and _distance(o.sizes, _log_sizes(key)) <= RADIUS),
-                      key=lambda o: _distance(o.sizes, _log_sizes(key)))
+            return self._borrowed(Prediction(None, math.inf, None, None,
+                                             why_none=f"no table entry within {RADIUS:g} (log2 sizes) of this problem"),
+                                  kind, sizes)
+        wins = sorted((o for o in group if o.family is not None and _distance(o.sizes, sizes) <= RADIUS),
+                      key=lambda o: _distance(o.sizes, sizes))
         configs = tuple(dict.fromkeys((o.family, _frozen(o.config)) for o in wins if o.family and o.config))
-        nearest = min(group, key=lambda o: _distance(o.sizes, _log_sizes(key)))
+        nearest = min(group, key=lambda o: _distance(o.sizes, sizes))
         return Prediction(ratio, self.error(kind), aten_us, template_us,
                           tuple((f, dict(c)) for f, c in configs), near, aten_choice=nearest.aten_pick)
+
+    def _borrowed(self, prediction: Prediction, kind: tuple[Any, ...], sizes: Sequence[float]) -> Prediction:
+        """``prediction`` (none of the problem's kind near) with the ATen-side pick of the nearest
+        observation of its library kind within ``RADIUS``, where there is one."""
+        near = [o for o in self._by_library_kind.get(library_kind_of(kind), []) if _distance(o.sizes, sizes) <= RADIUS]
+        if not near:
+            return prediction
+        nearest = min(near, key=lambda o: _distance(o.sizes, sizes))
+        return replace(prediction, aten_choice=nearest.aten_pick, aten_choice_from=_kind_difference(kind, nearest.kind))
 
 
 def _frozen(config: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
