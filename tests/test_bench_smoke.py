@@ -1,10 +1,11 @@
 """bench/compile_time.py, bench/hf_generate.py (issue 29), bench/cpp_cache_blocking.py,
-bench/cpu_decode_attention.py, bench/cpu_prefill_attention.py, bench/cpu_decode_linears.py and
-bench/wide_gemm.py and bench/bf16_gemm.py cannot rot: each runs ``--quick --json``
+bench/cpu_decode_attention.py, bench/cpu_prefill_attention.py, bench/cpu_decode_linears.py,
+bench/wide_gemm.py, bench/bf16_gemm.py and bench/bf16_lengths.py cannot rot: each runs ``--quick --json``
 on tiny models and its JSON has what the issue asks for (rows with spread, compile seconds, the
 compile-time breakdown, ``targets`` with ratios, ``met`` and a ``why`` on a miss; each blocking
 against Inductor's; each attention case against ATen's; each linear's fraction of the read bound;
-each wide GEMM's panels against ATen's one call; each bf16 GEMM widened against ATen's).
+each wide GEMM's panels against ATen's one call; each bf16 GEMM widened against ATen's; a bf16
+encoder's dynamic graph, each arm compiled apart).
 The figures themselves mean nothing at these sizes.
 
 Each run compiles every arm cold (minutes on 2 cores), so these run on request: ``pytest -m bench``."""
@@ -179,3 +180,18 @@ def test_bf16_gemm_json_has_both_arms_and_the_widened_speedup_with_its_spread():
             assert arm["p10_ms"] <= arm["median_ms"] <= arm["p90_ms"] and arm["gflop_s"] > 0, case
         low, high = case["speedup_p10_p90"]
         assert low <= high and case["speedup"] > 0, case
+
+
+def test_bf16_lengths_json_has_every_arm_compiled_apart_and_ext_against_each_with_its_spread():
+    found = _run("bf16_lengths.py")
+    assert found["quick"] and (found["compile_at"], found["tokens"]) == (16, 13)
+    assert set(found["arms"]) == {"inductor", "inductor_max_autotune", "ext", "ext_own_kind_only"}
+    for name, arm in found["arms"].items():
+        assert arm["p10_ms"] <= arm["median_ms"] <= arm["p90_ms"], name
+        assert arm["compile_s"] > 0.5, f"{name} was served another arm's graph"
+        assert arm["max_diff_of_largest"] <= 2**-5, name
+    assert all(found["arms"][a]["gemms_served"] for a in ("ext", "ext_own_kind_only"))
+    assert set(found["ext_vs"]) == {"inductor", "inductor_max_autotune", "ext_own_kind_only"}
+    for ratio in found["ext_vs"].values():
+        low, high = ratio["speedup_p10_p90"]
+        assert low <= high and ratio["speedup"] > 0
