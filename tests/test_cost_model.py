@@ -335,5 +335,37 @@ def test_the_library_kind_is_the_kind_less_returned_and_dynamic() -> None:
     kinds = {cost_model.kind_of(_varied(k, returned=r, dynamic=d)) for r in (False, True) for d in (False, True)}
     assert len(kinds) == 4 and len({cost_model.library_kind_of(kd) for kd in kinds}) == 1
     others = [key(16, 768, 768), key(16, 768, 768, dtype="bfloat16", op="addmm"),
-              key(16, 768, 768, dtype="bfloat16", device="AVX2, 2 threads")]
-    assert len({cost_model.library_kind_of(cost_model.kind_of(o)) for o in [k, *others]}) == 4
+              key(16, 768, 768, dtype="bfloat16", device="AVX2, 2 threads"), dataclasses.replace(k, arch="cuda"),
+              dataclasses.replace(k, preset="aten")]
+    assert len({cost_model.library_kind_of(cost_model.kind_of(o)) for o in [k, *others]}) == 6
+
+
+def test_a_win_beyond_the_radius_lends_no_config() -> None:
+    near_losses = [entry(m, 768, 768, 100.0, 200.0) for m in (4, 8, 16)]
+    p = CostModel.from_entries([*near_losses, entry(512, 768, 768, 100.0, 50.0)]).predict(key(8, 768, 768))
+    assert p.neighbours == 3 and p.configs == ()  # 512 rows are 6 doublings from 8
+
+
+def test_nothing_of_the_kind_near_has_no_error_and_says_why() -> None:
+    model = CostModel.from_entries(grid(0.5))
+    none = model.predict(key(16, 768, 768, dtype="bfloat16"))
+    far = model.predict(key(16, 768 * 32, 768 * 16))
+    assert none.error == math.inf and far.error == math.inf
+    assert none.why_none == "no table entry of this kind of problem"
+
+
+def test_the_difference_is_said_from_the_entry_lent_both_ways() -> None:
+    """Static entries lend to a problem with symbolic rows and a returned output, and such entries
+    to a static one whose output is not returned; each pick says how its entry differs."""
+    lender = [_with_aten_side(e, "ext_widened_mm", 20.0 * e.key.shapes[0][0]) for e in grid(2.0, dtype="bfloat16")]
+    varied = [dataclasses.replace(e, key=_varied(e.key, returned=True, dynamic=True)) for e in lender]
+    plain = key(128, 2048, 768, dtype="bfloat16")
+    assert CostModel.from_entries(varied).predict(plain).aten_choice_from == "a returned output and symbolic sizes"
+    assert CostModel.from_entries(lender).predict(_varied(plain, returned=True, dynamic=True)).aten_choice_from == (
+        "an output not returned and static sizes")
+
+
+def test_an_entry_of_the_library_kind_at_the_radius_still_lends_its_pick() -> None:
+    at_radius = _with_aten_side(entry(64, 768, 768, 100.0, 200.0, dtype="bfloat16"), "ext_widened_mm", 20.0)
+    p = CostModel.from_entries([at_radius]).predict(_varied(key(8, 768, 768, dtype="bfloat16"), dynamic=True))
+    assert p.aten_pick(0.05) == "ext_widened_mm"  # M=64 is log2 distance 3 from M=8
