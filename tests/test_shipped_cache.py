@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from _script_runner import TESTS, run_json_script
-from inductor_ext.autotune import cache_layers
+from inductor_ext.autotune import cache_entry, cache_layers
 from inductor_ext.autotune.cache import AutotuneCache, Entry, ProblemKey, check_schema
 from inductor_ext.autotune.cache_entry import BadRow, bounded_json, decode_row, row_values
 
@@ -564,3 +564,14 @@ def test_a_layer_is_read_again_when_only_its_wal_changes(tmp_path):
         assert cache_layers.load_layer(path).get(_key()).config == {"name": "new"}
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("text,limit,within", [
+    ('["[[[[", 1]', 1, True),  # brackets inside a string do not nest
+    ('["a\\"[[", [[1]]]', 2, False),  # an escaped quote does not end the string
+    ('["a\\\\", [[1]]]', 2, False),  # an escaped backslash does not escape the quote after it
+    ('"[[[', 0, True),  # an unterminated string runs to the end
+    ('[[["\\', 2, False),
+])
+def test_the_nesting_check_reads_strings_as_json_does(text, limit, within):
+    assert cache_entry._depth_within(text, limit) is within
