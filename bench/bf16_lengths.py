@@ -45,23 +45,10 @@ BATCH = 4
 
 
 def make_encoder(quick: bool) -> torch.nn.Module:
-    import transformers
+    """compile_time.py's BERT-base-shaped encoder (tiny under ``quick``), in bf16."""
+    from compile_time import make_model  # bench/, beside this script
 
-    torch.manual_seed(0)
-    dim, ffn, heads, vocab, layers = (64, 128, 4, 512, 1) if quick else (768, 3072, 12, 30522, 2)
-    config = transformers.BertConfig(vocab_size=vocab, hidden_size=dim, intermediate_size=ffn,
-                                     num_hidden_layers=layers, num_attention_heads=heads)
-    inner = transformers.BertModel(config, add_pooling_layer=False).to(torch.bfloat16).eval()
-
-    class Encoder(torch.nn.Module):  # the encoder's last hidden states out
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = inner
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return self.model(ids).last_hidden_state
-
-    return Encoder()
+    return make_model("bert", quick)[0].to(torch.bfloat16)
 
 
 @contextlib.contextmanager
@@ -82,14 +69,13 @@ def compiled_arm(arm: str, model: torch.nn.Module, ids: torch.Tensor) -> tuple[C
     what that took: seconds and, for ext's arms, how its GEMMs were served."""
     from inductor_ext.lowering import decision_record
 
-    # the ext arms' options differ (both the cpu preset's defaults) so that each is a backend of its
-    # own: Dynamo serves a frame's cached graph to any torch.compile with equal backend and options
-    options = {"preset": "cpu"} if arm == "ext" else {"preset": "cpu", "autotune": "model"}
     if arm == "inductor":
         compiled = torch.compile(model)
     elif arm == "inductor_max_autotune":
         compiled = torch.compile(model, mode="max-autotune")
-    else:
+    else:  # the ext arms' options differ (both the cpu preset's defaults) so that each is a backend of
+        # its own: Dynamo serves a frame's cached graph to any torch.compile with equal backend and options
+        options = {"preset": "cpu"} if arm == "ext" else {"preset": "cpu", "autotune": "model"}
         compiled = torch.compile(model, backend="ext", options=options)
     first = len(decision_record.decisions)
     ids = ids.clone()
@@ -113,7 +99,7 @@ def main() -> None:
 
     torch._inductor.config.fx_graph_cache = False  # each arm compiles its own graph
     model = make_encoder(args.quick)
-    vocab = model.model.config.vocab_size
+    vocab = model.model.config.vocab_size  # compile_time's Forward holds the BertModel
     g = torch.Generator().manual_seed(1)
     at, ids = (torch.randint(0, vocab, (BATCH, n), generator=g) for n in (args.compile_at, args.tokens))
     with torch.no_grad():

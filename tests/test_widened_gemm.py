@@ -14,6 +14,7 @@ import os
 
 import pytest
 import torch
+from test_decision_tables import PROVENANCE  # a table's provenance fields
 from test_panel_gemm import _compile, _mm  # a compile's decisions; an mm's inputs in a lowering
 from torch._inductor.graph import GraphLowering
 from torch._inductor.virtualized import V
@@ -268,9 +269,7 @@ def borrowed(tmp_path_factory):
                                  aten_time_us=100.0, candidates=[
                                      {"name": key.op, "time_us": 100.0, "policy": None, "error": None},
                                      {"name": f"ext_widened_{key.op}", "time_us": 20.0, "policy": None, "error": None}]))
-        (out / "table.json").write_text(decision_tables.table_text(entries, {
-            "cpu": "test CPU", "form": "test", "date": "2026-12-07", "torch": torch.__version__,
-            "inductor_ext": "0.1.0", "command": "tests/test_widened_gemm.py"}))
+        (out / "table.json").write_text(decision_tables.table_text(entries, PROVENANCE))
         got, served, benchmarks, fn = compile_dynamic(out / "table.json")
         with torch.no_grad():
             seven = _randn(7, 24, seed=2)
