@@ -36,7 +36,8 @@ from typing import Any
 
 # (hidden, ffn, heads, kv_heads, vocab) of real models of each style; --widths picks by hidden.
 STYLES: dict[str, dict[int, tuple[int, int, int, int]]] = {
-    "llama": {768: (2048, 12, 12, 32000),  # bench/hf_generate.py's Llama
+    "llama": {512: (1376, 8, 8, 32000),  # llama2.c's stories42M
+              768: (2048, 12, 12, 32000),  # bench/hf_generate.py's Llama
               2048: (8192, 32, 8, 128256), 3072: (8192, 24, 8, 128256), 4096: (14336, 32, 8, 128256),
               8192: (28672, 64, 8, 128256)},
     "qwen2": {896: (4864, 14, 2, 151936), 1536: (8960, 12, 2, 151936), 2048: (11008, 16, 2, 151936),
@@ -45,7 +46,7 @@ STYLES: dict[str, dict[int, tuple[int, int, int, int]]] = {
     "gemma": {2048: (16384, 8, 1, 256000), 2304: (9216, 8, 4, 256000)},
     "phi3": {3072: (8192, 32, 32, 32064)},
     "gpt2": {768: (3072, 12, 12, 50257), 1024: (4096, 16, 16, 50257), 1280: (5120, 20, 20, 50257)},
-    "bert": {768: (3072, 12, 12, 30522), 1024: (4096, 16, 16, 30522)},
+    "bert": {512: (2048, 8, 8, 30522), 768: (3072, 12, 12, 30522), 1024: (4096, 16, 16, 30522)},  # 512: BERT-medium
 }
 TOKENS = tuple(2 ** i for i in range(12))  # 1 .. 2048
 CACHE_SLOTS = (256, 1024, 4096)  # static KV cache sizes a server sets (max_cache_len)
