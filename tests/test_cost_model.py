@@ -369,3 +369,80 @@ def test_an_entry_of_the_library_kind_at_the_radius_still_lends_its_pick() -> No
     at_radius = _with_aten_side(entry(64, 768, 768, 100.0, 200.0, dtype="bfloat16"), "ext_widened_mm", 20.0)
     p = CostModel.from_entries([at_radius]).predict(_varied(key(8, 768, 768, dtype="bfloat16"), dynamic=True))
     assert p.aten_pick(0.05) == "ext_widened_mm"  # M=64 is log2 distance 3 from M=8
+
+
+def _aten_side(m: int, gains: dict[str, float], dtype: str = "float32") -> Entry:
+    """An entry at ``m`` rows (N 768, K 768) where ATen's op served (the template 2x slower) and
+    each named ATen-side choice ran at the op's time divided by its gain."""
+    e = entry(m, 768, 768, 100.0, 200.0, dtype=dtype)
+    for name, gain in gains.items():
+        e = _with_aten_side(e, name, 100.0 / gain)
+    return e
+
+
+def test_the_aten_side_pick_is_the_mean_gain_of_the_nearest_not_the_nearest_alone() -> None:
+    """The packed GEMM 10% faster in the nearest entry (64 rows) and 10% slower in the three next to
+    it: at 48 rows the weighted mean is below 0 and the op serves (the nearest alone would have
+    served the packed GEMM)."""
+    entries = [_aten_side(64, {"ext_mkl_packed_mm": 1.1}),
+               *(_aten_side(m, {"ext_mkl_packed_mm": 1 / 1.1}) for m in (32, 128, 256))]
+    model = CostModel.from_entries(entries)
+    assert cost_model.observe(entries[0]).aten_pick == ("ext_mkl_packed_mm", pytest.approx(math.log(1.1)))
+    weights = [1 / (1 + abs(math.log2(m / 48))) ** 2 for m in (64, 32, 128, 256)]
+    assert weights[0] == max(weights)  # 64 rows is the nearest
+    mean = sum(w * s * math.log(1.1) for w, s in zip(weights, (1, -1, -1, -1))) / sum(weights)
+    assert mean < 0
+    p = model.predict(key(48, 768, 768))
+    assert p.aten_choice is None and p.aten_choice_entries == 0 and p.aten_pick(0.0) is None
+    # where the nearest weighs more than the rest together (its own size), the mean follows it
+    exact = model.predict(key(64, 768, 768))
+    assert exact.aten_choice[0] == "ext_mkl_packed_mm" and exact.aten_choice_entries == 4
+
+
+def test_the_mean_is_over_the_entries_that_timed_the_choice_and_the_largest_mean_wins() -> None:
+    entries = [_aten_side(64, {"ext_mkl_packed_mm": 1.2, "ext_panel_mm": 1.5}),
+               _aten_side(128, {"ext_mkl_packed_mm": 1.4}),  # the panels not timed here
+               _aten_side(32, {"ext_mkl_packed_mm": 1.3, "ext_panel_mm": 1.1})]
+    p = CostModel.from_entries(entries).predict(key(64, 768, 768))
+    w = 1 / (1 + 1) ** 2  # 32 and 128 rows are one doubling from 64
+    panel = (math.log(1.5) + w * math.log(1.1)) / (1 + w)
+    packed = (math.log(1.2) + w * math.log(1.4) + w * math.log(1.3)) / (1 + 2 * w)
+    assert panel > packed
+    assert p.aten_choice == ("ext_panel_mm", pytest.approx(panel)) and p.aten_choice_entries == 2
+    assert p.aten_pick(math.exp(panel) - 1.001) == "ext_panel_mm" and p.aten_pick(math.exp(panel) - 0.999) is None
+
+
+def test_only_the_neighbours_count_toward_the_mean() -> None:
+    """A fifth entry, farther than the four nearest, does not pull the mean (nor one past the radius)."""
+    four = [_aten_side(m, {"ext_mkl_packed_mm": 1.2}) for m in (64, 32, 128, 256)]
+    fifth = _aten_side(16, {"ext_mkl_packed_mm": 1 / 100})
+    p = CostModel.from_entries([*four, fifth]).predict(key(64, 768, 768))
+    assert p.aten_choice == ("ext_mkl_packed_mm", pytest.approx(math.log(1.2))) and p.aten_choice_entries == 4
+
+
+def test_a_borrowed_pick_is_the_mean_of_the_library_kinds_nearest_too() -> None:
+    lenders = [_aten_side(64, {"ext_widened_mm": 5.0}, dtype="bfloat16"),
+               _aten_side(128, {"ext_widened_mm": 1 / 10.0}, dtype="bfloat16")]
+    p = CostModel.from_entries(lenders).predict(_varied(key(64, 768, 768, dtype="bfloat16"), dynamic=True))
+    w = 1 / (1 + 1) ** 2
+    mean = (math.log(5.0) + w * math.log(1 / 10.0)) / (1 + w)
+    assert mean > 0 and p.aten_choice == ("ext_widened_mm", pytest.approx(mean)) and p.aten_choice_entries == 2
+    assert p.aten_choice_from == "static sizes"
+    lenders[1] = _aten_side(128, {"ext_widened_mm": 1 / 1000.0}, dtype="bfloat16")  # the mean now below 0
+    p = CostModel.from_entries(lenders).predict(_varied(key(64, 768, 768, dtype="bfloat16"), dynamic=True))
+    assert p.aten_choice is None and p.aten_pick(0.0) is None
+
+
+def test_an_observation_keeps_every_aten_side_gain_and_its_pick_is_the_largest_above_zero() -> None:
+    o = cost_model.observe(_aten_side(16, {"ext_mkl_packed_mm": 0.8, "ext_panel_mm": 1.25}))
+    assert o.aten_gains == pytest.approx({"ext_mkl_packed_mm": math.log(0.8), "ext_panel_mm": math.log(1.25)})
+    assert o.aten_pick == ("ext_panel_mm", pytest.approx(math.log(1.25)))
+    assert cost_model.observe(_aten_side(16, {"ext_mkl_packed_mm": 0.8})).aten_pick is None
+    assert cost_model.observe(_aten_side(16, {"ext_mkl_packed_mm": 1.0})).aten_pick is None  # a tie is no gain
+
+
+def test_a_mean_gain_of_zero_is_no_choice_and_an_exact_tie_keeps_the_first_timed() -> None:
+    tie = CostModel.from_entries([_aten_side(64, {"ext_mkl_packed_mm": 1.0})]).predict(key(64, 768, 768))
+    assert tie.aten_choice is None and tie.aten_choice_entries == 0
+    both = CostModel.from_entries([_aten_side(64, {"ext_mkl_packed_mm": 1.25, "ext_panel_mm": 1.25})])
+    assert both.predict(key(64, 768, 768)).aten_choice[0] == "ext_mkl_packed_mm"  # in the entry's order

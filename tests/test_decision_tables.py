@@ -12,6 +12,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -295,9 +296,10 @@ def test_the_model_never_serves_a_predicted_loss(model, keys, tmp_path: Path, mo
 def test_where_aten_serves_the_nearest_entrys_faster_aten_side_choice_is_served(model, keys, tmp_path: Path,
                                                                                  monkeypatch) -> None:
     """ATen won near the first GEMM (the template 1.2x slower) and MKL's packed sgemm, an ATen-side
-    choice this frozen fp32 graph offers, ran in half of mm's time in the nearest entry (20 rows):
-    the model serves the packed GEMM, untimed. Where it ran only 3% faster (under the 5% margin):
-    ATen's default, mm."""
+    choice this frozen fp32 graph offers, ran in half of mm's time in the nearest entry (20 rows),
+    10% slower than mm in the three others: on average (weighted by distance) it still beat mm by
+    the margin, and the model serves it, untimed. Where it ran only 3% faster in the nearest (the
+    mean under the 5% margin): ATen's default, mm."""
     (first, form), _ = keys
 
     def near(packed_us: float) -> list[Entry]:
@@ -313,8 +315,9 @@ def test_where_aten_serves_the_nearest_entrys_faster_aten_side_choice_is_served(
     options = {"template_margin": 0.05}
     decisions = _compile(model, {"decision_tables": _write(tmp_path, near(5.0)), **options}, monkeypatch)
     assert decisions[0].winner == "ext_mkl_packed_mm", decisions[0]
-    assert decisions[0].reason.startswith("model: ext_mkl_packed_mm, 2.00x faster than mm in the nearest table "
-                                          "entry; template predicted 1.20x"), decisions[0].reason
+    gain = re.match(r"model: ext_mkl_packed_mm, ([0-9.]+)x faster than mm on average in the 4 nearest table "
+                    r"entries that timed it; template predicted 1\.20x", decisions[0].reason)
+    assert gain is not None and 1.05 < float(gain.group(1)) < 2.0, decisions[0].reason
     assert all(c["time_us"] is None for c in decisions[0].candidates)  # nothing timed
     torch._dynamo.reset()
     decisions = _compile(model, {"decision_tables": _write(tmp_path, near(9.7)), **options}, monkeypatch)

@@ -365,8 +365,8 @@ class ExtChoices(InductorChoices):
     def _untimed_pick(self, choices: list[Any], prepared: dict[str, Any], decision: Decision) -> list[Any]:
         """``autotune="model"``, nothing cached: a decision table's entry for this problem, else the
         cost model's pick (a template only where it predicts a win by the margin, its error
-        included), else ATen's side: the ATen-side choice that beat the op by the margin in the
-        nearest table entry (of the problem's kind, else of its library kind, ``cost_model.library_kind_of``)
+        included), else ATen's side: the ATen-side choice that beat the op by the margin on average
+        in the nearest table entries (of the problem's kind, else of its library kind, ``cost_model.library_kind_of``)
         where this compile offers it, else ATen's default. Nothing is timed
         and nothing is written."""
         assert decision.key is not None
@@ -391,9 +391,11 @@ class ExtChoices(InductorChoices):
         served = next((c for c in choices if c.name == aten), None) if aten else None
         if served is not None and prediction.aten_choice is not None:
             gain = math.exp(prediction.aten_choice[1])
-            entry = f"the nearest table entry (one with {prediction.aten_choice_from})" \
-                if prediction.aten_choice_from else "the nearest table entry"
-            return self._only(choices, decision, served, f"model: {aten}, {gain:.2f}x faster than {decision.op} in "
+            n = prediction.aten_choice_entries
+            entry = "in the nearest table entry" if n == 1 else f"on average in the {n} nearest table entries that timed it"
+            if prediction.aten_choice_from:
+                entry += f" ({'one' if n == 1 else 'the nearest'} with {prediction.aten_choice_from})"
+            return self._only(choices, decision, served, f"model: {aten}, {gain:.2f}x faster than {decision.op} "
                                                          f"{entry}; {prediction.text()}")
         return self._only(choices, decision, choices[0], f"model: ATen's default; {prediction.text()}")
 
