@@ -13,6 +13,8 @@ build() { python scripts/build_decision_tables.py --out "$out" --update --thread
 # 768 wide: prefill at 1-512 tokens and decode steps over static caches of 256 and 1024 slots
 build --styles llama,gpt2 --widths 768 --dtypes float32,bfloat16 --tokens 1,16,128,512 --cache-slots 256,1024
 build --styles bert --widths 768 --dtypes float32,bfloat16 --tokens 16,128,512 --cache-slots ""
+# 768 wide at 2048 tokens (the top of the token grid)
+build --styles llama,gpt2,bert --widths 768 --dtypes float32,bfloat16 --tokens 2048 --cache-slots ""
 # 512 wide (llama2.c's stories42M, BERT-medium): prefill at 1-512 tokens, Llama's decode steps too
 build --styles llama --widths 512 --dtypes float32,bfloat16 --tokens 1,16,128,512 --cache-slots 256,1024
 build --styles bert --widths 512 --dtypes float32,bfloat16 --tokens 16,128,512 --cache-slots ""
