@@ -327,9 +327,13 @@ def run_paired(model_name: str, cache_db: str, quick: bool) -> dict[str, Any]:
             compiled[arm](*args)
             return (time.perf_counter() - t0) * 1e3
 
+    winners: dict[str, list[str]] = {}  # each ext arm's decisions, in the order it made them
     for arm in PAIRED:  # compile, then two warm-up calls
+        made = _decisions_so_far()
         for _ in range(3):
             call(arm)
+        if arm.startswith("ext"):
+            winners[arm] = [d.winner for d in _decisions_since(made)]
     calls: dict[str, list[float]] = {arm: [] for arm in PAIRED}
     spent, rounds = 0.0, 0
     while rounds < 9 or (spent < (0.5 if quick else 10.0) and rounds < 40):
@@ -337,7 +341,18 @@ def run_paired(model_name: str, cache_db: str, quick: bool) -> dict[str, Any]:
             calls[arm].append(call(arm))
             spent += calls[arm][-1] / 1e3
         rounds += 1
-    return {"calls_ms": {arm: [round(t, 3) for t in ts] for arm, ts in calls.items()}}
+    return {"calls_ms": {arm: [round(t, 3) for t in ts] for arm, ts in calls.items()}, "winners": winners}
+
+
+def _decisions_so_far() -> int:
+    """How many decisions ext has recorded in this process (0 before ext is imported)."""
+    record = sys.modules.get("inductor_ext.lowering.decision_record")
+    return 0 if record is None else len(record.decisions)
+
+
+def _decisions_since(made: int) -> list[Any]:
+    record = sys.modules.get("inductor_ext.lowering.decision_record")
+    return [] if record is None else record.decisions[made:]
 
 
 def paired_figures(calls: dict[str, list[float]]) -> dict[str, Any]:
@@ -458,6 +473,9 @@ def paired_row(r: dict[str, Any], target: str, arm: str, limit: float) -> dict[s
            f"{arm}_ms": paired["arms"][arm]["median"], f"{against}_ms": paired["arms"][against]["median"]}
     if not row["met"]:
         reasons = r["arms"][arm]["decision_reasons"]
+        if target == "shipped_runtime" and "shipped_same_decisions_as_full" in paired:
+            reasons = {"same decisions as ext_full in this process": paired["shipped_same_decisions_as_full"],
+                       **reasons}
         row["why"] = (f"side by side, {arm}/{against} per round {ratio['median']:.3f} (IQR {ratio['q1']:.3f}-"
                       f"{ratio['q3']:.3f}): {arm} {paired['arms'][arm]['median']:.1f} ms against {against} "
                       f"{paired['arms'][against]['median']:.1f} ms; {arm}'s decisions: {dict(reasons)}")
@@ -490,6 +508,11 @@ def measure(model_name: str, repeats: int, quick: bool, work: Path) -> dict[str,
     # the runtimes side by side, ext_shipped from the last repeat's ext_full cache
     paired = spawn("paired", model_name, shipped_copy(full / "cache.db", work / f"{model_name}_paired"), quick)
     figures = paired_figures(paired["calls_ms"])
+    # whether ext_shipped served the decisions ext_full made in the paired process (both near ties
+    # and timing noise can make a second tuning pick otherwise)
+    winners = paired["winners"]
+    figures["shipped_same_decisions_as_full"] = winners.get("ext_shipped") == winners.get("ext_full")
+    figures["winners"] = winners
     print(f"  {model_name} side by side: " + ", ".join(f"{a} {v['median']:.2f} ms" for a, v in figures["arms"].items()),
           file=sys.stderr)
     median = {arm: statistics.median(s["seconds"] for s in runs) for arm, runs in samples.items()}

@@ -78,6 +78,8 @@ def test_compile_time_json_has_the_breakdown_runtimes_and_targets(compile_time):
         assert t["p10"] <= t["q1"] <= t["median"] <= t["q3"] <= t["p90"] and t["calls"] >= 9, (arm, t)
     assert paired["ratios"]["default_runtime"]["against"] == paired["ratios"]["shipped_runtime"]["against"] == "ext_full"
     assert paired["ratios"]["default_vs_inductor"]["against"] in ("inductor", "inductor_max_autotune")
+    assert set(paired["winners"]) == {"ext_default", "ext_full", "ext_shipped"}
+    assert paired["shipped_same_decisions_as_full"] == (paired["winners"]["ext_shipped"] == paired["winners"]["ext_full"])
     for name in ("default_runtime", "default_vs_inductor", "shipped_runtime"):
         row = compile_time["targets"][name]["per_model"]["demo"]
         assert row["paired"] and row["ratio"] == round(paired["ratios"][name]["median"], 3), row

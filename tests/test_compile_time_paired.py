@@ -44,7 +44,8 @@ def test_each_target_is_the_ratio_of_each_round_against_its_base() -> None:
     assert arm["median"] == pytest.approx(statistics.median(slower), abs=1e-3) and arm["calls"] == 9
     assert arm["p10"] <= arm["q1"] <= arm["median"] <= arm["q3"] <= arm["p90"]
     q1, _, q3 = statistics.quantiles(slower, n=4)
-    assert arm["q1"] == pytest.approx(q1, abs=1e-3) < arm["median"] and arm["q3"] == pytest.approx(q3, abs=1e-3)
+    assert arm["q1"] == pytest.approx(q1, abs=1e-3) and arm["q3"] == pytest.approx(q3, abs=1e-3)
+    assert arm["q1"] < arm["median"]
 
 
 def test_rounds_pair_up_so_a_slow_round_slows_both_arms_alike() -> None:
@@ -88,3 +89,14 @@ def test_the_targets_use_the_paired_rounds_where_a_model_has_them() -> None:
     for name in compile_time.PAIRED_TARGETS:  # the per-process runtimes (all equal) would have met them
         row = found[name]["per_model"]["m"]
         assert row["paired"] and row["ratio"] == 1.2 and not row["met"], (name, row)
+
+
+def test_a_shipped_miss_says_whether_its_decisions_were_ext_fulls_in_that_process() -> None:
+    q = {"median": 1.07, "q1": 1.04, "q3": 1.12, "p10": 1.0, "p90": 1.14}
+    model = _model({"shipped_runtime": q})
+    model["arms"]["ext_shipped"] = {"decision_reasons": {"cache": 14}}
+    for same in (True, False):
+        model["paired"]["shipped_same_decisions_as_full"] = same
+        row = compile_time.paired_row(model, "shipped_runtime", "ext_shipped", 1.0)
+        assert not row["met"] and f"'same decisions as ext_full in this process': {same}" in row["why"], row
+        assert "'cache': 14" in row["why"]
