@@ -260,17 +260,22 @@ def test_where_aten_serves_the_nearest_entrys_faster_aten_side_choice_is_picked_
     assert far.aten_choice is None and far.aten_pick(0.0) is None
 
 
+def _own_pick(e: Entry) -> tuple[str, float] | None:
+    """The ATen-side choice ``e`` alone lends (its fastest but the op, where it beat the op)."""
+    return cost_model._aten_choice([(0.0, cost_model.observe(e))])[0]
+
+
 def test_the_op_itself_fastest_or_untimed_is_no_aten_pick() -> None:
     slower = _with_aten_side(entry(16, 768, 768, 100.0, 200.0), "ext_mkl_packed_mm", 120.0)
-    assert cost_model.observe(slower).aten_pick is None
+    assert _own_pick(slower) is None
     untimed_op = entry(16, 768, 768, 100.0, 200.0)
     untimed_op = Entry(key=untimed_op.key, winner="aten", config={"name": "ext_mkl_packed_mm"}, winner_time_us=50.0,
                        aten_time_us=50.0, candidates=[{"name": "mm", "time_us": None, "policy": None, "error": None},
                                                       {"name": "ext_mkl_packed_mm", "time_us": 50.0, "policy": None,
                                                        "error": None}])
-    assert cost_model.observe(untimed_op).aten_pick is None
+    assert _own_pick(untimed_op) is None
     template_faster = _with_aten_side(entry(16, 768, 768, 100.0, 20.0), "ext_mkl_packed_mm", 80.0)
-    assert cost_model.observe(template_faster).aten_pick == ("ext_mkl_packed_mm", pytest.approx(math.log(100 / 80)))
+    assert _own_pick(template_faster) == ("ext_mkl_packed_mm", pytest.approx(math.log(100 / 80)))
 
 
 def test_an_entry_atens_side_won_lends_no_family_or_config() -> None:
@@ -387,7 +392,7 @@ def test_the_aten_side_pick_is_the_mean_gain_of_the_nearest_not_the_nearest_alon
     entries = [_aten_side(64, {"ext_mkl_packed_mm": 1.1}),
                *(_aten_side(m, {"ext_mkl_packed_mm": 1 / 1.1}) for m in (32, 128, 256))]
     model = CostModel.from_entries(entries)
-    assert cost_model.observe(entries[0]).aten_pick == ("ext_mkl_packed_mm", pytest.approx(math.log(1.1)))
+    assert _own_pick(entries[0]) == ("ext_mkl_packed_mm", pytest.approx(math.log(1.1)))
     weights = [1 / (1 + abs(math.log2(m / 48))) ** 2 for m in (64, 32, 128, 256)]
     assert weights[0] == max(weights)  # 64 rows is the nearest
     mean = sum(w * s * math.log(1.1) for w, s in zip(weights, (1, -1, -1, -1))) / sum(weights)
@@ -436,9 +441,9 @@ def test_a_borrowed_pick_is_the_mean_of_the_library_kinds_nearest_too() -> None:
 def test_an_observation_keeps_every_aten_side_gain_and_its_pick_is_the_largest_above_zero() -> None:
     o = cost_model.observe(_aten_side(16, {"ext_mkl_packed_mm": 0.8, "ext_panel_mm": 1.25}))
     assert o.aten_gains == pytest.approx({"ext_mkl_packed_mm": math.log(0.8), "ext_panel_mm": math.log(1.25)})
-    assert o.aten_pick == ("ext_panel_mm", pytest.approx(math.log(1.25)))
-    assert cost_model.observe(_aten_side(16, {"ext_mkl_packed_mm": 0.8})).aten_pick is None
-    assert cost_model.observe(_aten_side(16, {"ext_mkl_packed_mm": 1.0})).aten_pick is None  # a tie is no gain
+    assert cost_model._aten_choice([(0.0, o)])[0] == ("ext_panel_mm", pytest.approx(math.log(1.25)))
+    assert _own_pick(_aten_side(16, {"ext_mkl_packed_mm": 0.8})) is None
+    assert _own_pick(_aten_side(16, {"ext_mkl_packed_mm": 1.0})) is None  # a tie is no gain
 
 
 def test_a_mean_gain_of_zero_is_no_choice_and_an_exact_tie_keeps_the_first_timed() -> None:

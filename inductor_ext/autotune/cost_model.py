@@ -65,12 +65,6 @@ class Observation:
             return NOT_OFFERED
         return math.log(self.template_us / self.aten_us)
 
-    @property
-    def aten_pick(self) -> tuple[str, float] | None:
-        """The fastest ATen-side choice and its log gain over the op, where it beat the op."""
-        name = max(self.aten_gains, key=self.aten_gains.__getitem__, default=None)
-        return None if name is None or not self.aten_gains[name] > 0 else (name, self.aten_gains[name])
-
 
 @dataclass(frozen=True)
 class Prediction:
@@ -236,7 +230,8 @@ class CostModel:
         if not group:
             return self._borrowed(Prediction(None, math.inf, None, None,
                                              why_none="no table entry of this kind of problem"), kind, sizes)
-        ratio, aten_us, template_us, near = _nearest(group, sizes, _work(key))
+        nearby = _near(group, sizes)
+        ratio, aten_us, template_us, near = _predicted(nearby, _work(key))
         if ratio is None:
             return self._borrowed(Prediction(None, math.inf, None, None,
                                              why_none=f"no table entry within {RADIUS:g} (log2 sizes) of this problem"),
@@ -244,7 +239,7 @@ class CostModel:
         wins = sorted((o for o in group if o.family is not None and _distance(o.sizes, sizes) <= RADIUS),
                       key=lambda o: _distance(o.sizes, sizes))
         configs = tuple(dict.fromkeys((o.family, _frozen(o.config)) for o in wins if o.family and o.config))
-        choice, entries = _aten_choice(_near(group, sizes))
+        choice, entries = _aten_choice(nearby)
         return Prediction(ratio, self.error(kind), aten_us, template_us,
                           tuple((f, dict(c)) for f, c in configs), near, aten_choice=choice,
                           aten_choice_entries=entries)
@@ -268,7 +263,12 @@ def _nearest(group: Sequence[Observation], sizes: Sequence[float],
              work: float) -> tuple[float | None, float | None, float | None, int]:
     """The weighted log ratio, and ATen's and the template's times (scaled by work), of the
     ``NEIGHBOURS`` observations nearest ``sizes`` within ``RADIUS``, and how many there were."""
-    near = _near(group, sizes)
+    return _predicted(_near(group, sizes), work)
+
+
+def _predicted(near: Sequence[tuple[float, Observation]],
+               work: float) -> tuple[float | None, float | None, float | None, int]:
+    """``_nearest``'s figures from the neighbours ``_near`` found."""
     if not near:
         return None, None, None, 0
     weights = [_weight(d) for d, _ in near]
