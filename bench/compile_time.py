@@ -57,7 +57,8 @@ Targets (in ``targets``, each with its ratio, ``met`` and, when missed, ``why``)
   default_runtime    ext_default's runtime <= 1/0.97x ext_full's (>= 0.97x its speed)
   default_vs_inductor  ext_default's runtime <= the faster Inductor arm's
   shipped_runtime    ext_shipped's runtime <= ext_full's
-A runtime target whose two arms' interquartile ranges overlap is met "within noise".
+A runtime target is judged side by side (``paired``, above): met "within noise" where its
+per-round ratio's lower quartile is within the limit.
 
     python bench/compile_time.py [--json] [--models demo,llama,gpt2,bert] [--repeats 1] [--quick]
 """
@@ -298,7 +299,6 @@ def run_arm(arm: str, model_name: str, cache_db: str, quick: bool) -> dict[str, 
 
 
 PAIRED = ARMS  # ext_default before ext_full: ext_full's decisions go to the process's own cache
-PAIRED_TARGETS = tuple(RUNTIME_TARGETS)  # judged on the paired rounds
 
 
 def run_paired(model_name: str, cache_db: str, quick: bool) -> dict[str, Any]:
@@ -366,8 +366,7 @@ def paired_figures(calls: dict[str, list[float]]) -> dict[str, Any]:
     arms = {arm: {k: round(v, 3) for k, v in quartiles(ts).items()} | {"calls": len(ts)} for arm, ts in calls.items()}
     best = min(("inductor", "inductor_max_autotune"), key=lambda a: arms[a]["median"])
     ratios = {}
-    for target in PAIRED_TARGETS:
-        arm, base, _ = RUNTIME_TARGETS[target]
+    for target, (arm, base, _) in RUNTIME_TARGETS.items():
         against = best if base == "best_inductor" else base
         ratios[target] = {"against": against,
                           **quartiles([a / b for a, b in zip(calls[arm], calls[against])])}
@@ -437,25 +436,8 @@ def targets(per_model: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for target, (arm, base, limit) in RUNTIME_TARGETS.items():
         rows, met = {}, True
         for model, r in per_model.items():
-            if target in PAIRED_TARGETS and "paired" in r:
-                rows[model] = paired_row(r, target, arm, limit)
-                met &= rows[model]["met"]
-                continue
-            runtimes = {a: run["runtime_ms"] for a, run in r["arms"].items()}
-            against = base if base != "best_inductor" else min(
-                ("inductor", "inductor_max_autotune"), key=lambda a: runtimes[a]["median"])
-            mine, theirs = runtimes[arm], runtimes[against]
-            ratio = mine["median"] / theirs["median"]
-            noise = mine["q1"] <= theirs["q3"] and theirs["q1"] <= mine["q3"]  # the arms' IQRs overlap
-            row = {"ratio": round(ratio, 3), "met": ratio <= limit or noise, "within_noise": noise and ratio > limit,
-                   f"{arm}_ms": mine["median"], f"{against}_ms": theirs["median"]}
-            if not row["met"]:
-                reasons = r["arms"][arm]["decision_reasons"]
-                row["why"] = (f"{arm} {mine['median']:.1f} ms (IQR {mine['q1']:.1f}-{mine['q3']:.1f}) against "
-                              f"{against} {theirs['median']:.1f} ms (IQR {theirs['q1']:.1f}-{theirs['q3']:.1f}); "
-                              f"{arm}'s decisions: {dict(reasons)}")
-            rows[model] = row
-            met &= row["met"]
+            rows[model] = paired_row(r, target, arm, limit)
+            met &= rows[model]["met"]
         found[target] = {"want": f"{arm} runtime <= {limit:.3g}x {base}'s on every model, or within noise",
                          "met": met, "ratio": max(row["ratio"] for row in rows.values()), "per_model": rows}
     return found
